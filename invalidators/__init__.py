@@ -1,0 +1,1 @@
+"""Staggered purge of retired versions and event-based invalidation."""

@@ -1,0 +1,1 @@
+"""Event schemas and the one place that turns bytes into events."""

@@ -1,0 +1,71 @@
+"""stoker's one error tree; every other library's errors are translated into it at the boundary.
+
+    StokerError                  root: the CLI and the workers catch only this
+    ├── PoisonError              bad input: dead-letter it, never retry (kind="poison")
+    │   ├── EventDecodeError     bytes that are not a valid event (bad JSON, unknown type/version, fields)
+    │   └── RequestRejected      a request stoker refuses to key (oversized prompt, bad tenant id)
+    ├── RetriableError           a dependency is down or slow: back off, retry, do not commit (kind="retriable")
+    │   ├── CacheUnavailable     Redis or Qdrant did not answer
+    │   ├── BrokerUnavailable    Kafka did not answer
+    │   └── BackendUnavailable   the inference backend did not answer
+    └── FatalError               cannot go on: exit non-zero (kind="fatal")
+        ├── ConfigError          settings that cannot work
+        └── ServiceStartError    an embedded service did not start
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+ErrorKind = Literal["poison", "retriable", "fatal"]
+
+
+class StokerError(Exception):
+    """Root of every error stoker raises on purpose."""
+
+    kind: ClassVar[ErrorKind] = "fatal"
+
+
+class PoisonError(StokerError):
+    kind: ClassVar[ErrorKind] = "poison"
+
+
+class EventDecodeError(PoisonError):
+    """Bytes that do not decode into a known event; `reason` is a short machine-readable tag."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RequestRejected(PoisonError):
+    pass
+
+
+class RetriableError(StokerError):
+    kind: ClassVar[ErrorKind] = "retriable"
+
+
+class CacheUnavailable(RetriableError):
+    pass
+
+
+class BrokerUnavailable(RetriableError):
+    pass
+
+
+class BackendUnavailable(RetriableError):
+    pass
+
+
+class FatalError(StokerError):
+    kind: ClassVar[ErrorKind] = "fatal"
+
+
+class ConfigError(FatalError):
+    pass
+
+
+class ServiceStartError(FatalError):
+    pass

@@ -1,0 +1,1 @@
+"""The shell: CLI, settings, wiring of the embedded stack. Nothing else."""

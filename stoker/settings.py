@@ -1,0 +1,58 @@
+"""Settings for every stoker process: env vars STOKER_*, frozen, unknown keys fail at start.
+
+Leave kafka_bootstrap / redis_url / qdrant_url unset to run on the embedded stack (Tansu,
+a redis-server subprocess, Qdrant Edge in-process); set them to point at production services.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StokerSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="STOKER_", frozen=True, extra="forbid", env_nested_delimiter="__"
+    )
+
+    # -- services (None = embedded) --
+    kafka_bootstrap: str | None = None
+    redis_url: str | None = None
+    semantic_backend: Literal["edge", "server"] = "edge"
+    qdrant_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+    qdrant_collection: str = "stoker_semantic"
+    qdrant_path: Path | None = Field(
+        default=None, description="Qdrant Edge shard folder; a temp folder when unset"
+    )
+    topic_prefix: str = ""
+
+    # -- embeddings --
+    embedder: Literal["sentence-transformers", "openai"] = "sentence-transformers"
+    embedder_model: str = "all-MiniLM-L6-v2"
+    embedder_url: str | None = None
+    embedder_api_key: SecretStr | None = None
+
+    # -- cache policy --
+    semantic_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
+    tenant_thresholds: dict[str, float] = Field(default_factory=dict)
+    exact_ttl_s: int = Field(default=86_400, gt=0)
+    semantic_ttl_s: int = Field(default=86_400, gt=0)
+    negative_ttl_s: int = Field(default=30, gt=0)
+    embedding_ttl_s: int = Field(default=30 * 86_400, gt=0)
+    max_prompt_chars: int = Field(default=32_000, gt=0)
+    max_response_bytes: int = Field(default=256_000, gt=0)
+
+    @field_validator("tenant_thresholds")
+    @classmethod
+    def _thresholds_in_range(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {t: x for t, x in v.items() if not 0.0 <= x <= 1.0}
+        if bad:
+            raise ValueError(f"thresholds must lie in [0, 1], got {bad}")
+        return v
+
+    def threshold_for(self, tenant: str) -> float:
+        return self.tenant_thresholds.get(tenant, self.semantic_threshold)

@@ -1,0 +1,1 @@
+"""Kafka plumbing: topics, producers, worker loops, commit-after-apply, dead-letter topic."""
