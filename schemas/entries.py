@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.common import DocRef
 
-ENTRY_SCHEMA_VERSION = 1
+ENTRY_SCHEMA_VERSION: Literal[1] = 1
 
 Source = Literal["live", "warm"]
 

@@ -1,16 +1,16 @@
 """stoker's one error tree; every other library's errors are translated into it at the boundary.
 
-    StokerError                  root: the CLI and the workers catch only this
-    ├── PoisonError              bad input: dead-letter it, never retry (kind="poison")
-    │   ├── EventDecodeError     bytes that are not a valid event (bad JSON, unknown type/version, fields)
-    │   └── RequestRejected      a request stoker refuses to key (oversized prompt, bad tenant id)
-    ├── RetriableError           a dependency is down or slow: back off, retry, do not commit (kind="retriable")
-    │   ├── CacheUnavailable     Redis or Qdrant did not answer
-    │   ├── BrokerUnavailable    Kafka did not answer
-    │   └── BackendUnavailable   the inference backend did not answer
-    └── FatalError               cannot go on: exit non-zero (kind="fatal")
-        ├── ConfigError          settings that cannot work
-        └── ServiceStartError    an embedded service did not start
+StokerError                  root: the CLI and the workers catch only this
+├── PoisonError              bad input: dead-letter it, never retry (kind="poison")
+│   ├── EventDecodeError     bytes that are not a valid event (bad JSON, unknown type/version, fields)
+│   └── RequestRejected      a request stoker refuses to key (oversized prompt, bad tenant id)
+├── RetriableError           a dependency is down or slow: back off, retry, do not commit (kind="retriable")
+│   ├── CacheUnavailable     Redis or Qdrant did not answer
+│   ├── BrokerUnavailable    Kafka did not answer
+│   └── BackendUnavailable   the inference backend did not answer
+└── FatalError               cannot go on: exit non-zero (kind="fatal")
+    ├── ConfigError          settings that cannot work
+    └── ServiceStartError    an embedded service did not start
 """
 
 from __future__ import annotations

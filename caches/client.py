@@ -1,0 +1,249 @@
+"""The cache client the serving gateway imports: lookup (exact, then semantic) and store.
+
+Read path, per request:
+1. refuse oversized prompts; bypass what must never be cached (temperature > 0, no-cache);
+2. exact + negative keys in one MGET (one round trip, one slot);
+3. semantic: embed (cached in Redis), filtered top-k over the tenant's namespace, then one MGET
+   of the candidates' entries: a candidate whose entry is gone was invalidated, never served;
+4. on a miss, snapshot the generations into a WriteTicket; `store` lands the answer only if no
+   invalidation or retirement happened in between (see generations.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+import redis
+
+from caches import keys as K
+from caches.boundary import as_bytes, redis_boundary
+from caches.embedders import CachedEmbedder
+from caches.generations import Generations, WriteTicket
+from caches.policy import CachePolicy, request_bypass_reason, response_refusal_reason
+from caches.semantic.base import SemanticPoint, SemanticQuery, SemanticStore
+from schemas.common import DocRef, RequestParams, utcnow
+from schemas.entries import CacheEntry, Provenance, Source
+from schemas.errors import CacheUnavailable, RequestRejected
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["exact", "semantic", "negative", "miss", "bypass"]
+NEGATIVE_MARK = b"1"
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    tenant: str
+    model_id: str
+    model_version: str
+    template_version: str
+    prompt: str
+    params: RequestParams = field(default_factory=RequestParams)
+    docs: tuple[DocRef, ...] = ()
+
+    @property
+    def ns(self) -> K.Namespace:
+        return K.Namespace(self.tenant, self.model_id, self.model_version, self.template_version)
+
+    def key(self) -> K.CacheKey:
+        return K.build_key(self.ns, self.prompt, self.params.as_dict(), self.docs)
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    outcome: Outcome
+    entry: CacheEntry | None = None
+    score: float | None = None
+    rule: str = ""  # what accepted a semantic hit (audit trail)
+    reason: str = ""  # why a request bypassed the cache
+    ticket: WriteTicket | None = None
+
+    @property
+    def hit(self) -> bool:
+        return self.outcome in ("exact", "semantic")
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    landed: bool
+    reason: str
+    semantic_indexed: bool = False
+
+
+class CacheClient:
+    """Thread-safe for lookups and stores (redis-py pools connections; stores are atomic)."""
+
+    def __init__(
+        self,
+        r: redis.Redis,
+        *,
+        semantic: SemanticStore | None = None,
+        embedder: CachedEmbedder | None = None,
+        policy: CachePolicy | None = None,
+    ) -> None:
+        if (semantic is None) != (embedder is None):
+            raise ValueError("semantic store and embedder come together")
+        self.redis = r
+        self.semantic = semantic
+        self.embedder = embedder
+        self.policy = policy or CachePolicy()
+        self.generations = Generations(r)
+
+    # -- read path --
+
+    def lookup(
+        self, req: CacheRequest, *, use_semantic: bool = True, threshold: float | None = None
+    ) -> LookupResult:
+        if len(req.prompt) > self.policy.max_prompt_chars:
+            raise RequestRejected(
+                f"prompt of {len(req.prompt)} chars is over the limit of {self.policy.max_prompt_chars}"
+            )
+        bypass = request_bypass_reason(req.params)
+        if bypass:
+            return LookupResult("bypass", reason=bypass)
+        key = req.key()
+        with redis_boundary("lookup"):
+            exact, negative = self.redis.mget([key.exact(), key.negative()])
+        if exact is not None:
+            return LookupResult(
+                "exact", entry=CacheEntry.from_bytes(as_bytes(exact)), score=1.0, rule="exact"
+            )
+        if negative is not None:
+            return LookupResult("negative", reason="recent error for this request")
+        if use_semantic and self.semantic is not None:
+            hit = self._semantic_lookup(req, key, threshold)
+            if hit is not None:
+                return hit
+        return LookupResult("miss", ticket=self.generations.snapshot(key, req.docs))
+
+    def _semantic_lookup(
+        self, req: CacheRequest, key: K.CacheKey, threshold: float | None
+    ) -> LookupResult | None:
+        assert self.semantic is not None and self.embedder is not None
+        thr = self.policy.threshold_for(req.tenant) if threshold is None else threshold
+        vec = self.embedder.embed_one(req.tenant, key.prompt_norm)
+        q = SemanticQuery(vec, req.ns, key.context_hash, key.params_hash, thr, time.time())
+        matches = self.semantic.search(q)
+        if not matches:
+            return None
+        with redis_boundary("semantic fetch"):
+            blobs = self.redis.mget([m.entry_key for m in matches])
+        for m, blob in zip(matches, blobs, strict=True):
+            if blob is None:
+                continue  # invalidated or expired in Redis: the vector is an orphan, skip it
+            entry = CacheEntry.from_bytes(as_bytes(blob))
+            if _same_namespace(entry, req):  # defence in depth; the filter already ensures it
+                return LookupResult(
+                    "semantic", entry=entry, score=m.score, rule=f"cosine>={thr:.3f}"
+                )
+        return None
+
+    # -- write path --
+
+    def store(
+        self,
+        result: LookupResult,
+        response: str,
+        *,
+        source: Source = "live",
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        gpu_ms: float = 0.0,
+        generated_at: datetime | None = None,
+        is_error: bool = False,
+    ) -> StoreResult:
+        """Store the answer computed after a miss; refuses stale, retired and uncacheable writes."""
+        t = result.ticket
+        if t is None:
+            return StoreResult(False, f"not cacheable: {result.reason or result.outcome}")
+        refusal = response_refusal_reason(
+            response, is_error=is_error, max_bytes=self.policy.max_response_bytes
+        )
+        if refusal:
+            return StoreResult(False, refusal)
+        if t.retired:
+            return StoreResult(False, "retired namespace")
+        entry = self._entry(t, response, source, tokens_in, tokens_out, gpu_ms, generated_at)
+        refused_by = self.generations.write(t, entry.to_bytes(), self.policy.exact_ttl_s)
+        if refused_by is not None:
+            return StoreResult(False, f"stale: generation moved at {refused_by}")
+        return StoreResult(True, "landed", semantic_indexed=self._index_semantic(t))
+
+    def store_negative(self, result: LookupResult) -> bool:
+        """Remember for a few seconds that this request failed, so retries do not stampede."""
+        if result.ticket is None:
+            return False
+        with redis_boundary("store negative"):
+            self.redis.set(
+                result.ticket.key.negative(), NEGATIVE_MARK, ex=self.policy.negative_ttl_s
+            )
+        return True
+
+    def _entry(
+        self,
+        t: WriteTicket,
+        response: str,
+        source: Source,
+        tokens_in: int,
+        tokens_out: int,
+        gpu_ms: float,
+        generated_at: datetime | None,
+    ) -> CacheEntry:
+        ns = t.key.ns
+        now = utcnow()
+        prov = Provenance(
+            model_id=ns.model_id,
+            model_version=ns.model_version,
+            template_version=ns.template_version,
+            generated_at=generated_at or now,
+            cached_at=now,
+            source=source,
+        )
+        return CacheEntry(
+            tenant=ns.tenant,
+            prompt=t.key.prompt_norm,
+            response=response,
+            provenance=prov,
+            context_hash=t.key.context_hash,
+            docs=t.docs,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            gpu_ms=gpu_ms,
+        )
+
+    def _index_semantic(self, t: WriteTicket) -> bool:
+        if self.semantic is None or self.embedder is None:
+            return False
+        ttl = min(self.policy.semantic_ttl_s, self.policy.exact_ttl_s)
+        try:
+            vec = self.embedder.embed_one(t.key.ns.tenant, t.key.prompt_norm)
+            point = SemanticPoint(
+                entry_key=t.key.exact(),
+                vector=vec,
+                ns=t.key.ns,
+                context_hash=t.key.context_hash,
+                params_hash=t.key.params_hash,
+                expires_at=time.time() + ttl,
+                prompt=t.key.prompt_norm,
+                docs=tuple(sorted({d.doc_id for d in t.docs})),
+            )
+            self.semantic.upsert([point])
+        except CacheUnavailable as e:
+            # The exact entry landed; a missing vector only costs semantic hits until the TTL.
+            log.warning("semantic index write failed, exact entry kept: %s", e)
+            return False
+        return True
+
+
+def _same_namespace(entry: CacheEntry, req: CacheRequest) -> bool:
+    p = entry.provenance
+    return (
+        entry.tenant == req.tenant
+        and p.model_id == req.model_id
+        and p.model_version == req.model_version
+        and p.template_version == req.template_version
+    )

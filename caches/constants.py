@@ -1,0 +1,62 @@
+"""Every Redis key prefix and default TTL stoker uses, in one place, with the reason for each.
+
+Key layout (all keys of one tenant share the hash tag ``{t:<tenant>}``, so they live in one
+Redis Cluster slot: the write script can check entry, generations and indexes atomically, and
+nothing keyed for one tenant can ever be read through another tenant's key):
+
+    stk:{t:<tenant>}:e:<model>@<version>:<template>:<digest>   exact entry (CacheEntry bytes)
+    stk:{t:<tenant>}:n:<model>@<version>:<template>:<digest>   negative entry (short TTL)
+    stk:{t:<tenant>}:v:<embedder>:<sha256(text)>               embedding (float32 bytes)
+    stk:{t:<tenant>}:g:m:<model>@<version>                     model-version generation / "retired"
+    stk:{t:<tenant>}:g:t:<model>:<template>                    template generation / "retired"
+    stk:{t:<tenant>}:g:c:<context_hash>                        context generation (INCR on invalidate)
+    stk:{t:<tenant>}:g:d:<doc_id>                              doc version floor (older versions are stale)
+    stk:{t:<tenant>}:i:d:<doc_id>                              set of entry keys whose context holds the doc
+    stk:{t:<tenant>}:i:c:<context_hash>                        set of entry keys with that context
+    stk:tenants                                                set of tenants that ever wrote (for retirement)
+    stk:retired:<model>@<version>                              global marker of a retired version
+
+Every component is percent-encoded (only [A-Za-z0-9._~-] stay), so ``:``, ``@``, ``{``, ``}`` and
+the glob characters ``*?[]`` never appear inside a component: SCAN MATCH patterns built from a
+version are exact, and no tenant id can forge another tenant's hash tag.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+KEY_ROOT: Final = "stk"
+TENANT_REGISTRY: Final = f"{KEY_ROOT}:tenants"
+
+KIND_EXACT: Final = "e"
+KIND_NEGATIVE: Final = "n"
+KIND_EMBEDDING: Final = "v"
+KIND_GEN_MODEL: Final = "g:m"
+KIND_GEN_TEMPLATE: Final = "g:t"
+KIND_GEN_CONTEXT: Final = "g:c"
+KIND_DOC_FLOOR: Final = "g:d"
+KIND_INDEX_DOC: Final = "i:d"
+KIND_INDEX_CONTEXT: Final = "i:c"
+
+# A generation key holding this value marks a retired namespace: no write for it lands again.
+RETIRED: Final = b"retired"
+
+# Exact answers: a day. Long enough to carry a daily traffic cycle, short enough that the TTL
+# (the real guarantee; invalidation is best effort) bounds staleness to one day by default.
+DEFAULT_EXACT_TTL_S: Final = 86_400
+# Negative entries (errors, empty answers) only damp retry storms: 30 s.
+DEFAULT_NEGATIVE_TTL_S: Final = 30
+# Embeddings never go stale for a fixed embedder id; 30 days bounds memory for one-off prompts.
+DEFAULT_EMBEDDING_TTL_S: Final = 30 * 86_400
+
+# Context generations and doc floors outlive every entry they guard (a week > the 1-day entry
+# TTL): once they expire, every entry written under the old generation has expired too, and a
+# write begun before the bump cannot still be in flight. Retirement markers never expire.
+GENERATION_TTL_S: Final = 7 * 86_400
+
+# Digest length: 128 bits of sha256 (32 hex chars); collisions are out of reach, keys stay short.
+DIGEST_HEX: Final = 32
+
+# Float parameters are rounded to this many decimals before keying: 0.1 and 0.1000000001 are
+# the same request, 0.1 and 0.11 are not.
+PARAM_FLOAT_DECIMALS: Final = 4

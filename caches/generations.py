@@ -1,0 +1,179 @@
+"""Generation-checked writes (leases): a write begun before an invalidation never lands after it.
+
+Protocol, one round trip each side:
+1. On a miss, ``snapshot`` reads the generations of everything the answer depends on (model
+   version, template version, context hash) into a WriteTicket, before the GPU computes.
+2. An invalidation first moves the generation (INCR a context, raise a doc's version floor,
+   mark a version "retired"), then deletes the entries it found through the indexes.
+3. ``WRITE_SCRIPT`` lands the entry only if every generation still equals the snapshot, no
+   namespace is retired and every context doc's version is at or above its floor; in the same
+   atomic step it adds the key to the doc / context indexes, whose TTL follows the entry's.
+All keys of one call share the tenant hash tag, so this holds on Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import redis
+
+from caches import constants as C
+from caches import keys as K
+from caches.boundary import as_bytes, redis_boundary
+from schemas.common import DocRef, utcnow
+
+# KEYS = [entry, check_1..check_n, index_1..index_m]
+# ARGV = [n, mode_1, value_1, ..., mode_n, value_n, payload, ttl_ms]
+# mode "eq": the key's value (absent = "0") must equal value and not be "retired";
+# mode "floor": the key's number (absent = 0) must be <= value (a doc version).
+WRITE_LUA = """
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  local mode = ARGV[2 * i]
+  local want = ARGV[2 * i + 1]
+  local cur = redis.call('GET', KEYS[i + 1])
+  if mode == 'eq' then
+    if cur == false then cur = '0' end
+    if cur == 'retired' or cur ~= want then return {0, KEYS[i + 1]} end
+  else
+    if cur ~= false and tonumber(cur) > tonumber(want) then return {0, KEYS[i + 1]} end
+  end
+end
+local payload = ARGV[2 * n + 2]
+local ttl = tonumber(ARGV[2 * n + 3])
+redis.call('SET', KEYS[1], payload, 'PX', ttl)
+for j = n + 2, #KEYS do
+  redis.call('SADD', KEYS[j], KEYS[1])
+  if redis.call('PTTL', KEYS[j]) < ttl then redis.call('PEXPIRE', KEYS[j], ttl) end
+end
+return {1, ''}
+"""
+
+# Raise a doc's version floor, never lower it: out-of-order events do no harm.
+RAISE_FLOOR_LUA = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if want > cur then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return want end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return cur
+"""
+
+
+@dataclass(frozen=True)
+class WriteTicket:
+    """What a miss hands the caller: the key to write and the generations seen before computing."""
+
+    key: K.CacheKey
+    docs: tuple[DocRef, ...]
+    gens: tuple[tuple[str, bytes], ...]
+    began_at: datetime = field(default_factory=utcnow)
+    retired: bool = False
+
+    def checks(self) -> list[tuple[str, str, str]]:
+        out = [(k, "eq", v.decode()) for k, v in self.gens]
+        t = self.key.ns.tenant
+        out += [(K.doc_floor_key(t, d.doc_id), "floor", str(d.version)) for d in self.docs]
+        return out
+
+    def index_keys(self) -> list[str]:
+        t = self.key.ns.tenant
+        idx = [K.doc_index_key(t, d.doc_id) for d in self.docs]
+        return [*idx, K.context_index_key(t, self.key.context_hash)]
+
+
+def gen_keys(key: K.CacheKey) -> list[str]:
+    return [
+        K.model_gen_key(key.ns),
+        K.template_gen_key(key.ns),
+        K.context_gen_key(key.ns.tenant, key.context_hash),
+    ]
+
+
+def retired_marker_key(model_id: str, model_version: str) -> str:
+    """Global (not per tenant) marker of a retired model version; see _register_tenant."""
+    return f"{C.KEY_ROOT}:retired:{K.enc(model_id)}@{K.enc(model_version)}"
+
+
+class Generations:
+    """Snapshot, check-and-write, and the moves invalidators make."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self._r = r
+        self._write = r.register_script(WRITE_LUA)
+        self._raise_floor = r.register_script(RAISE_FLOOR_LUA)
+        self._known_tenants: set[str] = set()
+
+    def snapshot(self, key: K.CacheKey, docs: Sequence[DocRef]) -> WriteTicket:
+        """Read the generations before computing. Registers the tenant first (see retirement)."""
+        self._register_tenant(key.ns.tenant)
+        names = gen_keys(key)
+        with redis_boundary("snapshot"):
+            pipe = self._r.pipeline(transaction=False)
+            pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
+            pipe.mget(names)
+            globally_retired, vals = pipe.execute()
+        gens = tuple((n, v if v is not None else b"0") for n, v in zip(names, vals, strict=True))
+        retired = bool(globally_retired) or any(v == C.RETIRED for _, v in gens)
+        return WriteTicket(key=key, docs=tuple(docs), gens=gens, retired=retired)
+
+    def write(self, ticket: WriteTicket, payload: bytes, ttl_s: int) -> str | None:
+        """Land the entry atomically; returns None when it landed, else the key that refused it."""
+        if ticket.retired:
+            return K.model_gen_key(ticket.key.ns)
+        checks = ticket.checks()
+        argv: list[str | bytes | int] = [len(checks)]
+        for _, mode, value in checks:
+            argv += [mode, value]
+        argv += [payload, ttl_s * 1000]
+        keys = [ticket.key.exact(), *(k for k, _, _ in checks), *ticket.index_keys()]
+        with redis_boundary("write"):
+            ok, refused_by = self._write(keys=keys, args=argv)
+        return None if int(ok) == 1 else as_bytes(refused_by).decode()
+
+    def _register_tenant(self, tenant: str) -> None:
+        # Retirement (1) sets the global marker, (2) reads this set, (3) marks every tenant in
+        # it. A writer registers, then snapshots marker + generations. If it registered before
+        # (2), its tenant is marked in (3): before the snapshot (seen) or after (generation
+        # moved, write refused). If after (2), its snapshot follows (1) and sees the marker.
+        if tenant not in self._known_tenants:
+            with redis_boundary("register tenant"):
+                self._r.sadd(C.TENANT_REGISTRY, tenant)
+            self._known_tenants.add(tenant)
+
+    # -- the moves invalidators make (bump first, then delete) --
+
+    def bump_context(self, tenant: str, ctx_hash: str) -> int:
+        key = K.context_gen_key(tenant, ctx_hash)
+        with redis_boundary("bump context"):
+            pipe = self._r.pipeline(transaction=True)
+            pipe.incr(key)
+            pipe.expire(key, C.GENERATION_TTL_S)
+            gen, _ = pipe.execute()
+        return int(gen)
+
+    def raise_doc_floor(self, tenant: str, doc_id: str, floor: int) -> int:
+        with redis_boundary("raise doc floor"):
+            return int(
+                self._raise_floor(
+                    keys=[K.doc_floor_key(tenant, doc_id)], args=[floor, C.GENERATION_TTL_S]
+                )
+            )
+
+    def retire_model_version(self, model_id: str, model_version: str) -> list[str]:
+        """Mark the version retired in every tenant that ever wrote; returns those tenants."""
+        with redis_boundary("retire model version"):
+            self._r.set(retired_marker_key(model_id, model_version), 1)
+            tenants = sorted(as_bytes(t).decode() for t in self._r.smembers(C.TENANT_REGISTRY))
+            pipe = self._r.pipeline(transaction=False)
+            for t in tenants:
+                ns = K.Namespace(t, model_id, model_version, "")
+                pipe.set(K.model_gen_key(ns), C.RETIRED)
+            pipe.execute()
+        return tenants
+
+    def retire_template(self, tenant: str, model_id: str, template_version: str) -> None:
+        ns = K.Namespace(tenant, model_id, "", template_version)
+        with redis_boundary("retire template"):
+            self._r.set(K.template_gen_key(ns), C.RETIRED)

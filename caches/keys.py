@@ -1,0 +1,149 @@
+"""The key scheme: normalisation, canonical params, context hash and every Redis key."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from caches import constants as C
+from schemas.common import DocRef
+
+_WS = re.compile(r"\s+")
+
+
+def normalise_prompt(prompt: str) -> str:
+    """NFKC, case-folded, whitespace collapsed and trimmed: what users mean as "the same text"."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
+
+
+def _canon_value(v: Any) -> Any:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return repr(v)
+        r = round(v, C.PARAM_FLOAT_DECIMALS)
+        return int(r) if r.is_integer() else r  # 100.0 and 100 key alike
+    if isinstance(v, Mapping):
+        return {str(k): _canon_value(v[k]) for k in sorted(v, key=str)}
+    if isinstance(v, list | tuple):
+        return [_canon_value(x) for x in v]
+    return str(v)
+
+
+def canonical_params(params: Mapping[str, Any]) -> str:
+    """Sorted keys, floats rounded, ints and integral floats alike; a stable JSON string."""
+    return orjson.dumps(_canon_value(dict(params)), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def context_hash(model_id: str, template_version: str, docs: Iterable[DocRef]) -> str:
+    """hash(model id, template version, retrieved doc ids with their versions), order-free."""
+    pairs = sorted({(d.doc_id, d.version) for d in docs})
+    raw = orjson.dumps([model_id, template_version, pairs])
+    return hashlib.sha256(raw).hexdigest()[: C.DIGEST_HEX]
+
+
+def enc(component: str) -> str:
+    """Percent-encode one key component; see constants.py for why."""
+    return quote(component, safe="")
+
+
+def tenant_tag(tenant: str) -> str:
+    return f"{C.KEY_ROOT}:{{t:{enc(tenant)}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """Who and what an answer belongs to; every key and every vector filter carries all four."""
+
+    tenant: str
+    model_id: str
+    model_version: str
+    template_version: str
+
+    @property
+    def tag(self) -> str:
+        return tenant_tag(self.tenant)
+
+    @property
+    def path(self) -> str:
+        return f"{enc(self.model_id)}@{enc(self.model_version)}:{enc(self.template_version)}"
+
+    def entry_pattern(self, kind: str = C.KIND_EXACT) -> str:
+        """SCAN MATCH pattern for every entry of this namespace (safe: components are encoded)."""
+        return f"{self.tag}:{kind}:{self.path}:*"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """One request's identity. Two requests share an exact entry iff their CacheKeys are equal."""
+
+    ns: Namespace
+    prompt_norm: str
+    params_canon: str
+    context_hash: str
+
+    @property
+    def digest(self) -> str:
+        raw = "\x1f".join((self.prompt_norm, self.params_canon, self.context_hash))
+        return hashlib.sha256(raw.encode()).hexdigest()[: C.DIGEST_HEX]
+
+    @property
+    def params_hash(self) -> str:
+        return hashlib.sha256(self.params_canon.encode()).hexdigest()[:16]
+
+    def exact(self) -> str:
+        return f"{self.ns.tag}:{C.KIND_EXACT}:{self.ns.path}:{self.digest}"
+
+    def negative(self) -> str:
+        return f"{self.ns.tag}:{C.KIND_NEGATIVE}:{self.ns.path}:{self.digest}"
+
+
+def build_key(
+    ns: Namespace, prompt: str, params: Mapping[str, Any], docs: Iterable[DocRef] = ()
+) -> CacheKey:
+    return CacheKey(
+        ns=ns,
+        prompt_norm=normalise_prompt(prompt),
+        params_canon=canonical_params(params),
+        context_hash=context_hash(ns.model_id, ns.template_version, docs),
+    )
+
+
+def embedding_key(tenant: str, embedder_id: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return f"{tenant_tag(tenant)}:{C.KIND_EMBEDDING}:{enc(embedder_id)}:{digest}"
+
+
+def model_gen_key(ns: Namespace) -> str:
+    return f"{ns.tag}:{C.KIND_GEN_MODEL}:{enc(ns.model_id)}@{enc(ns.model_version)}"
+
+
+def template_gen_key(ns: Namespace) -> str:
+    return f"{ns.tag}:{C.KIND_GEN_TEMPLATE}:{enc(ns.model_id)}:{enc(ns.template_version)}"
+
+
+def context_gen_key(tenant: str, ctx_hash: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_GEN_CONTEXT}:{ctx_hash}"
+
+
+def doc_floor_key(tenant: str, doc_id: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_DOC_FLOOR}:{enc(doc_id)}"
+
+
+def doc_index_key(tenant: str, doc_id: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_INDEX_DOC}:{enc(doc_id)}"
+
+
+def context_index_key(tenant: str, ctx_hash: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_INDEX_CONTEXT}:{ctx_hash}"

@@ -1,0 +1,43 @@
+"""What may be cached, for how long, and which threshold a semantic hit must clear."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from caches import constants as C
+from schemas.common import RequestParams
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    exact_ttl_s: int = C.DEFAULT_EXACT_TTL_S
+    semantic_ttl_s: int = C.DEFAULT_EXACT_TTL_S
+    negative_ttl_s: int = C.DEFAULT_NEGATIVE_TTL_S
+    embedding_ttl_s: int = C.DEFAULT_EMBEDDING_TTL_S
+    max_prompt_chars: int = 32_000
+    max_response_bytes: int = 256_000
+    threshold: float = 0.92
+    tenant_thresholds: dict[str, float] = field(default_factory=dict)
+
+    def threshold_for(self, tenant: str) -> float:
+        return self.tenant_thresholds.get(tenant, self.threshold)
+
+
+def request_bypass_reason(params: RequestParams) -> str | None:
+    """Why a request must never be cached, or None. Sampling makes every answer a new one."""
+    if params.no_cache:
+        return "no-cache"
+    if params.temperature > 0:
+        return "temperature>0"
+    return None
+
+
+def response_refusal_reason(response: str, *, is_error: bool, max_bytes: int) -> str | None:
+    """Why an answer must not be stored, or None."""
+    if is_error:
+        return "error response"
+    if not response.strip():
+        return "empty response"
+    if len(response.encode()) > max_bytes:
+        return f"response over {max_bytes} bytes"
+    return None

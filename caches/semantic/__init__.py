@@ -1,0 +1,1 @@
+"""Semantic stores: one contract (base.py), Qdrant Edge embedded and Qdrant server."""

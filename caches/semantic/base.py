@@ -1,0 +1,118 @@
+"""The semantic store contract: vectors with a namespace payload, filtered top-k, expiry."""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from caches.keys import Namespace
+
+# Point ids are uuid5 of the entry key under this namespace: rewriting an entry overwrites its
+# point instead of adding a twin (uuid4 ids would duplicate on every redelivery).
+POINT_NAMESPACE = uuid.UUID("6b7f3c1e-5d0a-4c1b-9a57-2f6a0f3e8d11")
+
+# Payload fields that every search filters on (must) and that get keyword indexes.
+FILTER_FIELDS = (
+    "tenant",
+    "model_id",
+    "model_version",
+    "template_version",
+    "context_hash",
+    "params_hash",
+)
+
+
+def point_id(entry_key: str) -> str:
+    return str(uuid.uuid5(POINT_NAMESPACE, entry_key))
+
+
+@dataclass(frozen=True)
+class SemanticPoint:
+    """One cached prompt's vector. The answer itself lives in Redis under `entry_key`."""
+
+    entry_key: str
+    vector: npt.NDArray[np.float32]
+    ns: Namespace
+    context_hash: str
+    params_hash: str
+    expires_at: float
+    prompt: str
+    docs: tuple[str, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "tenant": self.ns.tenant,
+            "model_id": self.ns.model_id,
+            "model_version": self.ns.model_version,
+            "template_version": self.ns.template_version,
+            "context_hash": self.context_hash,
+            "params_hash": self.params_hash,
+            "entry_key": self.entry_key,
+            "expires_at": self.expires_at,
+            "prompt": self.prompt,
+            "docs": list(self.docs),
+        }
+
+
+@dataclass(frozen=True)
+class SemanticQuery:
+    vector: npt.NDArray[np.float32]
+    ns: Namespace
+    context_hash: str
+    params_hash: str
+    threshold: float
+    now: float
+    limit: int = 3
+
+    def must(self) -> dict[str, str]:
+        return {
+            "tenant": self.ns.tenant,
+            "model_id": self.ns.model_id,
+            "model_version": self.ns.model_version,
+            "template_version": self.ns.template_version,
+            "context_hash": self.context_hash,
+            "params_hash": self.params_hash,
+        }
+
+
+@dataclass(frozen=True)
+class SemanticMatch:
+    entry_key: str
+    score: float
+    prompt: str
+    payload: dict[str, Any]
+
+
+class SemanticStore(ABC):
+    """Invariant: search returns only points whose payload matches every must field of the query
+    and whose expires_at lies after query.now, best score first, none under the threshold."""
+
+    dim: int
+
+    @abstractmethod
+    def upsert(self, points: Sequence[SemanticPoint]) -> None: ...
+
+    @abstractmethod
+    def search(self, q: SemanticQuery) -> list[SemanticMatch]: ...
+
+    @abstractmethod
+    def delete_entries(self, entry_keys: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def delete_where(self, must: dict[str, str]) -> None:
+        """Delete every point whose payload matches all of `must` (a namespace, a doc, ...)."""
+
+    @abstractmethod
+    def sweep_expired(self, now: float) -> None: ...
+
+    @abstractmethod
+    def count(self, must: dict[str, str] | None = None) -> int: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass

@@ -1,0 +1,123 @@
+"""Semantic store on Qdrant Edge: the real Qdrant engine in-process (HNSW, keyword indexes)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import qdrant_edge as qe
+
+from caches.boundary import qdrant_boundary
+from caches.semantic.base import (
+    FILTER_FIELDS,
+    SemanticMatch,
+    SemanticPoint,
+    SemanticQuery,
+    SemanticStore,
+    point_id,
+)
+
+
+def _must(fields: dict[str, str]) -> list[qe.ConditionType]:
+    return [qe.FieldCondition(key=k, match=qe.MatchValue(v)) for k, v in fields.items()]
+
+
+class EdgeSemanticStore(SemanticStore):
+    """One Edge shard per folder. Writes are serialised; searches run concurrently."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self.dim = dim
+        self._lock = threading.Lock()
+        path.mkdir(parents=True, exist_ok=True)
+        with qdrant_boundary("open edge shard"):
+            if any(path.iterdir()):
+                self._shard = qe.EdgeShard.load(str(path))
+            else:
+                cfg = qe.EdgeConfig(
+                    vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+                )
+                self._shard = qe.EdgeShard.create(str(path), cfg)
+                self._create_indexes()
+
+    def _create_indexes(self) -> None:
+        # tenant is the tenant field (co-locates a tenant's points); the rest are plain keywords.
+        self._shard.update(
+            qe.UpdateOperation.create_field_index("tenant", qe.KeywordIndexParams(is_tenant=True))
+        )
+        for f in (*FILTER_FIELDS[1:], "docs", "entry_key"):
+            self._shard.update(
+                qe.UpdateOperation.create_field_index(f, qe.PayloadSchemaType.Keyword)
+            )
+        self._shard.update(
+            qe.UpdateOperation.create_field_index("expires_at", qe.PayloadSchemaType.Float)
+        )
+
+    def upsert(self, points: Sequence[SemanticPoint]) -> None:
+        if not points:
+            return
+        pts = [qe.Point(point_id(p.entry_key), p.vector.tolist(), p.payload()) for p in points]
+        with qdrant_boundary("upsert"), self._lock:
+            self._shard.update(qe.UpdateOperation.upsert_points(pts))
+
+    def search(self, q: SemanticQuery) -> list[SemanticMatch]:
+        flt = qe.Filter(
+            must=[
+                *_must(q.must()),
+                qe.FieldCondition(key="expires_at", range=qe.RangeFloat(gt=q.now)),
+            ]
+        )
+        req = qe.SearchRequest(
+            query=qe.Query.Nearest(q.vector.tolist()),
+            limit=q.limit,
+            filter=flt,
+            with_payload=True,
+            score_threshold=q.threshold,
+        )
+        with qdrant_boundary("search"):
+            hits = self._shard.search(req)
+        out = []
+        for h in hits:
+            payload = dict(h.payload or {})
+            out.append(
+                SemanticMatch(
+                    str(payload["entry_key"]), float(h.score), str(payload["prompt"]), payload
+                )
+            )
+        return out
+
+    def delete_entries(self, entry_keys: Sequence[str]) -> None:
+        if entry_keys:
+            with qdrant_boundary("delete"), self._lock:
+                self._shard.update(
+                    qe.UpdateOperation.delete_points([point_id(k) for k in entry_keys])
+                )
+
+    def delete_where(self, must: dict[str, str]) -> None:
+        with qdrant_boundary("delete by filter"), self._lock:
+            self._shard.update(
+                qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=_must(must)))
+            )
+
+    def sweep_expired(self, now: float) -> None:
+        expired: list[qe.ConditionType] = [
+            qe.FieldCondition(key="expires_at", range=qe.RangeFloat(lte=now))
+        ]
+        flt = qe.Filter(must=expired)
+        with qdrant_boundary("sweep"), self._lock:
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(flt))
+
+    def count(self, must: dict[str, str] | None = None) -> int:
+        flt = qe.Filter(must=_must(must)) if must else None
+        with qdrant_boundary("count"):
+            return int(self._shard.count(qe.CountRequest(exact=True, filter=flt)))
+
+    def optimize(self) -> None:
+        """Build HNSW for bulk-loaded points (bench, demo); writes keep working meanwhile."""
+        with qdrant_boundary("optimize"), self._lock:
+            self._shard.optimize()
+
+    def close(self) -> None:
+        with qdrant_boundary("close"), self._lock:
+            self._shard.flush()
+            self._shard.close()

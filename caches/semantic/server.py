@@ -1,0 +1,112 @@
+"""Semantic store on a Qdrant server through qdrant-client (`:memory:` serves small tests)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from caches.boundary import qdrant_boundary
+from caches.semantic.base import (
+    FILTER_FIELDS,
+    SemanticMatch,
+    SemanticPoint,
+    SemanticQuery,
+    SemanticStore,
+    point_id,
+)
+
+
+def _must(fields: dict[str, str]) -> list[qm.Condition]:
+    return [qm.FieldCondition(key=k, match=qm.MatchValue(value=v)) for k, v in fields.items()]
+
+
+class ServerSemanticStore(SemanticStore):
+    def __init__(self, client: QdrantClient, collection: str, dim: int) -> None:
+        self.dim = dim
+        self._c = client
+        self._col = collection
+        with qdrant_boundary("create collection"):
+            if not self._c.collection_exists(collection):
+                self._c.create_collection(
+                    collection,
+                    vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                )
+                self._create_indexes()
+
+    def _create_indexes(self) -> None:
+        # Local mode (":memory:") warns that indexes do nothing there; the server path needs them.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self._create_indexes_now()
+
+    def _create_indexes_now(self) -> None:
+        tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+        self._c.create_payload_index(self._col, "tenant", field_schema=tenant)
+        for f in (*FILTER_FIELDS[1:], "docs", "entry_key"):
+            self._c.create_payload_index(self._col, f, field_schema=qm.PayloadSchemaType.KEYWORD)
+        self._c.create_payload_index(
+            self._col, "expires_at", field_schema=qm.PayloadSchemaType.FLOAT
+        )
+
+    def upsert(self, points: Sequence[SemanticPoint]) -> None:
+        if not points:
+            return
+        pts = [
+            qm.PointStruct(id=point_id(p.entry_key), vector=p.vector.tolist(), payload=p.payload())
+            for p in points
+        ]
+        with qdrant_boundary("upsert"):
+            self._c.upsert(self._col, points=pts, wait=True)
+
+    def search(self, q: SemanticQuery) -> list[SemanticMatch]:
+        flt = qm.Filter(
+            must=[*_must(q.must()), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))]
+        )
+        with qdrant_boundary("search"):
+            res = self._c.query_points(
+                self._col,
+                query=q.vector.tolist(),
+                query_filter=flt,
+                limit=q.limit,
+                with_payload=True,
+                score_threshold=q.threshold,
+            )
+        out = []
+        for h in res.points:
+            payload = dict(h.payload or {})
+            out.append(
+                SemanticMatch(
+                    str(payload["entry_key"]), float(h.score), str(payload["prompt"]), payload
+                )
+            )
+        return out
+
+    def delete_entries(self, entry_keys: Sequence[str]) -> None:
+        if entry_keys:
+            with qdrant_boundary("delete"):
+                self._c.delete(
+                    self._col,
+                    points_selector=qm.PointIdsList(points=[point_id(k) for k in entry_keys]),
+                )
+
+    def delete_where(self, must: dict[str, str]) -> None:
+        with qdrant_boundary("delete by filter"):
+            self._c.delete(
+                self._col, points_selector=qm.FilterSelector(filter=qm.Filter(must=_must(must)))
+            )
+
+    def sweep_expired(self, now: float) -> None:
+        flt = qm.Filter(must=[qm.FieldCondition(key="expires_at", range=qm.Range(lte=now))])
+        with qdrant_boundary("sweep"):
+            self._c.delete(self._col, points_selector=qm.FilterSelector(filter=flt))
+
+    def count(self, must: dict[str, str] | None = None) -> int:
+        flt = qm.Filter(must=_must(must)) if must else None
+        with qdrant_boundary("count"):
+            return int(self._c.count(self._col, count_filter=flt, exact=True).count)
+
+    def close(self) -> None:
+        self._c.close()

@@ -1,0 +1,168 @@
+"""Every event on stoker's Kafka topics: frozen, versioned, discriminated by `type`."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.common import DocRef, RequestParams, utcnow
+
+# "{" and "}" are banned because the tenant goes into Redis keys as a Cluster hash tag
+# ("{tenant}..."); a brace inside it would move the key to another slot.
+Tenant = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^{}]+$")]
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+ModelRef = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class BaseEvent(BaseModel):
+    """Fields every event carries. `ts` is always aware UTC; a naive time is assumed to be UTC."""
+
+    # allow_inf_nan=False: JSON has no inf/NaN (orjson writes null), so they could not round-trip.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    event_id: Id = Field(default_factory=_new_id)
+    ts: datetime = Field(default_factory=utcnow)
+
+    @field_validator("ts")
+    @classmethod
+    def _ts_utc(cls, v: datetime) -> datetime:
+        # Gateways and CDC tools often emit naive times; they are UTC in practice, and
+        # rejecting them would dead-letter a whole producer over a formatting habit.
+        if v.tzinfo is None:
+            return v.replace(tzinfo=UTC)
+        return v.astimezone(UTC)
+
+
+class RequestLogged(BaseEvent):
+    """One request the serving gateway answered, and how the cache fared on it."""
+
+    type: Literal["request_logged"] = "request_logged"
+    schema_version: Literal[1] = 1
+    request_id: Id
+    tenant: Tenant
+    model_id: ModelRef
+    model_version: ModelRef
+    template_version: ModelRef
+    # No length limit here: refusing an oversized prompt is the cache layer's job.
+    prompt: str
+    params: RequestParams = RequestParams()
+    context_docs: tuple[DocRef, ...] = ()
+    cache_outcome: Literal["exact", "semantic", "negative", "miss", "bypass"]
+    latency_ms: float = Field(ge=0)
+    gpu_ms: float = Field(ge=0)
+    tokens_in: int = Field(ge=0)
+    tokens_out: int = Field(ge=0)
+    route: str | None = Field(default=None, max_length=256)
+    # The paraphrase-cluster key, when the gateway already knows it.
+    cluster_key: str | None = Field(default=None, max_length=256)
+
+
+class ModelDeployed(BaseEvent):
+    """A model version went live; the deploy worker pre-warms it and retires the previous one."""
+
+    type: Literal["model_deployed"] = "model_deployed"
+    schema_version: Literal[1] = 1
+    deploy_id: Id = Field(default_factory=_new_id)
+    model_id: ModelRef
+    version: ModelRef
+    previous_version: ModelRef | None
+    # None = every tenant; an empty tuple would be ambiguous, so it is rejected.
+    tenants: tuple[Tenant, ...] | None = Field(default=None, min_length=1)
+    # None = the worker's default grace window before the old version is purged.
+    grace_s: int | None = Field(default=None, ge=0)
+
+
+class KnowledgeBaseChanged(BaseEvent):
+    """A document behind retrieved context changed; entries computed from it are stale."""
+
+    type: Literal["kb_changed"] = "kb_changed"
+    schema_version: Literal[1] = 1
+    tenant: Tenant
+    doc_id: str = Field(min_length=1, max_length=512)
+    doc_version: int = Field(ge=0)
+    change: Literal["updated", "retracted", "deleted"]
+
+
+class PromptTemplateChanged(BaseEvent):
+    """A tenant's prompt template moved to a new version; keys built on the old one are dead."""
+
+    type: Literal["template_changed"] = "template_changed"
+    schema_version: Literal[1] = 1
+    tenant: Tenant
+    model_id: ModelRef
+    old_template_version: ModelRef
+    new_template_version: ModelRef
+
+
+class Invalidate(BaseEvent):
+    """An explicit invalidation. Invariant: by="namespace" names a model, other kinds a value."""
+
+    type: Literal["invalidate"] = "invalidate"
+    schema_version: Literal[1] = 1
+    tenant: Tenant
+    by: Literal["context_hash", "doc", "entity", "namespace"]
+    # The context hash, doc id or entity; may be empty only for by="namespace".
+    value: str = Field(max_length=512)
+    # None narrows nothing: the invalidation applies across every model / version / template.
+    model_id: ModelRef | None = None
+    model_version: ModelRef | None = None
+    template_version: ModelRef | None = None
+    reason: str = Field(default="", max_length=1024)
+
+    @model_validator(mode="after")
+    def _scope(self) -> Self:
+        # A namespace purge without a model would wipe the whole tenant: make that impossible.
+        if self.by == "namespace" and self.model_id is None:
+            raise ValueError('by="namespace" requires model_id')
+        # An empty doc id / hash / entity matches nothing useful and hides a producer bug.
+        if self.by != "namespace" and not self.value:
+            raise ValueError(f'by="{self.by}" requires a non-empty value')
+        return self
+
+
+class JobStatus(BaseEvent):
+    """Progress of a long job, published to stoker.status for `stoker deploy --wait`."""
+
+    type: Literal["job_status"] = "job_status"
+    schema_version: Literal[1] = 1
+    job_id: Id
+    job_type: Literal["deploy", "purge", "warm", "invalidate"]
+    state: Literal["pending", "running", "ready", "done", "failed"]
+    progress: float = Field(default=0.0, ge=0.0, le=1.0)
+    detail: str = ""
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+Event = Annotated[
+    RequestLogged
+    | ModelDeployed
+    | KnowledgeBaseChanged
+    | PromptTemplateChanged
+    | Invalidate
+    | JobStatus,
+    Field(discriminator="type"),
+]
+
+_EVENT_CLASSES: tuple[type[BaseEvent], ...] = (
+    RequestLogged,
+    ModelDeployed,
+    KnowledgeBaseChanged,
+    PromptTemplateChanged,
+    Invalidate,
+    JobStatus,
+)
+
+
+def _tag(cls: type[BaseEvent]) -> str:
+    default: Any = cls.model_fields["type"].default
+    return str(default)
+
+
+EVENT_TYPES: dict[str, type[BaseEvent]] = {_tag(cls): cls for cls in _EVENT_CLASSES}
