@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Literal
 
 import redis
@@ -25,7 +24,7 @@ from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.policy import CachePolicy, request_bypass_reason, response_refusal_reason
 from caches.semantic.base import SemanticPoint, SemanticQuery, SemanticStore
-from schemas.common import DocRef, RequestParams, utcnow
+from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry, Provenance, Source
 from schemas.errors import CacheUnavailable, RequestRejected
 
@@ -107,12 +106,16 @@ class CacheClient:
             return LookupResult("bypass", reason=bypass)
         key = req.key()
         with redis_boundary("lookup"):
-            exact, negative = self.redis.mget([key.exact(), key.negative()])
+            exact = self.redis.get(key.exact())  # the hit path is one GET; misses pay for the rest
+            negative = None if exact is not None else self.redis.exists(key.negative())
         if exact is not None:
             return LookupResult(
-                "exact", entry=CacheEntry.from_bytes(as_bytes(exact)), score=1.0, rule="exact"
+                "exact",
+                entry=CacheEntry.from_bytes(as_bytes(exact)),
+                score=1.0,
+                rule="exact",
             )
-        if negative is not None:
+        if negative:
             return LookupResult("negative", reason="recent error for this request")
         if use_semantic and self.semantic is not None:
             hit = self._semantic_lookup(req, key, threshold)
@@ -153,7 +156,7 @@ class CacheClient:
         tokens_in: int = 0,
         tokens_out: int = 0,
         gpu_ms: float = 0.0,
-        generated_at: datetime | None = None,
+        generated_at: float | None = None,
         is_error: bool = False,
     ) -> StoreResult:
         """Store the answer computed after a miss; refuses stale, retired and uncacheable writes."""
@@ -191,10 +194,10 @@ class CacheClient:
         tokens_in: int,
         tokens_out: int,
         gpu_ms: float,
-        generated_at: datetime | None,
+        generated_at: float | None,
     ) -> CacheEntry:
         ns = t.key.ns
-        now = utcnow()
+        now = time.time()
         prov = Provenance(
             model_id=ns.model_id,
             model_version=ns.model_version,
@@ -209,7 +212,7 @@ class CacheClient:
             response=response,
             provenance=prov,
             context_hash=t.key.context_hash,
-            docs=t.docs,
+            docs=tuple((d.doc_id, d.version) for d in t.docs),
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             gpu_ms=gpu_ms,
