@@ -4,52 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Annotated
-
-import typer
-from rich.console import Console
 
 from schemas.errors import StokerError
+from stoker.app import app, console
 
-app = typer.Typer(
-    name="stoker",
-    help="Keeps ML-inference caches hot and correct.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-console = Console(stderr=True)
-
-
-@app.command()
-def demo(
-    out: Annotated[Path, typer.Option(help="folder for report.json and plots")] = Path("out/demo"),
-    fast: Annotated[bool, typer.Option(help="a short run, for the tests")] = False,
-) -> None:
-    """Run the main job on the embedded stack (Tansu, redis-server, Qdrant Edge) and report."""
-    from stoker.smoke import run_smoke
-
-    report = run_smoke(out, console)
-    broken = []
-    if report.cross_tenant_hits:
-        broken.append(f"{report.cross_tenant_hits} cross-tenant hits")
-    if report.hits_after_invalidation:
-        broken.append(
-            f"{report.hits_after_invalidation} hits served after their doc was invalidated"
-        )
-    if report.stale_writes_refused != 1:
-        broken.append("a write begun before the invalidation landed")
-    if broken:
-        raise StokerError("invariants broken: " + "; ".join(broken))
-
-
-@app.command()
-def version() -> None:
-    """Print stoker's version."""
-    from importlib.metadata import version as v
-
-    typer.echo(v("stoker"))
+# Each import registers its commands on `app`.
+from stoker.commands import demo as _demo  # noqa: F401
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""One module per CLI verb; importing a module registers its commands on stoker.app.app."""

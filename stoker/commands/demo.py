@@ -1,0 +1,41 @@
+"""`stoker demo`: the main job on the embedded stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from schemas.errors import StokerError
+from stoker.app import app, console
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="folder for report.json and plots")] = Path("out/demo"),
+    fast: Annotated[bool, typer.Option(help="a short run, for the tests")] = False,
+) -> None:
+    """Run the main job on the embedded stack (Tansu, redis-server, Qdrant Edge) and report."""
+    from stoker.smoke import run_smoke
+
+    report = run_smoke(out, console)
+    broken = []
+    if report.cross_tenant_hits:
+        broken.append(f"{report.cross_tenant_hits} cross-tenant hits")
+    if report.hits_after_invalidation:
+        broken.append(
+            f"{report.hits_after_invalidation} hits served after their doc was invalidated"
+        )
+    if report.stale_writes_refused != 1:
+        broken.append("a write begun before the invalidation landed")
+    if broken:
+        raise StokerError("invariants broken: " + "; ".join(broken))
+
+
+@app.command()
+def version() -> None:
+    """Print stoker's version."""
+    from importlib.metadata import version as v
+
+    typer.echo(v("stoker"))
