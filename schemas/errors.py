@@ -3,11 +3,13 @@
 StokerError                  root: the CLI and the workers catch only this
 ├── PoisonError              bad input: dead-letter it, never retry (kind="poison")
 │   ├── EventDecodeError     bytes that are not a valid event (bad JSON, unknown type/version, fields)
-│   └── RequestRejected      a request stoker refuses to key (oversized prompt, bad tenant id)
+│   ├── RequestRejected      a request stoker refuses to key (oversized prompt, bad tenant id)
+│   └── BackendRejected      the inference backend refused the request itself (HTTP 4xx but 408/429)
 ├── RetriableError           a dependency is down or slow: back off, retry, do not commit (kind="retriable")
 │   ├── CacheUnavailable     Redis or Qdrant did not answer
 │   ├── BrokerUnavailable    Kafka did not answer
-│   └── BackendUnavailable   the inference backend did not answer
+│   └── BackendUnavailable   the inference backend did not answer (timeout, connect error, 5xx)
+│       └── BackendOverloaded    it answered 429: back off (the warmer's AIMD must see every one)
 └── FatalError               cannot go on: exit non-zero (kind="fatal")
     ├── ConfigError          settings that cannot work
     └── ServiceStartError    an embedded service did not start
@@ -69,3 +71,19 @@ class ConfigError(FatalError):
 
 class ServiceStartError(FatalError):
     pass
+
+
+class BackendOverloaded(BackendUnavailable):
+    """HTTP 429: the backend is alive but full. `retry_after_s` is its Retry-After, if it sent one."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BackendRejected(PoisonError):
+    """HTTP 4xx (not 408/429): the same request would fail again, so it is never retried."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
