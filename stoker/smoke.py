@@ -122,10 +122,10 @@ def _events(pairs: list[tuple[str, str]], seed: int = 7) -> list[RequestLogged]:
 
 
 def _through_kafka(
-    bootstrap: str, events: list[RequestLogged], report: SmokeReport
+    bootstrap: str, prefix: str, events: list[RequestLogged], report: SmokeReport
 ) -> list[RequestLogged]:
-    topic, dlq = topic_name("inference.requests"), topic_name("stoker.dlq")
-    ensure_topics(bootstrap, dict(TOPICS))
+    topic, dlq = topic_name("inference.requests", prefix), topic_name("stoker.dlq", prefix)
+    ensure_topics(bootstrap, {topic_name(t, prefix): n for t, n in TOPICS.items()})
     prod = Producer(producer_config(bootstrap, embedded=True))
     for ev in events:
         prod.produce(topic, encode_event(ev), key=ev.tenant.encode())
@@ -238,7 +238,8 @@ def run_smoke(out: Path, console: Console) -> SmokeReport:
         with console.status(
             f"producing {len(events)} requests (+{len(MALFORMED)} malformed) through Kafka ..."
         ):
-            decoded = _through_kafka(stack.kafka_bootstrap, events, report)
+            settings = stack.settings()
+            decoded = _through_kafka(stack.kafka_bootstrap, settings.topic_prefix, events, report)
         report.seconds["kafka_round_trip"] = time.perf_counter() - t2
         t3 = time.perf_counter()
         with console.status("serving them through the cache (exact, then semantic) ..."):

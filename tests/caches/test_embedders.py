@@ -1,0 +1,100 @@
+"""Embedders: the shipped model offline, the OpenAI-compatible client, and the Redis cache."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import httpx
+import numpy as np
+import pytest
+import redis
+
+from caches import keys as K
+from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from schemas.errors import BackendUnavailable, ConfigError
+
+
+def test_sentence_transformer__loads_offline_and_ranks_paraphrases(
+    embedder: SentenceTransformerEmbedder,
+):
+    v = embedder.embed(
+        ["convert celsius to fahrenheit", "celsius into fahrenheit?", "book a flight"]
+    )
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2
+
+
+def _openai_server(dim: int, seen: list[dict]) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(
+            {"path": request.url.path, "auth": request.headers.get("authorization"), **body}
+        )
+        data = [
+            {"index": i, "embedding": [float(len(t))] + [1.0] * (dim - 1)}
+            for i, t in enumerate(body["input"])
+        ]
+        return httpx.Response(200, json={"data": list(reversed(data)), "model": body["model"]})
+
+    return httpx.MockTransport(handle)
+
+
+def test_openai_embedder__posts_batch_and_returns_unit_vectors_in_order():
+    seen: list[dict] = []
+    e = OpenAIEmbedder(
+        "http://tei:8080/", "bge-small", dim=4, api_key="sk-1", transport=_openai_server(4, seen)
+    )
+    v = e.embed(["a", "abcd"])
+    assert seen == [
+        {
+            "path": "/v1/embeddings",
+            "auth": "Bearer sk-1",
+            "model": "bge-small",
+            "input": ["a", "abcd"],
+        }
+    ]
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0)
+    assert v[1][0] > v[0][0]  # order follows "index", not the server's list order
+    assert e.id == "openai:bge-small"
+
+
+def test_openai_embedder__server_errors_become_backend_unavailable():
+    e = OpenAIEmbedder(
+        "http://tei", "m", dim=4, transport=httpx.MockTransport(lambda r: httpx.Response(503))
+    )
+    with pytest.raises(BackendUnavailable, match="HTTP 503"):
+        e.embed(["x"])
+
+
+def test_openai_embedder__wrong_dimension_is_a_config_error():
+    e = OpenAIEmbedder("http://tei", "m", dim=8, transport=_openai_server(4, []))
+    with pytest.raises(ConfigError, match="shape"):
+        e.embed(["x"])
+
+
+class CountingEmbedder(Embedder):
+    """A deterministic stand-in model that counts what it was asked to embed."""
+
+    id = "counting"
+    dim = 4
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return np.asarray([[len(t), 1, 0, 0] for t in texts], dtype=np.float32)
+
+
+def test_cached_embedder__computes_each_text_once_per_tenant(redis_client: redis.Redis):
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner, redis_client, ttl_s=60)
+    first = cached.embed("acme", ["a", "bb"])
+    again = cached.embed("acme", ["bb", "a", "ccc"])
+    assert inner.calls == [["a", "bb"], ["ccc"]]
+    assert np.array_equal(first[0], again[1]) and np.array_equal(first[1], again[0])
+    cached.embed("globex", ["a"])  # another tenant has its own embedding keys
+    assert inner.calls[-1] == ["a"]
+    assert 0 < redis_client.ttl(K.embedding_key("acme", "counting", "a")) <= 60
