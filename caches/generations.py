@@ -60,6 +60,16 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 return cur
 """
 
+# Move a namespace generation (model version or template) unless it is retired: INCR would fail
+# on "retired", and a retired namespace must stay retired. Returns -1 for a retired one.
+BUMP_LUA = """
+local cur = redis.call('GET', KEYS[1])
+if cur == 'retired' then return -1 end
+local gen = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return gen
+"""
+
 
 @dataclass(frozen=True)
 class WriteTicket:
@@ -103,6 +113,7 @@ class Generations:
         self._r = r
         self._write = r.register_script(WRITE_LUA)
         self._raise_floor = r.register_script(RAISE_FLOOR_LUA)
+        self._bump = r.register_script(BUMP_LUA)
         self._known_tenants: set[str] = set()
 
     def snapshot(self, key: K.CacheKey, docs: Sequence[DocRef]) -> WriteTicket:
@@ -177,3 +188,21 @@ class Generations:
         ns = K.Namespace(tenant, model_id, "", template_version)
         with redis_boundary("retire template"):
             self._r.set(K.template_gen_key(ns), C.RETIRED)
+
+    def bump_model_version(self, tenant: str, model_id: str, model_version: str) -> int:
+        """Refuse every in-flight write of this tenant's version; later writes land. -1 = retired."""
+        key = K.model_gen_key(K.Namespace(tenant, model_id, model_version, ""))
+        with redis_boundary("bump model version"):
+            return int(self._bump(keys=[key], args=[C.GENERATION_TTL_S]))
+
+    def bump_template(self, tenant: str, model_id: str, template_version: str) -> int:
+        """Refuse every in-flight write of this tenant's template; later writes land. -1 = retired."""
+        key = K.template_gen_key(K.Namespace(tenant, model_id, "", template_version))
+        with redis_boundary("bump template"):
+            return int(self._bump(keys=[key], args=[C.GENERATION_TTL_S]))
+
+    def retire_tenant_version(self, tenant: str, model_id: str, model_version: str) -> None:
+        """Retire one tenant's namespace of a version (retire_model_version does every tenant)."""
+        key = K.model_gen_key(K.Namespace(tenant, model_id, model_version, ""))
+        with redis_boundary("retire tenant version"):
+            self._r.set(key, C.RETIRED)

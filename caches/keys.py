@@ -8,9 +8,9 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import orjson
 
@@ -44,11 +44,16 @@ def _canon_value(v: Any) -> Any:
     return str(v)
 
 
+_SCALARS = (str, int, bool, type(None))
+
+
 def canonical_params(params: Mapping[str, Any]) -> str:
     """Sorted keys, floats rounded, ints and integral floats alike; a stable JSON string."""
-    return orjson.dumps(
-        {str(k): _canon_value(v) for k, v in params.items()}, option=orjson.OPT_SORT_KEYS
-    ).decode()
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        # scalars pass through untouched: the common request pays no recursion (hot path)
+        out[str(k)] = v if type(v) in _SCALARS else _canon_value(v)
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def context_hash(model_id: str, template_version: str, docs: Iterable[DocRef]) -> str:
@@ -110,11 +115,12 @@ class CacheKey:
     prompt_norm: str
     params_canon: str
     context_hash: str
+    digest: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def digest(self) -> str:
+    def __post_init__(self) -> None:
         raw = "\x1f".join((self.prompt_norm, self.params_canon, self.context_hash))
-        return hashlib.sha256(raw.encode()).hexdigest()[: C.DIGEST_HEX]
+        digest = hashlib.sha256(raw.encode()).hexdigest()[: C.DIGEST_HEX]
+        object.__setattr__(self, "digest", digest)  # computed once: every key below uses it
 
     @property
     def params_hash(self) -> str:
@@ -165,3 +171,34 @@ def doc_index_key(tenant: str, doc_id: str) -> str:
 
 def context_index_key(tenant: str, ctx_hash: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_INDEX_CONTEXT}:{ctx_hash}"
+
+
+def entries_pattern(
+    model_id: str,
+    model_version: str | None = None,
+    *,
+    tenant: str | None = None,
+    template_version: str | None = None,
+) -> str:
+    """SCAN MATCH pattern for exact and negative entries of a model; None = any value there.
+
+    Safe as a glob because every component is encoded: "*" in the tenant tag cannot run past
+    the tag's "}" (the only one in a key), and "*" for a version cannot run past its ":".
+    """
+    tag = tenant_tag(tenant) if tenant is not None else f"{C.KEY_ROOT}:{{t:*}}"
+    version = enc(model_version) if model_version is not None else "*"
+    template = f"{enc(template_version)}:*" if template_version is not None else "*"
+    return f"{tag}:[{C.KIND_EXACT}{C.KIND_NEGATIVE}]:{enc(model_id)}@{version}:{template}"
+
+
+def entry_key_namespace(key: str) -> tuple[str, str, str, str] | None:
+    """(tenant, model_id, model_version, template_version) of an entry key; None if not one."""
+    head, sep, rest = key.partition("}:")
+    prefix = f"{C.KEY_ROOT}:{{t:"
+    if not sep or not head.startswith(prefix):
+        return None
+    parts = rest.split(":")
+    if len(parts) != 4 or parts[0] not in (C.KIND_EXACT, C.KIND_NEGATIVE) or "@" not in parts[1]:
+        return None
+    model, _, version = parts[1].partition("@")
+    return unquote(head[len(prefix) :]), unquote(model), unquote(version), unquote(parts[2])
