@@ -10,7 +10,6 @@ import redis
 
 from caches import keys as K
 from caches.semantic.base import SemanticPoint
-from caches.semantic.edge import EdgeSemanticStore
 from invalidators.checkpoint import checkpoint_key
 from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
 
