@@ -86,6 +86,12 @@ class Invalidator:
         self.purger = Purger(r, semantic)
         self._purge_opts = purge_opts or PurgeOptions()
 
+    def close(self) -> None:
+        """Close the clients this invalidator was handed (the worker owns them through it)."""
+        if self._semantic is not None:
+            self._semantic.close()
+        self._r.close()
+
     # -- events --
 
     def kb_changed(self, ev: KnowledgeBaseChanged) -> InvalidationResult:

@@ -1,0 +1,100 @@
+"""Worker handlers: the invalidation worker (kb-changes, invalidations) on the streams contract.
+
+Events the worker cannot carry out are poison, named at decode time so the worker dead-letters
+them and applies the rest: an Invalidate by="entity" (no entity index) and an event of a type
+that does not belong on these topics. Everything else is applied in offset order; a Redis or
+Qdrant outage raises CacheUnavailable (retriable) and the batch comes again, which is safe
+because every invalidation is idempotent (invalidation.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Message
+
+from invalidators.invalidation import Invalidator
+from invalidators.purge import PurgeOptions
+from schemas.errors import EventDecodeError
+from schemas.events import Event, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
+from streams.base import Decoded, Handler, Poison
+
+log = logging.getLogger(__name__)
+
+_HANDLED = (KnowledgeBaseChanged, PromptTemplateChanged, Invalidate)
+# The semantic store's dimension when the worker opens it without loading the embedder:
+# all-MiniLM-L6-v2 (the default) and the OpenAI-compatible wiring both use 384.
+SEMANTIC_DIM = 384
+
+
+def unsupported_reason(ev: Event) -> EventDecodeError | None:
+    """Why this worker must dead-letter an event it decoded, or None if it can apply it."""
+    if not isinstance(ev, _HANDLED):
+        return EventDecodeError("unexpected_type", f"{ev.type} event on an invalidation topic")
+    if isinstance(ev, Invalidate) and ev.by == "entity":
+        return EventDecodeError(
+            "unsupported_invalidation",
+            'by="entity" is not supported (entries keep no entity index); '
+            "invalidate by doc or context_hash",
+        )
+    return None
+
+
+class InvalidationHandler(Handler):
+    """Applies KnowledgeBaseChanged, PromptTemplateChanged and Invalidate events."""
+
+    name = "invalidation"
+    topics = ["inference.kb-changes", "inference.invalidations"]  # noqa: RUF012  (the contract)
+
+    def __init__(self, invalidator: Invalidator, *, close_clients: bool = True) -> None:
+        self.invalidator = invalidator
+        self._close_clients = close_clients  # False when the caller shares its clients
+
+    def decode_batch(self, messages: Sequence[Message]) -> Decoded:
+        decoded = super().decode_batch(messages)
+        out = Decoded(poison=decoded.poison)
+        for ev, msg in zip(decoded.items, decoded.messages, strict=True):
+            why = unsupported_reason(ev)
+            if why is None:
+                out.items.append(ev)
+                out.messages.append(msg)
+            else:
+                out.poison.append(Poison(msg, why))
+        return out
+
+    def apply(self, events: list[Event]) -> None:
+        for ev in events:
+            self.apply_one(ev)
+
+    def apply_one(self, ev: Event) -> None:
+        inv = self.invalidator
+        if isinstance(ev, KnowledgeBaseChanged):
+            res = inv.kb_changed(ev)
+            log.info("kb %s/%s v%d: %s", ev.tenant, ev.doc_id, ev.doc_version, res)
+        elif isinstance(ev, PromptTemplateChanged):
+            prog = inv.template_changed(ev)
+            log.info(
+                "template %s/%s retired: %d deleted",
+                ev.tenant,
+                ev.old_template_version,
+                prog.deleted,
+            )
+        elif isinstance(ev, Invalidate):
+            log.info("invalidate %s %s: %s", ev.by, ev.value, inv.invalidate(ev))
+        else:  # decode_batch keeps these out; apply() called directly may still pass one
+            log.warning("invalidation worker skips a %s event", ev.type)
+
+    def close(self) -> None:
+        if self._close_clients:
+            self.invalidator.close()
+
+
+def build_invalidation_handler(settings: Any) -> InvalidationHandler:
+    """Registry factory: an InvalidationHandler on the settings' Redis and semantic store."""
+    from stoker.wiring import build_redis, build_semantic
+
+    r = build_redis(settings)
+    semantic = build_semantic(settings, SEMANTIC_DIM)
+    return InvalidationHandler(Invalidator(r, semantic, PurgeOptions()))
