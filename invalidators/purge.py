@@ -156,7 +156,7 @@ class Purger:
     """Runs one PurgeSpec to completion, resumably. One runner per job id at a time."""
 
     def __init__(self, r: AnyRedis, semantic: SemanticStore | None = None) -> None:
-        self._r = r
+        self.redis = r
         self._semantic = semantic
         self._cluster = isinstance(r, RedisCluster)
         self.checkpoints = Checkpoints(r)  # type: ignore[arg-type]  # same API on a cluster
@@ -171,7 +171,7 @@ class Purger:
     ) -> PurgeProgress:
         """Purge until done or `stop` is set; returns the final counts (state says which)."""
         opts = opts or PurgeOptions()
-        nodes = primaries(self._r)
+        nodes = primaries(self.redis)
         state = self._load_state(spec, nodes, opts.dry_run)
         prog = PurgeProgress(spec.job_id, nodes_total=len(nodes))
         prog.matched, prog.deleted = state["matched"], state["deleted"]

@@ -1,0 +1,136 @@
+"""`stoker invalidate ...`: publish invalidation events for the invalidation worker to apply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import typer
+from pydantic import ValidationError
+
+from invalidators.publisher import EventPublisher
+from schemas.events import BaseEvent, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+
+invalidate_app = typer.Typer(
+    help="Publish invalidations to Kafka (the invalidation worker applies them).",
+    no_args_is_help=True,
+)
+app.add_typer(invalidate_app, name="invalidate")
+
+Tenant = Annotated[str, typer.Option("--tenant", help="tenant id")]
+Model = Annotated[str | None, typer.Option("--model", help="narrow to this model id")]
+Version = Annotated[str | None, typer.Option("--version", help="narrow to this model version")]
+Template = Annotated[str | None, typer.Option("--template", help="narrow to this template")]
+Reason = Annotated[str, typer.Option(help="why, for the audit trail")]
+
+
+def _send(logical: str, build: Callable[..., BaseEvent], key: str, **fields: Any) -> None:
+    try:
+        ev = build(**fields)
+    except ValidationError as e:  # bad usage: exit 2 with pydantic's own words
+        raise typer.BadParameter(str(e)) from None
+    with EventPublisher(StokerSettings()) as pub:
+        pub.publish(logical, ev, key=key)
+        pub.flush()
+    console.print(f"published {type(ev).__name__} {ev.event_id} to {logical}")
+
+
+def _invalidate(
+    by: Literal["context_hash", "doc", "entity", "namespace"],
+    tenant: str,
+    value: str,
+    model: str | None,
+    version: str | None,
+    template: str | None,
+    reason: str,
+) -> None:
+    _send(
+        "inference.invalidations",
+        Invalidate,
+        f"{tenant}/{value}",
+        tenant=tenant,
+        by=by,
+        value=value,
+        model_id=model,
+        model_version=version,
+        template_version=template,
+        reason=reason,
+    )
+
+
+@invalidate_app.command()
+def doc(
+    doc_id: Annotated[str, typer.Argument(help="document id")],
+    tenant: Tenant,
+    model: Model = None,
+    version: Version = None,
+    template: Template = None,
+    reason: Reason = "",
+) -> None:
+    """Delete every entry built on DOC_ID, whatever its version."""
+    _invalidate("doc", tenant, doc_id, model, version, template, reason)
+
+
+@invalidate_app.command()
+def context(
+    context_hash: Annotated[str, typer.Argument(help="context hash (caches.keys.context_hash)")],
+    tenant: Tenant,
+    model: Model = None,
+    version: Version = None,
+    template: Template = None,
+    reason: Reason = "",
+) -> None:
+    """Delete every entry computed from this context."""
+    _invalidate("context_hash", tenant, context_hash, model, version, template, reason)
+
+
+@invalidate_app.command()
+def namespace(
+    tenant: Tenant,
+    model: Annotated[str, typer.Option("--model", help="model id")],
+    version: Version = None,
+    template: Template = None,
+    reason: Reason = "",
+) -> None:
+    """Flush a tenant's model namespace (narrowed by version / template): bump, then purge."""
+    _invalidate("namespace", tenant, "", model, version, template, reason)
+
+
+@invalidate_app.command()
+def kb(
+    doc_id: Annotated[str, typer.Argument(help="document id")],
+    tenant: Tenant,
+    doc_version: Annotated[int, typer.Option("--doc-version", min=0, help="its new version")],
+    change: Annotated[str, typer.Option(help="updated | retracted | deleted")] = "updated",
+) -> None:
+    """Publish a KnowledgeBaseChanged: entries built on older versions of DOC_ID go."""
+    _send(
+        "inference.kb-changes",
+        KnowledgeBaseChanged,
+        f"{tenant}/{doc_id}",  # one key per doc: a doc's changes stay in order on one partition
+        tenant=tenant,
+        doc_id=doc_id,
+        doc_version=doc_version,
+        change=change,
+    )
+
+
+@invalidate_app.command()
+def template(
+    tenant: Tenant,
+    model: Annotated[str, typer.Option("--model", help="model id")],
+    old: Annotated[str, typer.Option("--old", help="template version to retire")],
+    new: Annotated[str, typer.Option("--new", help="template version now live")],
+) -> None:
+    """Publish a PromptTemplateChanged: the old template's namespace is retired and purged."""
+    _send(
+        "inference.kb-changes",
+        PromptTemplateChanged,
+        f"{tenant}/{model}",
+        tenant=tenant,
+        model_id=model,
+        old_template_version=old,
+        new_template_version=new,
+    )

@@ -1,0 +1,124 @@
+"""`stoker purge`: the staggered purge of a model version, run by hand against Redis and Qdrant."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
+from schemas.errors import StokerError
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+
+# all-MiniLM-L6-v2 and the OpenAI wiring both use 384 (see invalidators/handlers.py).
+_SEMANTIC_DIM = 384
+
+
+@app.command()
+def purge(
+    model: Annotated[str, typer.Option("--model", help="model id")],
+    version: Annotated[str, typer.Option("--version", help="model version to purge")],
+    tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    template: Annotated[str | None, typer.Option(help="only this template version")] = None,
+    rate: Annotated[
+        float | None, typer.Option(min=1, help="keys/s; unset = as fast as Redis takes it")
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="keys per UNLINK batch")] = 1_000,
+    delay: Annotated[float, typer.Option(min=0, help="extra pause between batches, s")] = 0.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count what would go")] = False,
+    retire: Annotated[
+        bool, typer.Option(help="retire the version first, so no write of it lands again")
+    ] = False,
+    restart: Annotated[bool, typer.Option(help="ignore a saved checkpoint")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Delete every exact and negative entry of MODEL@VERSION from every Redis primary (SCAN +
+    UNLINK in paced batches, resumable: rerun the same command to continue) and its vectors."""
+    if retire and template is not None:
+        raise typer.BadParameter("--retire retires a whole version; drop --template")
+    s = StokerSettings()
+    purger, semantic_note = _purger(s)
+    spec = PurgeSpec(model, version, tenant, template)
+    if restart:
+        purger.checkpoints.clear(spec.job_id)
+    if retire and not dry_run:
+        _retire(purger, spec)
+    elif not dry_run:
+        console.print("[yellow]note[/yellow]: not retired; writes of this version may land again")
+    if semantic_note:
+        console.print(f"[yellow]note[/yellow]: {semantic_note}")
+    opts = PurgeOptions(rate=rate, batch=batch, delay_s=delay, dry_run=dry_run)
+    prog = _run_with_bar(purger, spec, opts)
+    _report(purger, spec, prog, json_out)
+    if prog.state == "interrupted":
+        raise StokerError("purge interrupted; run the same command again to resume")
+
+
+def _purger(s: StokerSettings) -> tuple[Purger, str]:
+    from stoker.wiring import build_redis, build_semantic
+
+    r = build_redis(s)
+    if s.semantic_backend == "edge" and s.qdrant_path is None:
+        return Purger(r), "no STOKER_QDRANT_PATH: the semantic store is not purged"
+    return Purger(r, build_semantic(s, _SEMANTIC_DIM)), ""
+
+
+def _retire(purger: Purger, spec: PurgeSpec) -> None:
+    from caches.generations import Generations
+
+    gens = Generations(purger.redis)  # type: ignore[arg-type]  # standalone or cluster
+    assert spec.model_version is not None
+    if spec.tenant is None:
+        tenants = gens.retire_model_version(spec.model_id, spec.model_version)
+        console.print(f"retired {spec.model_id}@{spec.model_version} in {len(tenants)} tenants")
+    else:
+        gens.retire_tenant_version(spec.tenant, spec.model_id, spec.model_version)
+        console.print(f"retired {spec.model_id}@{spec.model_version} for {spec.tenant}")
+
+
+def _run_with_bar(purger: Purger, spec: PurgeSpec, opts: PurgeOptions) -> PurgeProgress:
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set())  # checkpoint, then stop
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% {task.fields[deleted]} keys {task.fields[rate]}"),
+        TimeElapsedColumn(),
+    )
+    try:
+        with Progress(*columns, console=console, transient=False) as bar:
+            verb = "counting" if opts.dry_run else "purging"
+            task = bar.add_task(f"{verb} {spec.pattern}", total=1.0, deleted=0, rate="")
+
+            def show(p: PurgeProgress) -> None:
+                n = p.matched if opts.dry_run else p.deleted
+                rate = f"{n / p.elapsed_s:,.0f}/s" if p.elapsed_s else ""
+                bar.update(task, completed=p.fraction, deleted=f"{n:,}", rate=rate)
+
+            return purger.run(spec, opts, on_progress=show, stop=stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _report(purger: Purger, spec: PurgeSpec, prog: PurgeProgress, json_out: bool) -> None:
+    out: dict[str, Any] = asdict(prog) | {"keys_per_s": round(prog.keys_per_s, 1)}
+    if prog.state == "dry-run":
+        out["semantic_points"] = purger.semantic_count(spec)
+    if json_out:
+        typer.echo(orjson.dumps(out).decode())
+        return
+    if prog.state == "dry-run":
+        console.print(
+            f"would delete {prog.matched:,} keys and {out['semantic_points']} semantic points"
+        )
+    else:
+        console.print(
+            f"{prog.state}: {prog.deleted:,} keys deleted in {prog.elapsed_s:.1f} s "
+            f"({prog.keys_per_s:,.0f} keys/s); semantic points deleted: {prog.semantic_deleted}"
+        )

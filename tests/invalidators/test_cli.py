@@ -1,0 +1,97 @@
+"""`stoker purge` and `stoker invalidate` as CI runs them: a subprocess, exit codes, real services."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import redis
+from confluent_kafka import Consumer
+
+from caches import keys as K
+from schemas.codec import decode_event
+from schemas.events import KnowledgeBaseChanged
+from streams.topics import consumer_config, topic_name
+
+
+def stoker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stoker.cli", *args],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def put(r: redis.Redis, tenant: str, version: str, n: int) -> list[str]:
+    ns = K.Namespace(tenant, "llama", version, "t1")
+    keys = [K.CacheKey(ns, f"p{i}", "{}", "c").exact() for i in range(n)]
+    r.mset(dict.fromkeys(keys, b"x"))
+    return keys
+
+
+def test_purge_cli__dry_run_counts_then_purge_deletes(redis_client, redis_url):
+    doomed = put(redis_client, "acme", "v1", 120) + put(redis_client, "globex", "v1", 30)
+    kept = put(redis_client, "acme", "v2", 50)
+    args = ("purge", "--model", "llama", "--version", "v1", "--batch", "40", "--json")
+    dry = stoker(*args, "--dry-run", STOKER_REDIS_URL=redis_url)
+    assert dry.returncode == 0, dry.stderr
+    assert orjson.loads(dry.stdout)["matched"] == len(doomed)
+    assert redis_client.exists(*doomed) == len(doomed)
+
+    run = stoker(*args, STOKER_REDIS_URL=redis_url)
+    assert run.returncode == 0, run.stderr
+    out = orjson.loads(run.stdout)
+    assert (out["state"], out["deleted"]) == ("done", len(doomed))
+    assert redis_client.exists(*doomed) == 0 and redis_client.exists(*kept) == len(kept)
+
+
+def test_purge_cli__bad_usage_exits_2_and_no_redis_exits_1():
+    assert stoker("purge", "--model", "llama").returncode == 2
+    assert stoker("purge", "--model", "m", "--version", "v", "--rate", "0").returncode == 2
+    res = stoker("purge", "--model", "llama", "--version", "v1")
+    assert res.returncode == 1 and "STOKER_REDIS_URL" in res.stderr
+
+
+def test_invalidate_cli__publishes_a_kb_change(kafka_bootstrap, unique):
+    prefix = f"cli{unique}."
+    env = {
+        "STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "STOKER_TOPIC_PREFIX": prefix,
+        "STOKER_KAFKA_BROKER": "tansu",
+    }
+    res = stoker("invalidate", "kb", "kb/refunds", "--tenant", "acme", "--doc-version", "3", **env)
+    assert res.returncode == 0, res.stderr
+    consumer = Consumer(consumer_config(kafka_bootstrap, f"g{unique}", embedded=True))
+    try:
+        consumer.subscribe([topic_name("inference.kb-changes", prefix)])
+        msgs = consumer.consume(num_messages=1, timeout=20)
+    finally:
+        consumer.close()
+    assert len(msgs) == 1
+    ev = decode_event(msgs[0].value())
+    assert isinstance(ev, KnowledgeBaseChanged)
+    assert (ev.tenant, ev.doc_id, ev.doc_version, ev.change) == ("acme", "kb/refunds", 3, "updated")
+
+
+def test_invalidate_cli__without_a_broker_says_so_and_exits_1():
+    res = stoker("invalidate", "doc", "kb/x", "--tenant", "acme")
+    assert res.returncode == 1 and "STOKER_KAFKA_BOOTSTRAP" in res.stderr
+
+
+def test_invalidate_cli__an_invalid_event_is_bad_usage(kafka_bootstrap):
+    res = stoker(
+        "invalidate",
+        "kb",
+        "kb/x",
+        "--tenant",
+        "a{b}",
+        "--doc-version",
+        "1",
+        STOKER_KAFKA_BOOTSTRAP=kafka_bootstrap,
+    )
+    assert res.returncode == 2
