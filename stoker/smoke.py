@@ -3,6 +3,7 @@ CLINC150 utterances through Kafka and the cache, invariants checked, a short rep
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections import Counter
@@ -25,31 +26,34 @@ from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_cache_client
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
-CLINC = (
-    Path(__file__).resolve().parents[1].parent / "shared" / "data" / "clinc150" / "data_full.json"
+# The project's shared data sits beside the checkout; STOKER_DATA_DIR points elsewhere.
+DATA_DIR = Path(
+    os.environ.get("STOKER_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
 )
+CLINC = DATA_DIR / "clinc150" / "data_full.json"
 TENANTS = ("acme", "globex")
 MALFORMED = (b"{not json", b'{"type": "request_logged", "schema_version": 9}', b'{"type": "nope"}')
 
-# Used when ../shared is absent (a user's fresh clone): three intents, four phrasings each.
+# Used when ../shared is absent (a user's fresh clone): three intents, four phrasings each,
+# some of them close paraphrases (cosine 0.97-0.99 with all-MiniLM-L6-v2).
 FALLBACK = {
     "temperature_conversion": [
         "how do i convert celsius to fahrenheit",
-        "convert celsius into fahrenheit please",
+        "how can i convert celsius into fahrenheit",
         "what is the formula from celsius to fahrenheit",
         "how to change celsius to fahrenheit",
     ],
     "balance": [
         "what is my account balance",
-        "how much money is in my account",
+        "what's the balance of my account",
         "tell me my bank balance",
-        "what's the balance on my account",
+        "tell me my bank account balance",
     ],
     "weather": [
         "what is the weather like today",
+        "what's the weather like today",
         "how is the weather today",
-        "tell me today's weather",
-        "what's the weather forecast for today",
+        "how's the weather today",
     ],
 }
 
@@ -99,8 +103,9 @@ def _events(pairs: list[tuple[str, str]], seed: int = 7) -> list[RequestLogged]:
     rng = random.Random(seed)
     out = []
     for n, (text, _) in enumerate(pairs * 2):  # every utterance twice: exact repeats exist
-        tenant = TENANTS[n % len(TENANTS)]
-        docs = (DocRef(doc_id="kb/faq", version=1),) if n % 5 == 0 else ()
+        i = n % len(pairs)  # both copies of an utterance get the same tenant and context
+        tenant = TENANTS[(i // 2) % len(TENANTS)]
+        docs = (DocRef(doc_id="kb/faq", version=1),) if i % 5 == 0 else ()
         out.append(
             RequestLogged(
                 request_id=f"r{n}",

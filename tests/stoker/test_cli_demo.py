@@ -8,19 +8,25 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
 
 
-def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env = {k: v for k, v in env.items() if not k.startswith("STOKER_")}
-    return subprocess.run([*STOKER, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def run(*args: str, timeout: float = 240, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
+    env |= {"HF_HUB_OFFLINE": "1", **extra_env}
+    return subprocess.run(
+        [*STOKER, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
-def test_demo__runs_on_embedded_stack_and_keeps_the_invariants(tmp_path: Path):
+@pytest.mark.parametrize("data", ["shared", "absent"])
+def test_demo__runs_on_embedded_stack_and_keeps_the_invariants(tmp_path: Path, data: str):
+    """With ../shared (CLINC150) and without it (a user's fresh clone: built-in phrasings)."""
     out = tmp_path / "demo"
-    proc = run("demo", "--out", str(out))
+    env = {"STOKER_DATA_DIR": str(tmp_path / "no-data")} if data == "absent" else {}
+    proc = run("demo", "--out", str(out), **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = orjson.loads((out / "report.json").read_bytes())
     assert report["cross_tenant_hits"] == 0
