@@ -2,9 +2,9 @@
 
 Per Redis primary, until its cursor comes back to 0:
 1. SCAN MATCH (caches.keys.entries_pattern) until a batch of keys is collected;
-2. wait for the token bucket (keys/s) and the pause between batches;
-3. one pipeline: UNLINK the batch (grouped by slot on a cluster) and save the checkpoint with
+2. one pipeline: UNLINK the batch (grouped by slot on a cluster) and save the checkpoint with
    the cursor *after* the batch, so a restart resumes there and never starts over;
+3. wait for the token bucket (keys/s, paid after the batch) and the pause between batches;
 then the Qdrant side in one filter delete. Doc / context index sets are left to their TTL:
 they mix entries of every version, so no pattern can purge them, and an invalidation that
 meets a vanished member drops it (invalidation.py).
@@ -176,7 +176,7 @@ class Purger:
         prog = PurgeProgress(spec.job_id, nodes_total=len(nodes))
         prog.matched, prog.deleted = state["matched"], state["deleted"]
         prog.resumed_from = {n: s["cursor"] for n, s in state["nodes"].items() if s["cursor"]}
-        bucket = TokenBucket(opts.rate, burst=opts.batch)
+        bucket = TokenBucket(opts.rate, burst=opts.batch)  # overlaps SCAN time with the wait
         run = _Run(spec, opts, state, prog, bucket, stop or threading.Event(), on_progress)
         for name, client in nodes:
             if not self._run_node(run, name, client):
@@ -210,12 +210,10 @@ class Purger:
         return state
 
     def _batch(self, run: _Run, name: str, client: redis.Redis) -> bool:
-        """Collect, pace, delete and checkpoint one batch; False if stopped while pacing."""
+        """Collect, delete and checkpoint one batch, then pace; False if stopped while pacing."""
         state, prog = run.state, run.prog
         node = state["nodes"][name]
         keys, cursor = self._collect(client, node["cursor"], run.spec.pattern, run.opts.batch, prog)
-        if not run.opts.dry_run and not run.bucket.take(len(keys), run.stop):
-            return False  # nothing deleted, cursor not advanced: the batch is rescanned
         node["cursor"], node["done"] = cursor, cursor == 0
         state["matched"] += len(keys)
         prog.matched, prog.batches = state["matched"], prog.batches + 1
@@ -231,7 +229,9 @@ class Purger:
             pipe.execute()
         if self._cluster:
             self.checkpoints.save(run.spec.job_id, state)
-        return True
+        # Paced after the delete: the batch is done and checkpointed, so a stop while waiting
+        # loses nothing, and the run's length is exactly deleted / rate.
+        return run.bucket.spend(len(keys), run.stop)
 
     def _collect(
         self, client: redis.Redis, cursor: int, pattern: str, batch: int, prog: PurgeProgress

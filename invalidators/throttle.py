@@ -7,34 +7,32 @@ import time
 
 
 class TokenBucket:
-    """`take(n)` blocks until n tokens are due at `rate` per second; rate None = unthrottled.
+    """`spend(n)` after doing n units of work waits until they are paid for at `rate` per second.
 
-    Tokens are accounted as a due time, not a count: taking more than the burst in one call
-    is allowed and simply pushes the next call later, so the long-run rate is exactly `rate`
-    (measured +-1% at 20k keys/s in batches of 1,000). `burst` caps credit saved up while idle,
-    so a purge resumed after a pause does not fire a large burst at Redis.
+    Paying after the work (not before) makes a run of k batches last exactly k * n / rate, so
+    the achieved rate is the target, not k / (k - 1) of it (+2.6% measured at 40 batches when
+    paying before). Spending more than `burst` in one call is allowed and pushes the next call
+    later; `burst` caps the credit saved while idle (0 = no credit: pauses are exact).
+    rate None = unthrottled.
     """
 
-    def __init__(self, rate: float | None, burst: float | None = None) -> None:
+    def __init__(self, rate: float | None, burst: float = 0.0) -> None:
         if rate is not None and rate <= 0:
-            raise ValueError(f"rate must be > 0 keys/s or None, got {rate}")
+            raise ValueError(f"rate must be > 0 per second or None, got {rate}")
         self.rate = rate
-        self.burst = burst if burst is not None else (rate or 0.0) / 10  # 100 ms of credit
+        self.burst = burst
         self._due = time.monotonic()
 
-    def take(self, n: int, stop: threading.Event | None = None) -> bool:
-        """Wait for n tokens; returns False if `stop` was set while waiting (nothing taken)."""
+    def spend(self, n: int, stop: threading.Event | None = None) -> bool:
+        """Account n units just done and wait for them; False if `stop` was set while waiting."""
         if self.rate is None or n <= 0:
             return not (stop is not None and stop.is_set())
         now = time.monotonic()
-        floor = now - self.burst / self.rate
-        start = max(self._due, floor)
-        wait = start - now
-        if wait > 0:
-            if stop is not None:
-                if stop.wait(wait):
-                    return False
-            else:
-                time.sleep(wait)
-        self._due = start + n / self.rate
-        return True
+        self._due = max(self._due, now - self.burst / self.rate) + n / self.rate
+        wait = self._due - now
+        if wait <= 0:
+            return not (stop is not None and stop.is_set())
+        if stop is None:
+            time.sleep(wait)  # a pacing delay, not a wait on a condition
+            return True
+        return not stop.wait(wait)
