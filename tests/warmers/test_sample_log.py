@@ -1,0 +1,69 @@
+"""The sample traffic log: reproducible, shaped like real traffic, replayable as RequestLogged."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+import pandas as pd
+import pytest
+
+from schemas.codec import decode_event
+from schemas.events import RequestLogged
+from warmers.sample_log import SampleSpec, clinc_path, generate
+
+pytestmark = pytest.mark.skipif(not clinc_path().exists(), reason="CLINC150 not beside the repo")
+
+SMALL = SampleSpec(days=7, requests_per_day=1_500)
+
+
+@pytest.fixture(scope="module")
+def week() -> pd.DataFrame:
+    return generate(SMALL)
+
+
+def _digest(df: pd.DataFrame) -> str:
+    return hashlib.sha256(pd.util.hash_pandas_object(df, index=False).values.tobytes()).hexdigest()
+
+
+def test_generate__same_seed_same_log_other_seed_other_log(week: pd.DataFrame):
+    assert _digest(generate(SMALL)) == _digest(week)
+    other = SampleSpec(days=7, requests_per_day=1_500, seed=1)
+    assert _digest(generate(other)) != _digest(week)
+
+
+def test_generate__weekends_are_quieter_and_nights_quieter_than_days(week: pd.DataFrame):
+    per_day = week.groupby(week.ts.dt.day_of_week).size()
+    assert per_day[[5, 6]].mean() < 0.7 * per_day[[0, 1, 2, 3, 4]].mean()
+    per_hour = week.groupby(week.ts.dt.hour).size()
+    assert per_hour[[2, 3, 4]].sum() * 4 < per_hour[[10, 11, 12]].sum()
+
+
+def test_generate__popularity_is_skewed_and_tenants_differ(week: pd.DataFrame):
+    inscope = week[week.intent != "oos"]
+    counts = inscope.intent.value_counts()
+    assert counts.iloc[:15].sum() > 0.4 * counts.sum()  # top 10% of intents carry > 40%
+    tops = [set(g.intent.value_counts().index[:20]) for _, g in inscope.groupby("tenant")]
+    assert len(tops) == 3 and tops[0] != tops[1]
+
+
+def test_generate__uncacheable_rag_and_one_off_shares(week: pd.DataFrame):
+    params = week.params.map(orjson.loads)
+    sampled = params.map(lambda p: p["temperature"] > 0).mean()
+    assert 0.06 < sampled < 0.10
+    assert 0.005 < params.map(lambda p: p.get("no_cache", False)).mean() < 0.02
+    assert 0.12 < (week.intent == "oos").mean() < 0.18
+    rag = week.context_docs.map(orjson.loads).map(bool)
+    assert 0.1 < rag.mean() < 0.5
+    assert not (rag & (week.intent == "oos")).any()
+
+
+def test_generate__rows_decode_as_request_logged(week: pd.DataFrame):
+    for row in week.drop(columns=["intent"]).head(200).to_dict("records"):
+        row = {**row, "type": "request_logged", "schema_version": 1, "ts": row["ts"].isoformat()}
+        row["params"], row["context_docs"] = (
+            orjson.loads(row["params"]),
+            orjson.loads(row["context_docs"]),
+        )
+        ev = decode_event(orjson.dumps(row))
+        assert isinstance(ev, RequestLogged) and ev.gpu_ms > 0 and ev.tokens_out >= 8

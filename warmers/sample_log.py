@@ -1,0 +1,231 @@
+"""A reproducible two-week request log built from CLINC150's real utterances (fixed seed).
+
+Shape (each knob a field of SampleSpec):
+- 3 tenants, each with its own Zipf popularity over the 150 intents (s=1.1): tenants share
+  some hot intents and differ in the rest, as real tenants of one gateway do;
+- paraphrases: a request picks one of its intent's real `train` utterances, itself Zipf-ranked
+  (people reuse a few phrasings), so exact repeats and near-duplicates both occur;
+- time: a diurnal curve (night trough, day plateau) times a weekday/weekend factor (0.55);
+  a fifth of the intents belong to the weekend regime (x3 on Sat/Sun, x0.6 on weekdays) and every
+  intent has a preferred hour, so the hot set moves across the week;
+- a long tail: 15% of requests are one-off questions (CLINC's out-of-scope utterances with a
+  varying detail appended), which no cache can serve, and 25% of in-scope requests carry small
+  wording variations (fillers, politeness) that only a semantic cache matches;
+- 8% of requests sample (temperature > 0) and 1% say no-cache: never cacheable;
+- a third of the intents are answered from a knowledge base (RAG): doc `kb/<intent>` version 1;
+- tokens and GPU cost: prompt = template overhead + words x 1.3; answer ~ lognormal(mean ~120);
+  gpu_ms = 0.15 ms per prompt token (prefill) + 12 ms per answer token (decode).
+The `intent` column is a label for scoring only; nothing that serves or warms may read it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
+
+# Relative traffic per hour of day: trough at 03-05, plateau 09-17, evening shoulder.
+DIURNAL = np.array(
+    [0.25, 0.18, 0.12, 0.10, 0.10, 0.14, 0.30, 0.55, 0.85, 1.00, 1.00, 0.95,
+     0.90, 0.95, 1.00, 1.00, 0.95, 0.85, 0.75, 0.70, 0.65, 0.55, 0.45, 0.35]
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    days: int = 14
+    requests_per_day: int = 6_000
+    tenants: tuple[str, ...] = ("acme", "globex", "initech")
+    zipf_intents: float = 1.1
+    zipf_phrasings: float = 1.0
+    weekend_factor: float = 0.55
+    weekend_intent_share: float = 0.2
+    one_off_share: float = 0.15
+    variation_share: float = 0.25
+    sampled_share: float = 0.08
+    no_cache_share: float = 0.01
+    rag_intent_share: float = 1 / 3
+    model_id: str = "llama-3-8b"
+    model_version: str = "2026-11-01"
+    template_version: str = "t1"
+    seed: int = 150
+
+
+def clinc_path(data_dir: Path | None = None) -> Path:
+    root = data_dir or Path(os.environ.get("STOKER_DATA_DIR", DEFAULT_DATA_DIR))
+    return root / "clinc150" / "data_full.json"
+
+
+def load_clinc(split: str = "train", data_dir: Path | None = None) -> dict[str, list[str]]:
+    """intent -> utterances of one split (out-of-scope ones under "oos")."""
+    rows = orjson.loads(clinc_path(data_dir).read_bytes())[split]
+    out: dict[str, list[str]] = {}
+    for text, intent in rows:
+        out.setdefault(intent, []).append(text)
+    return out
+
+
+PREFIXES = ("", "", "hey ", "please ", "can you tell me ", "quick question: ", "so ")
+SUFFIXES = ("", "", " please", " thanks", "?", " asap", " for me")
+DETAILS = ("for {n} people", "by friday", "in {n} minutes", "for order {n}", "near zip {n}",
+           "this year", "for my trip", "at {n} pm", "for account {n}", "with {n} items")  # fmt: skip
+
+
+def vary(text: str, rng: np.random.Generator) -> str:
+    """A small wording change a user might make: only a semantic cache sees it as the same."""
+    p, s = PREFIXES[rng.integers(len(PREFIXES))], SUFFIXES[rng.integers(len(SUFFIXES))]
+    return f"{p}{text}{s}"
+
+
+def one_off(pool: list[str], rng: np.random.Generator) -> str:
+    detail = DETAILS[rng.integers(len(DETAILS))].format(n=int(rng.integers(2, 9999)))
+    return f"{pool[rng.integers(len(pool))]} {detail}"
+
+
+def _zipf(n: int, s: float) -> np.ndarray:
+    w: np.ndarray = 1.0 / np.arange(1, n + 1) ** s
+    return w / float(w.sum())
+
+
+@dataclass(frozen=True)
+class _World:
+    intents: list[str]
+    tenant_weights: np.ndarray  # (tenants, intents): each tenant's Zipf over a permutation
+    peak_hour: np.ndarray  # (intents,)
+    weekend_intent: np.ndarray  # (intents,) bool
+    rag_intent: np.ndarray  # (intents,) bool
+
+
+def _world(spec: SampleSpec, intents: list[str], rng: np.random.Generator) -> _World:
+    n = len(intents)
+    base = _zipf(n, spec.zipf_intents)
+    shared = rng.permutation(n)
+    weights = np.empty((len(spec.tenants), n))
+    for t in range(len(spec.tenants)):
+        order = shared.copy()
+        # each tenant keeps the shared order for its top 10 and reshuffles the rest partly
+        tail = order[10:]
+        swap = rng.random(len(tail)) < 0.5
+        tail[swap] = rng.permutation(tail[swap])
+        weights[t, order] = base
+    return _World(
+        intents=intents,
+        tenant_weights=weights,
+        peak_hour=rng.integers(0, 24, n),
+        weekend_intent=rng.random(n) < spec.weekend_intent_share,
+        rag_intent=rng.random(n) < spec.rag_intent_share,
+    )
+
+
+def _hour_weights(world: _World, tenant: int, hour: int, weekend: bool) -> np.ndarray:
+    w = world.tenant_weights[tenant].copy()
+    dist = np.minimum(abs(world.peak_hour - hour), 24 - abs(world.peak_hour - hour))
+    w *= 1.0 + 0.8 * np.cos(np.pi * dist / 12.0)  # x1.8 at the peak hour, x0.2 opposite
+    w *= np.where(world.weekend_intent, 3.0 if weekend else 0.6, 1.0)
+    out: np.ndarray = w / float(w.sum())
+    return out
+
+
+def generate(spec: SampleSpec = SampleSpec(), data_dir: Path | None = None) -> pd.DataFrame:
+    """The log as a DataFrame, one row per request, columns as RequestLogged plus `intent`."""
+    rng = np.random.default_rng(spec.seed)
+    phrasings = load_clinc("train", data_dir)
+    # the one-off pool (never a popular intent); test splits stay unseen for evaluation
+    phrasings["oos"] = (
+        load_clinc("oos_train", data_dir)["oos"] + load_clinc("oos_val", data_dir)["oos"]
+    )
+    intents = sorted(i for i in phrasings if i != "oos")
+    world = _world(spec, intents, rng)
+    per_hour = spec.requests_per_day / DIURNAL.sum()
+    rows: list[dict[str, object]] = []
+    for day in range(spec.days):
+        weekend = (START + timedelta(days=day)).weekday() >= 5
+        for hour in range(24):
+            lam = per_hour * DIURNAL[hour] * (spec.weekend_factor if weekend else 1.0)
+            for t, tenant in enumerate(spec.tenants):
+                n = int(rng.poisson(lam / len(spec.tenants)))
+                if n:
+                    p = _hour_weights(world, t, hour, weekend)
+                    start = START + timedelta(days=day, hours=hour)
+                    rows += _hour_rows(spec, world, phrasings, rng, tenant, start, p, n)
+    df = pd.DataFrame(rows).sort_values("ts", kind="stable").reset_index(drop=True)
+    df["request_id"] = [f"req-{i:07d}" for i in range(len(df))]
+    return df
+
+
+def _hour_rows(
+    spec: SampleSpec,
+    world: _World,
+    phrasings: dict[str, list[str]],
+    rng: np.random.Generator,
+    tenant: str,
+    start: datetime,
+    p: np.ndarray,
+    n: int,
+) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    picks = rng.choice(len(world.intents), size=n, p=p)
+    seconds = np.sort(rng.uniform(0, 3600, n))
+    for i, s in zip(picks, seconds, strict=True):
+        intent = world.intents[i]
+        if rng.random() < spec.one_off_share:
+            intent, text = "oos", one_off(phrasings["oos"], rng)
+        else:
+            options = phrasings[intent]
+            text = options[
+                int(rng.choice(len(options), p=_zipf(len(options), spec.zipf_phrasings)))
+            ]
+            if rng.random() < spec.variation_share:
+                text = vary(text, rng)
+        u = rng.random()
+        temperature = round(float(rng.uniform(0.3, 1.0)), 2) if u < spec.sampled_share else 0.0
+        no_cache = spec.sampled_share <= u < spec.sampled_share + spec.no_cache_share
+        tokens_in = 150 + math.ceil(len(text.split()) * 1.3)
+        tokens_out = int(np.clip(rng.lognormal(4.7, 0.5), 8, 1024))
+        gpu_ms = round(0.15 * tokens_in + 12.0 * tokens_out, 1)
+        out.append(
+            {
+                "ts": start + timedelta(seconds=float(s)),
+                "tenant": tenant,
+                "model_id": spec.model_id,
+                "model_version": spec.model_version,
+                "template_version": spec.template_version,
+                "prompt": text,
+                "params": _params_json(temperature, bool(no_cache)),
+                "context_docs": _docs_json(intent, bool(intent != "oos" and world.rag_intent[i])),
+                "cache_outcome": "miss",
+                "latency_ms": round(gpu_ms + 20.0, 1),
+                "gpu_ms": gpu_ms,
+                "tokens_in": tokens_in,
+                "tokens_out": tokens_out,
+                "intent": intent,
+            }
+        )
+    return out
+
+
+def _params_json(temperature: float, no_cache: bool) -> str:
+    p: dict[str, object] = {"temperature": temperature, "max_tokens": 512}
+    if no_cache:
+        p["no_cache"] = True
+    return orjson.dumps(p).decode()
+
+
+def _docs_json(intent: str, rag: bool) -> str:
+    return orjson.dumps([{"doc_id": f"kb/{intent}", "version": 1}] if rag else []).decode()
+
+
+def write(df: pd.DataFrame, path: Path) -> Path:
+    """Parquet (zstd): ~20x smaller than jsonl for this log, and `stoker replay` reads it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, compression="zstd", index=False)
+    return path
