@@ -15,6 +15,8 @@ from stoker.commands import invalidate as _invalidate  # noqa: F401
 from stoker.commands import purge as _purge  # noqa: F401
 from stoker.commands import replay as _replay  # noqa: F401
 from stoker.commands import worker as _worker  # noqa: F401
+from stoker.commands import replay as _replay  # noqa: F401
+from stoker.commands import worker as _worker  # noqa: F401
 
 
 def main() -> None:

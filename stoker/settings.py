@@ -56,3 +56,19 @@ class StokerSettings(BaseSettings):
 
     def threshold_for(self, tenant: str) -> float:
         return self.tenant_thresholds.get(tenant, self.semantic_threshold)
+
+    # -- streams --
+    # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings
+    # (2 s session, 500 ms heartbeat, 10 ms fetch wait), which real Kafka must not get.
+    kafka_broker: Literal["kafka", "tansu"] = "kafka"
+    # Messages per consume() call; one Redis round trip and one offset commit per batch.
+    worker_batch_size: int = Field(default=5_000, ge=1, le=100_000)
+    # How long consume() waits for a batch to fill; also how fast stop() is noticed.
+    worker_poll_s: float = Field(default=0.25, gt=0, le=5)
+    # Outage back-off: doubles from base to max, re-reading the same offsets every time.
+    worker_backoff_base_s: float = Field(default=0.1, gt=0)
+    worker_backoff_max_s: float = Field(default=10.0, gt=0)
+    # Create the worker's topics at start; turn off where ACLs forbid CreateTopics.
+    worker_create_topics: bool = True
+    # Weeks of traffic the profile keeps (its keys expire after that).
+    traffic_retention_weeks: int = Field(default=4, ge=1, le=52)

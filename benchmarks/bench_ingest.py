@@ -1,0 +1,145 @@
+"""Traffic-worker ingest against raw confluent-kafka batch consume + orjson decode, same topic, same run.
+
+ratio = stoker events/s / raw events/s (goals: >= 0.5 and >= 100k events/s). Both read the same
+N pre-produced events from the embedded broker in their own consumer group; each is timed from
+the end of its first batch to its last event, so the group join (~1.5 s on Tansu) counts for
+neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import uuid
+
+import orjson
+from _common import emit
+from confluent_kafka import Consumer, Producer
+
+from schemas.codec import decode_event
+from stoker.embedded import EmbeddedStack
+from stoker.wiring import build_redis
+from streams.topics import consumer_config, ensure_topics, producer_config
+from streams.traffic import TrafficHandler
+from streams.worker import Worker, WorkerStats
+from warmers.profile import TrafficProfile
+
+BATCH = 5_000
+TIMEOUT_S = 300.0
+
+
+def make_events(n: int, seed: int = 7) -> list[bytes]:
+    """Zipf-like traffic: 20 tenants, 2 models, 20k distinct prompts, a week in time order.
+
+    Time order as a gateway (or a replayed log) produces it: a batch spans a few hours of the
+    week, not all 168, which is what makes per-batch aggregation pay."""
+    rng = random.Random(seed)
+    prompts = [f"how do I reset my password for product {i}?" for i in range(20_000)]
+    weights = [1.0 / (i + 1) for i in range(len(prompts))]
+    picks = rng.choices(range(len(prompts)), weights=weights, k=n)
+    out = []
+    for i, p in enumerate(picks):
+        miss = rng.random() < 0.3
+        out.append(
+            orjson.dumps(
+                {
+                    "type": "request_logged",
+                    "schema_version": 1,
+                    "event_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                    "ts": f"2025-03-{3 + i * 7 // n:02d}T{i * 168 // n % 24:02d}:"
+                    f"{i * 10080 // n % 60:02d}:{rng.randrange(60):02d}.123456Z",
+                    "request_id": f"r{i}",
+                    "tenant": f"tenant-{p % 20}",
+                    "model_id": f"llama-{p % 2}",
+                    "model_version": "v1",
+                    "template_version": "t1",
+                    "prompt": prompts[p],
+                    "params": {"temperature": 0.7 if rng.random() < 0.05 else 0.0},
+                    "context_docs": [{"doc_id": f"kb-{p % 50}", "version": 3}],
+                    "cache_outcome": "miss" if miss else "exact",
+                    "latency_ms": 420.0 if miss else 3.0,
+                    "gpu_ms": 400.0 if miss else 0.0,
+                    "tokens_in": 40,
+                    "tokens_out": 120 if miss else 0,
+                    "route": "/v1/chat/completions",
+                }
+            )
+        )
+    decode_event(out[0])  # the generator must produce valid events
+    return out
+
+
+def produce(bootstrap: str, topic: str, events: list[bytes]) -> None:
+    p = Producer(producer_config(bootstrap, embedded=True, **{"linger.ms": 5}))
+    for i, value in enumerate(events):
+        while True:
+            try:
+                p.produce(topic, value=value, key=str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
+def raw_rate(bootstrap: str, topic: str, n: int) -> float:
+    c = Consumer(consumer_config(bootstrap, f"raw-{uuid.uuid4().hex[:6]}", embedded=True))
+    c.subscribe([topic])
+    seen, first_at, first_n = 0, None, 0
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while seen < n and time.monotonic() < deadline:
+            msgs = c.consume(num_messages=BATCH, timeout=0.25)
+            for m in msgs:
+                orjson.loads(m.value())
+            seen += len(msgs)
+            if msgs and first_at is None:
+                first_at, first_n = time.perf_counter(), seen
+    finally:
+        c.close()
+    assert seen >= n and first_at is not None, f"raw consumer saw {seen} of {n}"
+    return (seen - first_n) / (time.perf_counter() - first_at)
+
+
+def stoker_rate(stack: EmbeddedStack, topic_prefix: str, n: int) -> float:
+    settings = stack.settings(kafka_broker="tansu", topic_prefix=topic_prefix)
+    handler = TrafficHandler(TrafficProfile(build_redis(settings)))
+    worker = Worker(settings, handler)
+    marks: dict[str, float] = {}
+
+    def done(s: WorkerStats) -> bool:
+        if s.batches and "first" not in marks:
+            marks["first"], marks["first_n"] = time.perf_counter(), s.events
+        return s.events + s.dlq >= n
+
+    assert worker.run_until(done, TIMEOUT_S), f"worker saw {worker.stats}"
+    elapsed = time.perf_counter() - marks["first"]
+    assert worker.stats.dlq == 0
+    return (worker.stats.events - marks["first_n"]) / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=300_000)
+    args = ap.parse_args()
+    events = make_events(args.events)
+    with EmbeddedStack() as stack:
+        prefix = f"bench{uuid.uuid4().hex[:6]}."
+        topic = f"{prefix}inference.requests"
+        ensure_topics(stack.kafka_bootstrap, {topic: 6})
+        produce(stack.kafka_bootstrap, topic, events)
+        raw = raw_rate(stack.kafka_bootstrap, topic, args.events)
+        ours = stoker_rate(stack, prefix, args.events)
+        emit(
+            "ingest_traffic",
+            events=args.events,
+            events_per_s=round(ours),
+            raw_events_per_s=round(raw),
+            ratio=round(ours / raw, 3),
+            goal_ratio_min=0.5,
+            goal_events_per_s_min=100_000,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""The worker loop every handler runs in: batch consume, decode, apply, dead-letter, commit.
+
+One batch, in order (numbered as in the code):
+1. consume up to batch_size messages (one confluent-kafka call);
+2. decode: good events for the handler, poison for the dead-letter topic;
+3. handler applies the good events (idempotent: a batch may come again);
+4. poison goes to stoker.dlq (original bytes and headers + dlq.* headers) and the producer is
+   flushed; done after apply so an outage's retries do not dead-letter the same record twice;
+5. offsets (last + 1 per partition) are committed synchronously.
+A RetriableError in 3-5 commits nothing: the worker seeks every partition of the batch back to
+the batch's first offset, backs off (doubling, bounded) and reads the same records again; it
+never skips. stop() (SIGTERM) lets the current batch finish and commit, then leaves the group.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from schemas.errors import BrokerUnavailable, RetriableError
+from stoker.settings import StokerSettings
+from streams.base import Handler, Poison
+from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
+
+log = logging.getLogger(__name__)
+
+DLQ_TOPIC = "stoker.dlq"
+# A dead letter must reach the broker before the offsets move past it; 10 s is far above a
+# healthy flush (~2 ms on the embedded broker) and bounds a stop during a broker outage.
+_DLQ_FLUSH_S = 10.0
+# How long close() may take to commit nothing further and leave the group.
+_CLOSE_S = 10.0
+
+
+@dataclass
+class WorkerStats:
+    """Counters for metrics and tests; written by the worker thread only."""
+
+    events: int = 0
+    batches: int = 0
+    dlq: int = 0
+    retries: int = 0
+    commits: int = 0
+    last_batch_at: float | None = None  # time.time() of the last committed batch
+    last_error: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the loop needs besides the handler; built from StokerSettings by default."""
+
+    bootstrap: str
+    group_id: str
+    embedded: bool = False
+    topic_prefix: str = ""
+    batch_size: int = 5_000
+    poll_s: float = 0.25
+    backoff_base_s: float = 0.1
+    backoff_max_s: float = 10.0
+    create_topics: bool = True
+
+    @classmethod
+    def from_settings(cls, s: StokerSettings, group_id: str) -> WorkerConfig:
+        if not s.kafka_bootstrap:
+            raise ValueError("kafka_bootstrap is not set (STOKER_KAFKA_BOOTSTRAP)")
+        return cls(
+            bootstrap=s.kafka_bootstrap,
+            group_id=group_id,
+            embedded=s.kafka_broker == "tansu",
+            topic_prefix=s.topic_prefix,
+            batch_size=s.worker_batch_size,
+            poll_s=s.worker_poll_s,
+            backoff_base_s=s.worker_backoff_base_s,
+            backoff_max_s=s.worker_backoff_max_s,
+            create_topics=s.worker_create_topics,
+        )
+
+
+def default_group_id(handler_name: str, topic_prefix: str = "") -> str:
+    # The prefix isolates environments (and tests) that share a broker, as it does for topics.
+    return f"{topic_prefix}stoker.{handler_name}"
+
+
+class Worker:
+    """Runs one handler in one consumer-group member. Not thread-safe except stop()."""
+
+    def __init__(
+        self,
+        source: StokerSettings | str,
+        handler: Handler,
+        group_id: str | None = None,
+        *,
+        embedded: bool = False,
+        config: WorkerConfig | None = None,
+    ) -> None:
+        if config is None:
+            if isinstance(source, StokerSettings):
+                group = group_id or default_group_id(handler.name, source.topic_prefix)
+                config = WorkerConfig.from_settings(source, group)
+            else:
+                group = group_id or default_group_id(handler.name)
+                config = WorkerConfig(bootstrap=source, group_id=group, embedded=embedded)
+        self.config = config
+        self.handler = handler
+        self.stats = WorkerStats()
+        self._stop = threading.Event()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._backoff_s = 0.0
+        self.topics = [topic_name(t, config.topic_prefix) for t in handler.topics]
+        self.dlq_topic = topic_name(DLQ_TOPIC, config.topic_prefix)
+
+    # -- lifecycle --
+    def stop(self) -> None:
+        """Ask the loop to finish its current batch, commit and return (safe from any thread)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> None:
+        """Consume until stop(); then commit nothing half-done, leave the group, close the handler."""
+        self.run_until(lambda _: False, timeout_s=None)
+
+    def run_until(self, predicate: Callable[[WorkerStats], bool], timeout_s: float | None) -> bool:
+        """Run until predicate(stats) holds (True), stop() or timeout_s passes (False); then close."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._open()
+        try:
+            while not self._stop.is_set():
+                if predicate(self.stats):
+                    return True
+                if deadline is not None and time.monotonic() > deadline:
+                    return False
+                self._step()
+            return predicate(self.stats)
+        finally:
+            self._close()
+
+    def _open(self) -> None:
+        c = self.config
+        if c.create_topics:
+            wanted = {self.dlq_topic: TOPICS[DLQ_TOPIC]}
+            wanted |= {topic_name(t, c.topic_prefix): TOPICS[t] for t in self.handler.topics}
+            ensure_topics(c.bootstrap, wanted)
+        self._consumer = Consumer(consumer_config(c.bootstrap, c.group_id, embedded=c.embedded))
+        self._consumer.subscribe(self.topics)
+        log.info("worker %s joined group %s on %s", self.handler.name, c.group_id, self.topics)
+
+    def _close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()  # leaves the group now: partitions move without a session timeout
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(_CLOSE_S)
+        self.handler.close()
+
+    # -- one batch --
+    def _step(self) -> None:
+        assert self._consumer is not None
+        batch = self._good_messages(
+            self._consumer.consume(num_messages=self.config.batch_size, timeout=self.config.poll_s)
+        )
+        if not batch:
+            return
+        try:
+            self._process(batch)
+        except RetriableError as exc:
+            self.stats.retries += 1
+            self.stats.last_error = str(exc)
+            self._rewind(batch)
+            self._back_off(exc)
+        else:
+            self._backoff_s = 0.0
+
+    def _process(self, batch: list[Message]) -> None:
+        decoded = self.handler.decode_batch(batch)  # 2
+        if decoded.items:
+            self.handler.apply_decoded(decoded)  # 3
+        self._dead_letter(decoded.poison)  # 4
+        self._commit(batch)  # 5
+        self.stats.events += len(decoded.items)
+        self.stats.dlq += len(decoded.poison)
+        self.stats.batches += 1
+        self.stats.last_batch_at = time.time()
+
+    def _good_messages(self, messages: list[Message]) -> list[Message]:
+        if all(m.error() is None for m in messages):  # the common case: one pass, no copy
+            return messages
+        good = []
+        for m in messages:
+            err = m.error()
+            if err is None:
+                good.append(m)
+            elif err.fatal():
+                raise BrokerUnavailable(f"fatal consumer error: {err.str()}")
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error (librdkafka retries it): %s", err.str())
+        return good
+
+    def _dead_letter(self, poison: Sequence[Poison]) -> None:
+        if not poison:
+            return
+        if self._producer is None:
+            c = self.config
+            self._producer = Producer(producer_config(c.bootstrap, embedded=c.embedded))
+        failed: list[str] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failed.append(err.str())
+
+        for p in poison:
+            self._producer.produce(
+                self.dlq_topic,
+                value=p.message.value(),
+                key=p.message.key(),
+                headers=dead_letter_headers(p, self.handler.name),
+                on_delivery=on_delivery,
+            )
+        left = self._producer.flush(_DLQ_FLUSH_S)
+        if left or failed:
+            raise BrokerUnavailable(
+                f"dead-letter topic {self.dlq_topic}: {left} undelivered, errors {failed[:3]}"
+            )
+
+    def _commit(self, batch: Sequence[Message]) -> None:
+        assert self._consumer is not None
+        try:
+            self._consumer.commit(offsets=next_offsets(batch), asynchronous=False)
+        except KafkaException as exc:
+            # The effects are applied and idempotent: re-reading the batch is safe, losing it not.
+            raise BrokerUnavailable(f"offset commit failed: {exc.args[0]}") from exc
+        self.stats.commits += 1
+
+    def _rewind(self, batch: Sequence[Message]) -> None:
+        """Seek each partition of the batch back to its first offset in the batch."""
+        assert self._consumer is not None
+        firsts: dict[tuple[str, int], int] = {}
+        for m in batch:
+            firsts.setdefault((m.topic() or "", m.partition() or 0), m.offset() or 0)
+        for (topic, partition), offset in firsts.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # Revoked meanwhile: its new owner starts from the last commit, which is earlier.
+                log.info("seek %s[%d] skipped: %s", topic, partition, exc.args[0])
+
+    def _back_off(self, exc: RetriableError) -> None:
+        c = self.config
+        self._backoff_s = min(c.backoff_max_s, max(c.backoff_base_s, self._backoff_s * 2))
+        log.warning(
+            "worker %s: %s; retrying the same batch in %.2f s",
+            self.handler.name,
+            exc,
+            self._backoff_s,
+        )
+        self._stop.wait(self._backoff_s)  # stop() cuts the wait short; nothing was committed
+
+
+def next_offsets(batch: Sequence[Message]) -> list[TopicPartition]:
+    """The offsets to commit: last offset + 1 of every partition in the batch."""
+    last: dict[tuple[str, int], int] = {}
+    for m in batch:
+        last[(m.topic() or "", m.partition() or 0)] = m.offset() or 0
+    return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+
+
+def dead_letter_headers(p: Poison, handler_name: str) -> list[tuple[str, str | bytes | None]]:
+    """Original headers first, then where the record sat and why it was refused."""
+    msg = p.message
+    given = msg.headers() or []
+    original = list(given.items()) if isinstance(given, dict) else list(given)
+    return [
+        *original,
+        ("dlq.reason", p.error.reason.encode()),
+        ("dlq.detail", p.error.detail.encode()[:4096]),
+        ("dlq.topic", (msg.topic() or "").encode()),
+        ("dlq.partition", str(msg.partition()).encode()),
+        ("dlq.offset", str(msg.offset()).encode()),
+        ("dlq.handler", handler_name.encode()),
+    ]

@@ -1,0 +1,150 @@
+"""The traffic profile on a real redis-server: counts, costs, representatives, exactly-once."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import redis
+from confluent_kafka import Message
+
+from streams.traffic import TrafficHandler
+from tests.streams.conftest import encode, request
+from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
+
+MONDAY_10 = week_and_hour(datetime(2025, 3, 3, 10, 15, tzinfo=UTC))
+
+
+def _batch(payloads: list[dict], partition: int = 0, first_offset: int = 0) -> list[Message]:
+    return [
+        Message(
+            topic="inference.requests",
+            partition=partition,
+            offset=first_offset + i,
+            value=encode(p),
+        )
+        for i, p in enumerate(payloads)
+    ]
+
+
+def _ingest(profile: TrafficProfile, messages: list[Message]) -> int:
+    h = TrafficHandler(profile)
+    decoded = h.decode_batch(messages)
+    assert decoded.poison == []
+    return profile.write(decoded.items)
+
+
+def _total(profile: TrafficProfile, tenant: str = "acme") -> int:
+    stats = profile.top_queries(tenant, "llama", "t1", range(HOURS_PER_WEEK), 10_000)
+    return sum(s.count for s in stats)
+
+
+def test_profile__counts_per_query_and_hour(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    payloads = [request(i) for i in range(70)]  # 7 prompts x 10
+    payloads += [request(100, ts="2025-03-04T11:00:00Z", prompt="tuesday question")]
+    assert _ingest(profile, _batch(payloads)) == 71
+    top = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 3)
+    assert [s.count for s in top] == [10, 10, 10]
+    assert all(s.weeks == 1 for s in top)
+    tuesday = profile.top_queries("acme", "llama", "t1", [24 + 11], 10)
+    assert [s.count for s in tuesday] == [1]
+    hourly = profile.hourly_counts("acme", "llama", "t1")
+    assert hourly[MONDAY_10[0]].warmable[MONDAY_10[1]] == 70
+    assert profile.daily_counts("acme", "llama", "t1")[date(2025, 3, 4)][11] == 1
+    assert profile.namespaces("acme") == [("llama", "t1")]
+    assert profile.tenants() == ["acme"]
+
+
+def test_profile__never_cacheable_counted_apart(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    payloads = [
+        request(1, params={"temperature": 0.7}),
+        request(2, params={"no_cache": True}),
+        request(3),
+    ]
+    _ingest(profile, _batch(payloads))
+    hc = profile.hourly_counts("acme", "llama", "t1")[MONDAY_10[0]]
+    assert (hc.warmable[MONDAY_10[1]], hc.uncacheable[MONDAY_10[1]]) == (1, 2)
+    assert _total(profile) == 1
+
+
+def test_profile__miss_cost_and_representative(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    same = "what is the refund policy?"
+    payloads = [
+        request(1, prompt=same, gpu_ms=100.0, tokens_in=10, tokens_out=30),
+        request(2, prompt="What is the  refund policy?", gpu_ms=300.0, tokens_in=10, tokens_out=50),
+        request(3, prompt=same, cache_outcome="exact", gpu_ms=0.0),
+        request(4, prompt=same, context_docs=[{"doc_id": "kb-1", "version": 3}], gpu_ms=200.0),
+    ]
+    _ingest(profile, _batch(payloads))
+    [top] = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    assert top.count == 4  # normalised prompt; doc version bumps keep the count
+    cost = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
+    assert (cost.misses, cost.gpu_ms, cost.tokens) == (3, 600.0, 10 + 30 + 10 + 50 + 30)
+    assert cost.gpu_ms_per_miss == 200.0
+    rep = profile.representative("acme", "llama", "t1", top.qkey)
+    assert rep is not None
+    assert rep["prompt"] == same and rep["context_docs"] == [{"doc_id": "kb-1", "version": 3}]
+
+
+def test_profile__cluster_key_groups_paraphrases(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    payloads = [
+        request(1, prompt="reset my password", cluster_key="pw"),
+        request(2, prompt="how to change password", cluster_key="pw"),
+    ]
+    _ingest(profile, _batch(payloads))
+    top = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    assert [(s.qkey.startswith("c:"), s.count) for s in top] == [(True, 2)]
+
+
+def test_profile__tenants_never_share_keys(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    _ingest(profile, _batch([request(1, tenant="a"), request(2, tenant="b"), request(3)]))
+    assert _total(profile, "a") == 1 and _total(profile, "b") == 1
+    assert profile.top_queries("nobody", "llama", "t1", [MONDAY_10[1]], 5) == []
+    for key in redis_client.scan_iter(match="stk:*"):
+        k = key.decode()
+        assert k == "stk:p:tenants" or k.startswith(("stk:{t:a}:", "stk:{t:b}:", "stk:{t:acme}:"))
+        if k != "stk:p:tenants":
+            assert 0 < redis_client.ttl(key) <= profile.ttl_s  # retention: every key expires
+
+
+def test_profile__redelivered_batch_is_not_counted_twice(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    msgs = _batch([request(i, tenant=f"t{i % 3}") for i in range(30)])
+    assert _ingest(profile, msgs) == 30
+    assert _ingest(profile, msgs) == 0  # a crash before the commit: the same batch again
+    assert sum(_total(profile, f"t{i}") for i in range(3)) == 30
+
+
+def test_profile__redelivery_with_other_boundaries_is_exact(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    msgs = _batch([request(i) for i in range(40)], partition=2, first_offset=1000)
+    _ingest(profile, msgs[:25])
+    # Redelivered from offset 1010 in a bigger batch: 1010..1024 are known, 1025..1039 new.
+    assert _ingest(profile, msgs[10:]) == 15
+    assert _total(profile) == 40
+    assert profile.watermarks("acme") == {"inference.requests:2": 1039}
+
+
+def test_profile__partitions_have_their_own_watermarks(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client)
+    _ingest(profile, _batch([request(i) for i in range(5)], partition=0, first_offset=50))
+    _ingest(profile, _batch([request(i) for i in range(5)], partition=1, first_offset=0))
+    assert _total(profile) == 10
+
+
+def test_profile__redis_down_is_cache_unavailable() -> None:
+    import pytest
+
+    from schemas.errors import CacheUnavailable
+    from stoker.embedded import free_port
+
+    r = redis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
+    profile = TrafficProfile(r)
+    h = TrafficHandler(profile)
+    decoded = h.decode_batch(_batch([request(1)]))
+    with pytest.raises(CacheUnavailable):
+        h.apply_decoded(decoded)

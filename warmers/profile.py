@@ -1,0 +1,480 @@
+"""The traffic profile in Redis: per query, how often it is asked in each hour of the week.
+
+Key layout (every key carries the tenant hash tag, so one tenant's profile lives in one Redis
+Cluster slot and one Lua script can update it atomically; no key is shared across tenants):
+
+    stk:{t:<tenant>}:p:q:<model>:<template>:<week>:<how>   zset  query key -> warmable requests
+    stk:{t:<tenant>}:p:h:<model>:<template>:<week>         hash  "<how>" -> warmable, "u<how>" -> never cacheable
+    stk:{t:<tenant>}:p:c:<model>:<template>:<week>         hash  "<qkey>:m|g|t" -> GPU-reaching requests, gpu us, tokens
+    stk:{t:<tenant>}:p:r:<model>:<template>:<week>         hash  query key -> representative request (JSON)
+    stk:{t:<tenant>}:p:w:<model>:<template>                zset  weeks seen (member = score = week number)
+    stk:{t:<tenant>}:p:ns                                  set   "<model>\\x1f<template>" seen
+    stk:{t:<tenant>}:p:wm                                  hash  "<topic>:<partition>" -> last applied offset
+    stk:p:tenants                                          set   tenants seen (not atomic with the rest)
+
+<week> counts Monday-based UTC weeks since the epoch; <how> is the hour of the week, 0 = Monday
+00:00-01:00 UTC. The model *version* is left out on purpose: traffic learned under one version
+is what the deploy worker pre-warms the next one with.
+
+Exactly-once counting: the per-partition watermark lives in the tenant's own slot (one hash per
+tenant, not one global hash, which would sit in another slot and break atomicity on Cluster),
+and APPLY_LUA checks it and adds the counts in one atomic step. A tenant's events of a batch
+are applied only if every partition's watermark is below that partition's first offset in the
+batch; otherwise the script applies nothing and returns the watermarks, and the caller drops
+what they cover and retries. So an event is counted iff its offset is above the watermark,
+once, whatever the batch boundaries of a redelivery are.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any, NamedTuple, Protocol
+
+import orjson
+import redis
+
+from caches.boundary import redis_boundary
+from caches.constants import KEY_ROOT
+from caches.keys import enc, tenant_tag
+from schemas.errors import CacheUnavailable
+
+HOURS_PER_WEEK = 168
+WEEK_S = 7 * 86_400
+# 1970-01-01 was a Thursday: shifting by 3 days makes weeks start on Monday.
+_EPOCH_SHIFT_DAYS = 3
+PROFILE_TENANTS = f"{KEY_ROOT}:p:tenants"
+# A partial refusal needs one more round trip; more than 4 in a row means another worker keeps
+# moving the same watermark (a rebalance storm), and the batch is retried as a whole later.
+_MAX_REFUSALS = 4
+
+# KEYS = [watermark hash, data key 1..n]; ARGV = [ttl_s, JSON batch]. The batch is one JSON
+# argument, not thousands of ARGV items: redis-py packs each argument in Python (~3 us each),
+# while cjson decodes in C. Increments are grouped per key and applied as one variadic read
+# (ZMSCORE / HMGET) and one variadic write (ZADD / HSET) per key and chunk: a batch of 5k
+# events makes ~7k single-field increments but only ~500 keys, and each redis.call from Lua
+# costs about as much as the C work behind it. Batch fields (k = index into KEYS):
+#   p: [part, first offset, last offset, ...] (offsets as strings: Lua prints 1e+14 past 14 digits)
+#   z: [k, [member, n, ...], ...] add n to scores   h: [k, [field, n, ...], ...] add n to fields
+#   s: [k, [field, value, ...], ...] set fields     w: [k, week, ...] ZADD week   a: [k, member, ...] SADD
+APPLY_LUA = """
+local ttl = tonumber(ARGV[1])
+local b = cjson.decode(ARGV[2])
+local p = b.p
+local stale = {}
+for i = 1, #p, 3 do
+  local cur = redis.call('HGET', KEYS[1], p[i])
+  if cur and tonumber(cur) >= tonumber(p[i + 1]) then
+    stale[#stale + 1] = p[i]
+    stale[#stale + 1] = cur
+  end
+end
+if #stale > 0 then return stale end
+for i = 1, #p, 3 do redis.call('HSET', KEYS[1], p[i], p[i + 2]) end
+-- 2000 arguments per call: far below Lua's unpack limit (~8000 C stack slots)
+local CHUNK = 2000
+local function add(read, write, score_first, key, pairs)
+  for c = 1, #pairs, CHUNK do
+    local last = math.min(c + CHUNK - 1, #pairs)
+    local names = {}
+    for i = c, last, 2 do names[#names + 1] = pairs[i] end
+    local cur = redis.call(read, key, unpack(names))
+    local args = {}
+    for j = 1, #names do
+      local v = (tonumber(cur[j]) or 0) + pairs[c + 2 * j - 1]
+      if score_first then
+        args[#args + 1] = v
+        args[#args + 1] = names[j]
+      else
+        args[#args + 1] = names[j]
+        args[#args + 1] = v
+      end
+    end
+    redis.call(write, key, unpack(args))
+  end
+end
+local z, h, s, w, a = b.z, b.h, b.s, b.w, b.a
+for i = 1, #z, 2 do add('ZMSCORE', 'ZADD', true, KEYS[z[i]], z[i + 1]) end
+for i = 1, #h, 2 do add('HMGET', 'HSET', false, KEYS[h[i]], h[i + 1]) end
+for i = 1, #s, 2 do
+  local f = s[i + 1]
+  for c = 1, #f, CHUNK do redis.call('HSET', KEYS[s[i]], unpack(f, c, math.min(c + CHUNK - 1, #f))) end
+end
+for i = 1, #w, 2 do redis.call('ZADD', KEYS[w[i]], w[i + 1], w[i + 1]) end
+for i = 1, #a, 2 do redis.call('SADD', KEYS[a[i]], a[i + 1]) end
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
+return {}
+"""
+
+
+def week_and_hour(ts: datetime) -> tuple[int, int]:
+    """(Monday-based week number since the epoch, hour of week 0..167) of an aware time."""
+    epoch_h = int(ts.timestamp()) // 3600
+    days = epoch_h // 24 + _EPOCH_SHIFT_DAYS
+    return days // 7, (days % 7) * 24 + epoch_h % 24
+
+
+def week_start(week: int) -> date:
+    return date(1970, 1, 1) + timedelta(days=week * 7 - _EPOCH_SHIFT_DAYS)
+
+
+class Representative(Protocol):
+    """A request that can be re-issued when warming; rendered once per query and batch."""
+
+    def to_json(self) -> str: ...
+
+
+class Observation(NamedTuple):
+    """What the profile keeps of one request. Built ~150k times a second: make it with
+    `observation(...)`, which skips NamedTuple's Python-level __new__ (0.8 us -> 0.1 us here)."""
+
+    tenant: str
+    model_id: str
+    template_version: str
+    qkey: str
+    week: int
+    how: int
+    cacheable: bool  # False: temperature > 0 or no_cache; counted apart, never warmed
+    gpu_ms: float  # > 0 only when the request reached the GPU (a miss or a bypass)
+    tokens: int
+    representative: Representative | None  # set on GPU-reaching cacheable requests
+    part: str  # "<topic>:<partition>"
+    offset: int
+
+
+def observation(*fields: Any) -> Observation:
+    return _tuple_new(Observation, fields)
+
+
+_tuple_new = tuple.__new__
+
+# Added to the hour of week of never-cacheable requests while aggregating (an int, not a
+# "u<how>" string built per event); turned into the "u<how>" field when the batch is written.
+_UNCACHEABLE = 1000
+
+
+@dataclass
+class TenantDelta:
+    """One tenant's share of a batch, aggregated in memory, as one APPLY_LUA call in its slot."""
+
+    tenant: str
+    parts: dict[str, list[int]] = field(default_factory=dict)  # part -> [first, last] offset
+    queries: dict[tuple[str, str, int, int, str], int] = field(default_factory=dict)
+    hours: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # see _UNCACHEABLE
+    costs: dict[tuple[str, str, int, str], list[int]] = field(default_factory=dict)  # m, g, t
+    reps: dict[tuple[str, str, int, str], Representative] = field(default_factory=dict)
+    events: int = 0
+
+    def script_args(self, ttl_s: int) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV for APPLY_LUA."""
+        base = f"{tenant_tag(self.tenant)}:p"
+        keys = [f"{base}:wm"]
+        index: dict[str, int] = {}
+
+        def k(name: str) -> int:
+            i = index.get(name)
+            if i is None:
+                keys.append(name)
+                i = index[name] = len(keys)
+            return i
+
+        wheres = {(m, t, wk) for m, t, wk, _ in self.hours} | {q[:3] for q in self.queries}
+        paths = {(m, t): f"{enc(m)}:{enc(t)}" for m, t, _ in wheres}
+        z: dict[int, list[Any]] = {}
+        h: dict[int, list[Any]] = {}
+        s: dict[int, list[Any]] = {}
+        w: list[Any] = []
+        a: list[Any] = []
+        for m, t, wk in wheres:
+            w += (k(f"{base}:w:{paths[m, t]}"), wk)
+            a += (k(f"{base}:ns"), f"{m}\x1f{t}")
+        for (m, t, wk, how, q), n in self.queries.items():
+            z.setdefault(k(f"{base}:q:{paths[m, t]}:{wk}:{how}"), []).extend((q, n))
+        hours = dict(self.hours)  # never-cacheable ones, counted per event
+        for (m, t, wk, how, _), n in self.queries.items():
+            hours[m, t, wk, how] = hours.get((m, t, wk, how), 0) + n
+        for (m, t, wk, how), n in hours.items():
+            f = str(how) if how < _UNCACHEABLE else f"u{how - _UNCACHEABLE}"
+            h.setdefault(k(f"{base}:h:{paths[m, t]}:{wk}"), []).extend((f, n))
+        for (m, t, wk, q), (misses, gpu_us, tokens) in self.costs.items():
+            fields = (f"{q}:m", misses, f"{q}:g", gpu_us, f"{q}:t", tokens)
+            h.setdefault(k(f"{base}:c:{paths[m, t]}:{wk}"), []).extend(fields)
+        for (m, t, wk, q), rep in self.reps.items():
+            s.setdefault(k(f"{base}:r:{paths[m, t]}:{wk}"), []).extend((q, rep.to_json()))
+        p: list[Any] = []
+        for part, (first, last) in self.parts.items():
+            p += (part, str(first), str(last))
+        batch = {"p": p, "z": _flat(z), "h": _flat(h), "s": _flat(s), "w": w, "a": a}
+        return keys, [ttl_s, orjson.dumps(batch)]
+
+
+def _flat(by_key: dict[int, list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for ki, pairs in by_key.items():
+        out += (ki, pairs)
+    return out
+
+
+def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
+    """Sum observations per tenant (one pass; the hot loop of the traffic worker's write)."""
+    deltas: dict[str, TenantDelta] = {}
+    for tenant, m, t, q, wk, how, cacheable, gpu_ms, tokens, rep, part, offset in observations:
+        d = deltas.get(tenant)
+        if d is None:
+            d = deltas[tenant] = TenantDelta(tenant)
+        span = d.parts.get(part)
+        if span is not None:  # offsets of one partition arrive in order within a batch
+            span[1] = offset
+        elif part:  # "" = no offset known (TrafficHandler.apply): no watermark
+            d.parts[part] = [offset, offset]
+        d.events += 1
+        if not cacheable:
+            hk = (m, t, wk, how + _UNCACHEABLE)
+            d.hours[hk] = d.hours.get(hk, 0) + 1
+            continue
+        qk = (m, t, wk, how, q)
+        d.queries[qk] = d.queries.get(qk, 0) + 1
+        if rep is not None:
+            ck = (m, t, wk, q)
+            cost = d.costs.get(ck)
+            if cost is None:
+                cost = d.costs[ck] = [0, 0, 0]
+            cost[0] += 1
+            cost[1] += round(gpu_ms * 1000)  # integer us: HINCRBY, no float drift
+            cost[2] += tokens
+            d.reps[ck] = rep
+    return deltas
+
+
+@dataclass(frozen=True)
+class QueryStat:
+    qkey: str
+    count: int  # requests over the hours asked, summed over `weeks` weeks
+    weeks: int
+
+
+@dataclass(frozen=True)
+class MissCost:
+    misses: int  # requests that reached the GPU
+    gpu_ms: float  # summed over those
+    tokens: int
+
+    @property
+    def gpu_ms_per_miss(self) -> float:
+        return self.gpu_ms / self.misses if self.misses else 0.0
+
+
+@dataclass(frozen=True)
+class HourlyCounts:
+    warmable: list[int]  # 168 buckets
+    uncacheable: list[int]
+
+
+class TrafficProfile:
+    """Writes batches of observations exactly once per offset, and answers the warmers' reads."""
+
+    def __init__(self, r: redis.Redis, retention_weeks: int = 4) -> None:
+        self.r = r
+        self.retention_weeks = retention_weeks
+        # Keys live a week past retention: the oldest kept week stays whole until it ages out.
+        self.ttl_s = (retention_weeks + 1) * WEEK_S
+        self._script = r.register_script(APPLY_LUA)
+
+    # -- write side --
+    def write(self, observations: Sequence[Observation]) -> int:
+        """Apply observations (offset order per partition); returns how many were counted.
+
+        One pipelined round trip for the whole batch, plus one per tenant whose watermark
+        already covers part of it (only after a crash or rebalance).
+        """
+        pending = aggregate(observations)
+        by_tenant: dict[str, list[Observation]] | None = None
+        counted = 0
+        for _ in range(_MAX_REFUSALS):
+            stale = self._apply(pending)
+            counted += sum(d.events for t, d in pending.items() if t not in stale)
+            if not stale:
+                return counted
+            if by_tenant is None:
+                by_tenant = {}
+                for o in observations:
+                    by_tenant.setdefault(o.tenant, []).append(o)
+            pending = {}
+            for tenant, marks in stale.items():
+                fresh = [o for o in by_tenant[tenant] if o.offset > marks.get(o.part, -1)]
+                pending.update(aggregate(fresh))
+            if not pending:
+                return counted
+        raise CacheUnavailable(f"profile watermarks kept moving for tenants {sorted(pending)}")
+
+    def _apply(self, deltas: dict[str, TenantDelta]) -> dict[str, dict[str, int]]:
+        """One pipeline: every tenant's script; returns refused tenants with their watermarks."""
+        if not deltas:
+            return {}
+        tenants = list(deltas)
+        with redis_boundary("profile write"):
+            for attempt in (0, 1):
+                pipe = self.r.pipeline(transaction=False)
+                pipe.sadd(PROFILE_TENANTS, *tenants)
+                for t in tenants:
+                    keys, argv = deltas[t].script_args(self.ttl_s)
+                    pipe.evalsha(self._script.sha, len(keys), *keys, *argv)
+                try:
+                    results = pipe.execute()
+                    break
+                except redis.exceptions.NoScriptError:
+                    # A restarted or failed-over Redis lost its script cache: load once, redo
+                    # (a script either ran whole or not at all, so redoing is safe).
+                    if attempt:
+                        raise
+                    self._script.sha = self.r.script_load(APPLY_LUA)
+        stale: dict[str, dict[str, int]] = {}
+        res: Any
+        for t, res in zip(tenants, results[1:], strict=True):
+            if res:
+                it = iter(res)
+                stale[t] = {_s(p): int(w) for p, w in zip(it, it, strict=True)}
+        return stale
+
+    # -- read side --
+    def tenants(self) -> list[str]:
+        with redis_boundary("profile tenants"):
+            raw: Any = self.r.smembers(PROFILE_TENANTS)
+        return sorted(_s(t) for t in raw)
+
+    def namespaces(self, tenant: str) -> list[tuple[str, str]]:
+        """(model_id, template_version) pairs seen for the tenant."""
+        with redis_boundary("profile namespaces"):
+            raw: Any = self.r.smembers(f"{tenant_tag(tenant)}:p:ns")
+        pairs = (_s(x).split("\x1f", 1) for x in raw)
+        return sorted((m, t) for m, t in pairs)
+
+    def weeks(self, tenant: str, model_id: str, template_version: str) -> list[int]:
+        """Weeks with data, newest first, at most retention_weeks of them."""
+        key = _base(tenant, model_id, template_version, "w")
+        with redis_boundary("profile weeks"):
+            raw: Any = self.r.zrevrange(key, 0, self.retention_weeks - 1)
+        return [int(w) for w in raw]
+
+    def top_queries(
+        self,
+        tenant: str,
+        model_id: str,
+        template_version: str,
+        hours_of_week: Iterable[int],
+        limit: int,
+    ) -> list[QueryStat]:
+        """The most asked warmable queries in those hours, summed over the retained weeks."""
+        weeks = self.weeks(tenant, model_id, template_version)
+        hours = sorted(set(hours_of_week))
+        if not weeks or not hours or limit <= 0:
+            return []
+        if any(not 0 <= h < HOURS_PER_WEEK for h in hours):
+            raise ValueError(f"hours of week lie in 0..167, got {hours}")
+        base = _base(tenant, model_id, template_version, "q")
+        keys = [f"{base}:{w}:{h}" for w in weeks for h in hours]
+        with redis_boundary("profile top queries"):
+            # ZUNION sums per member server-side, in the tenant's slot: one round trip.
+            rows: Any = self.r.zunion(keys, withscores=True)
+        best = heapq.nlargest(limit, rows, key=lambda row: row[1])
+        return [QueryStat(_s(q), int(n), len(weeks)) for q, n in best]
+
+    def hourly_counts(
+        self, tenant: str, model_id: str, template_version: str
+    ) -> dict[int, HourlyCounts]:
+        """Per retained week: requests per hour of week (warmable and never cacheable)."""
+        weeks = self.weeks(tenant, model_id, template_version)
+        base = _base(tenant, model_id, template_version, "h")
+        with redis_boundary("profile hourly counts"):
+            pipe = self.r.pipeline(transaction=False)
+            for w in weeks:
+                pipe.hgetall(f"{base}:{w}")
+            raws = pipe.execute()
+        out: dict[int, HourlyCounts] = {}
+        for w, raw in zip(weeks, raws, strict=True):
+            hc = HourlyCounts([0] * HOURS_PER_WEEK, [0] * HOURS_PER_WEEK)
+            for f, n in raw.items():
+                name = _s(f)
+                if name.startswith("u"):
+                    hc.uncacheable[int(name[1:])] = int(n)
+                else:
+                    hc.warmable[int(name)] = int(n)
+            out[w] = hc
+        return out
+
+    def daily_counts(
+        self, tenant: str, model_id: str, template_version: str
+    ) -> dict[date, list[int]]:
+        """All requests per UTC day and hour (24 buckets), for clustering days into regimes."""
+        out: dict[date, list[int]] = {}
+        for w, hc in self.hourly_counts(tenant, model_id, template_version).items():
+            start = week_start(w)
+            for d in range(7):
+                hours = range(d * 24, d * 24 + 24)
+                out[start + timedelta(days=d)] = [hc.warmable[h] + hc.uncacheable[h] for h in hours]
+        return dict(sorted(out.items()))
+
+    def miss_costs(
+        self, tenant: str, model_id: str, template_version: str, qkeys: Sequence[str]
+    ) -> dict[str, MissCost]:
+        """GPU cost of each query's misses, summed over the retained weeks (absent: never missed)."""
+        weeks = self.weeks(tenant, model_id, template_version)
+        base = _base(tenant, model_id, template_version, "c")
+        fields = [f"{q}:{x}" for q in qkeys for x in "mgt"]
+        if not weeks or not fields:
+            return {}
+        with redis_boundary("profile miss costs"):
+            pipe = self.r.pipeline(transaction=False)
+            for w in weeks:
+                pipe.hmget(f"{base}:{w}", fields)
+            per_week = pipe.execute()
+        out: dict[str, MissCost] = {}
+        for i, q in enumerate(qkeys):
+            m = g = t = 0
+            for vals in per_week:
+                m += int(vals[3 * i] or 0)
+                g += int(vals[3 * i + 1] or 0)
+                t += int(vals[3 * i + 2] or 0)
+            if m:
+                out[q] = MissCost(m, g / 1000.0, t)
+        return out
+
+    def representatives(
+        self, tenant: str, model_id: str, template_version: str, qkeys: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """The latest request seen for each query key (prompt, params, context_docs, ...)."""
+        weeks = self.weeks(tenant, model_id, template_version)
+        base = _base(tenant, model_id, template_version, "r")
+        if not weeks or not qkeys:
+            return {}
+        with redis_boundary("profile representatives"):
+            pipe = self.r.pipeline(transaction=False)
+            for w in weeks:  # newest first: the first week that has it wins
+                pipe.hmget(f"{base}:{w}", list(qkeys))
+            per_week = pipe.execute()
+        out: dict[str, dict[str, Any]] = {}
+        for vals in per_week:
+            for q, raw in zip(qkeys, vals, strict=True):
+                if raw is not None and q not in out:
+                    out[q] = orjson.loads(raw)
+        return out
+
+    def representative(
+        self, tenant: str, model_id: str, template_version: str, qkey: str
+    ) -> dict[str, Any] | None:
+        return self.representatives(tenant, model_id, template_version, [qkey]).get(qkey)
+
+    def watermarks(self, tenant: str) -> dict[str, int]:
+        with redis_boundary("profile watermarks"):
+            raw: Any = self.r.hgetall(f"{tenant_tag(tenant)}:p:wm")
+        return {_s(k): int(v) for k, v in raw.items()}
+
+
+def _base(tenant: str, model_id: str, template_version: str, kind: str) -> str:
+    return f"{tenant_tag(tenant)}:p:{kind}:{enc(model_id)}:{enc(template_version)}"
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
