@@ -206,3 +206,17 @@ class Generations:
         key = K.model_gen_key(K.Namespace(tenant, model_id, model_version, ""))
         with redis_boundary("retire tenant version"):
             self._r.set(key, C.RETIRED)
+
+    def raise_doc_floors(self, floors: Sequence[tuple[str, str, int]]) -> list[int]:
+        """raise_doc_floor for many (tenant, doc_id, floor) in one round trip; the floors now."""
+        if not floors:
+            return []
+        with redis_boundary("raise doc floors"):
+            pipe = self._r.pipeline(transaction=False)
+            for tenant, doc_id, floor in floors:
+                self._raise_floor(
+                    keys=[K.doc_floor_key(tenant, doc_id)],
+                    args=[floor, C.GENERATION_TTL_S],
+                    client=pipe,
+                )
+            return [int(v) for v in pipe.execute()]

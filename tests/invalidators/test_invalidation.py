@@ -167,3 +167,31 @@ def test_kb_changed__prunes_index_members_whose_entry_expired(client, inv):
     res = inv.kb_changed(kb("kb/refunds", 2))
     assert (res.deleted, res.pruned) == (0, 1)
     assert not client.redis.exists(K.doc_index_key("acme", "kb/refunds"))
+
+
+def test_kb_changed_many__a_batch_with_duplicates_and_disorder_equals_one_by_one(client, inv):
+    refunds = {v: warm(client, req(f"refunds {v}", ("kb/refunds", v))) for v in (1, 2, 3, 4)}
+    shoes = {v: warm(client, req(f"shoes {v}", ("kb/shoes", v))) for v in (1, 2)}
+    globex = warm(client, req("refunds 1", ("kb/refunds", 1), tenant="globex"))
+    batch = [
+        kb("kb/refunds", 3),
+        kb("kb/refunds", 2),  # older, later in the batch
+        kb("kb/refunds", 3),  # duplicate
+        kb("kb/shoes", 1, "retracted"),
+    ]
+    res = inv.kb_changed_many(batch)
+    assert (res.deleted, res.kept) == (3, 3)
+    alive = {f"refunds {v}": bool(client.redis.exists(k)) for v, k in refunds.items()}
+    alive |= {f"shoes {v}": bool(client.redis.exists(k)) for v, k in shoes.items()}
+    assert alive == {
+        "refunds 1": False,
+        "refunds 2": False,
+        "refunds 3": True,
+        "refunds 4": True,
+        "shoes 1": False,
+        "shoes 2": True,
+    }
+    assert client.redis.exists(globex)
+    assert inv.kb_changed_many(batch).deleted == 0  # redelivered batch
+    pending = client.lookup(req("refunds late", ("kb/refunds", 2)))
+    assert not client.store(pending, "stale").landed
