@@ -183,15 +183,16 @@ class Replayer:
 
     def run(self, path: Path, fmt: str) -> ReplaySummary:
         pacer = Pacer(self.speed)
-        for line, row in read_rows(path, fmt):
-            self.summary.rows += 1
-            ev = self._event(line, row)
-            if ev is not None and self._in_window(ev):
-                pacer.wait(ev.ts)
-                self._produce(ev)
-            self.on_row(self.summary)
-        left = self.producer.flush(_FLUSH_S)
-        self.summary.failed += left
+        try:
+            for line, row in read_rows(path, fmt):
+                self.summary.rows += 1
+                ev = self._event(line, row)
+                if ev is not None and self._in_window(ev):
+                    pacer.wait(ev.ts)
+                    self._produce(ev)
+                self.on_row(self.summary)
+        finally:  # --strict stops at a bad row: what was sent before it still gets delivered
+            self.summary.failed += self.producer.flush(_FLUSH_S)
         return self.summary
 
     def _event(self, line: int, row: dict[str, Any] | BadRow) -> RequestLogged | None:

@@ -48,6 +48,8 @@ class WorkerStats:
     commits: int = 0
     last_batch_at: float | None = None  # time.time() of the last committed batch
     last_error: str = ""
+    # Partitions this member owns now, as "topic:partition" (rebalance callbacks keep it).
+    assigned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,15 @@ class Worker:
             wanted |= {topic_name(t, c.topic_prefix): TOPICS[t] for t in self.handler.topics}
             ensure_topics(c.bootstrap, wanted)
         self._consumer = Consumer(consumer_config(c.bootstrap, c.group_id, embedded=c.embedded))
-        self._consumer.subscribe(self.topics)
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info("worker %s joined group %s on %s", self.handler.name, c.group_id, self.topics)
+
+    def _on_assign(self, _c: Consumer, partitions: list[TopicPartition]) -> None:
+        self.stats.assigned = self.stats.assigned | {f"{p.topic}:{p.partition}" for p in partitions}
+
+    def _on_revoke(self, _c: Consumer, partitions: list[TopicPartition]) -> None:
+        # Nothing to flush: every applied batch was committed before the next consume() call.
+        self.stats.assigned = self.stats.assigned - {f"{p.topic}:{p.partition}" for p in partitions}
 
     def _close(self) -> None:
         consumer, self._consumer = self._consumer, None

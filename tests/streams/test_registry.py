@@ -1,0 +1,64 @@
+"""The handler registry and the `stoker worker` verb's exit codes."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from schemas.events import Event
+from stoker.cli import app
+from stoker.settings import StokerSettings
+from streams import registry
+from streams.base import Handler
+from streams.traffic import TrafficHandler
+
+runner = CliRunner()
+
+
+class Nop(Handler):
+    name = "nop"
+    topics = ["stoker.status"]  # noqa: RUF012
+
+    def apply(self, events: list[Event]) -> None:
+        return None
+
+
+def test_registry__traffic_is_built_in(redis_url: str) -> None:
+    handler = registry.build_handler("traffic", StokerSettings(redis_url=redis_url))
+    try:
+        assert isinstance(handler, TrafficHandler)
+        assert handler.topics == ["inference.requests"]
+    finally:
+        handler.close()
+
+
+def test_registry__register_and_unregister() -> None:
+    registry.register("scheduler", lambda _s: Nop())
+    try:
+        assert "scheduler" in registry.available()
+        assert isinstance(registry.build_handler("scheduler", StokerSettings()), Nop)
+    finally:
+        registry.unregister("scheduler")
+    assert "scheduler" not in registry.available()
+
+
+def test_registry__known_name_without_factory_is_not_available() -> None:
+    with pytest.raises(registry.HandlerNotAvailable, match="not available yet"):
+        registry.factory_for("no-such-worker")
+
+
+def test_worker_cli__unknown_name_exits_2() -> None:
+    result = runner.invoke(app, ["worker", "bogus", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 2
+
+
+def test_worker_cli__bad_broker_kind_exits_2() -> None:
+    result = runner.invoke(app, ["worker", "traffic", "--bootstrap", "x:1", "--broker", "pulsar"])
+    assert result.exit_code == 2
+
+
+def test_worker_cli__unbuilt_worker_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_BUILTIN", {"traffic": registry._BUILTIN["traffic"]})
+    result = runner.invoke(app, ["worker", "scheduler", "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, registry.HandlerNotAvailable)
