@@ -1,0 +1,1 @@
+"""Inference backends: the contract, an OpenAI-compatible client and the simulated GPU."""

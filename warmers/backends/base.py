@@ -1,0 +1,88 @@
+"""The backend contract: one generation in, one answer out, errors already in stoker's tree.
+
+A Backend raises only these (every library error is translated at its boundary):
+- BackendOverloaded (429): alive but full; raised at once, never retried inside the backend,
+  so the shadow warmer's AIMD sees every one;
+- BackendUnavailable: timeouts, connect errors, 5xx, malformed answers (retriable);
+- BackendRejected: any other 4xx; the same request would fail again (poison).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self
+
+from caches.client import CacheRequest
+from schemas.common import DocRef, RequestParams
+
+FinishReason = Literal["stop", "length", "unknown"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to generate and for whom.
+
+    `prompt` is the fully rendered prompt (template applied, retrieved context inlined); `docs`
+    only name that context for the cache key and are not sent to the backend.
+    """
+
+    tenant: str
+    model_id: str
+    model_version: str
+    template_version: str
+    prompt: str
+    params: RequestParams = field(default_factory=RequestParams)
+    docs: tuple[DocRef, ...] = ()
+
+    def cache_request(self) -> CacheRequest:
+        """The cache identity of this request (same tenant, namespace, prompt, params, docs)."""
+        return CacheRequest(
+            self.tenant,
+            self.model_id,
+            self.model_version,
+            self.template_version,
+            self.prompt,
+            self.params,
+            self.docs,
+        )
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One answer. `gpu_ms` is the backend's own figure when it reports one, else the latency.
+
+    `retries` counts attempts that failed before this one succeeded (5xx, timeouts): a caller
+    pacing itself on the backend's health treats them as congestion, as it does a 429.
+    """
+
+    text: str
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+    gpu_ms: float
+    finish_reason: FinishReason = "stop"
+    retries: int = 0
+
+
+class Backend(ABC):
+    """An inference backend. Safe to call concurrently from one event loop."""
+
+    @abstractmethod
+    async def generate(self, req: GenerationRequest) -> Generation:
+        """Generate one answer; raises BackendOverloaded / BackendUnavailable / BackendRejected."""
+
+    async def aclose(self) -> None:  # noqa: B027  (most backends hold nothing to close)
+        """Release connections."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

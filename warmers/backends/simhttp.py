@@ -1,0 +1,307 @@
+"""The simulator's OpenAI-compatible HTTP face: a small HTTP/1.1 keep-alive server on asyncio.
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+POST /sim/slots {"slots": n} (change capacity at run time). Usage carries `gpu_ms`, an
+extension field, so the cache can record what a miss costs.
+
+Run it as a task of your loop (`SimServer.start/stop`), in a background thread
+(`SimulatorThread`, a context manager) or as `stoker sim-backend --port P`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict
+from types import TracebackType
+from typing import Any, Self
+
+import orjson
+
+from warmers.backends.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
+
+LOOPBACK = "127.0.0.1"
+MAX_BODY_BYTES = 4 * 1024 * 1024  # 4 MB: a 32k-char prompt is ~128 KB of JSON even escaped
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+}
+Reply = tuple[int, Any]
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str, kind: str) -> Reply:
+    return status, {"error": {"message": message, "type": kind, "code": status}}
+
+
+def _prompt_of(path: str, body: dict[str, Any]) -> str:
+    if path.endswith("/chat/completions"):
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("messages must be a non-empty list")
+        if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
+            raise BadRequest("every message needs a string content")
+        return "\n".join(m["content"] for m in msgs)
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    return prompt
+
+
+def _max_tokens_of(body: dict[str, Any]) -> int | None:
+    mt = body.get("max_tokens")
+    if mt is None:
+        return None
+    if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
+        raise BadRequest("max_tokens must be an integer >= 1")
+    return mt
+
+
+def _completion(path: str, model: str, a: SimAnswer) -> dict[str, Any]:
+    usage = {
+        "prompt_tokens": a.tokens_in,
+        "completion_tokens": a.tokens_out,
+        "total_tokens": a.tokens_in + a.tokens_out,
+        "gpu_ms": a.gpu_ms,
+    }
+    chat = path.endswith("/chat/completions")
+    choice: dict[str, Any] = {"index": 0, "finish_reason": a.finish_reason}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": a.text}
+    else:
+        choice["text"] = a.text
+    return {
+        "id": "simcmpl-" + hashlib.sha256(a.text.encode()).hexdigest()[:16],
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+class SimServer:
+    """The HTTP server around one Simulator. start/stop on the caller's loop."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.sim = Simulator(config)
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    async def start(self, host: str = LOOPBACK, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._handle, host, port, backlog=1024)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop listening, cancel every open connection and wait for them: nothing lingers."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        conns = list(self._conns)
+        for t in conns:
+            t.cancel()
+        await asyncio.gather(*conns, return_exceptions=True)
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None, "start() first"
+        await self._server.serve_forever()
+
+    # -- connections --
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            while await self._one_exchange(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # the client went away or sent garbage: drop the connection
+        finally:
+            self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _one_exchange(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
+        line = await reader.readline()
+        if not line.strip():
+            return False
+        parts = line.decode("latin-1").split()
+        headers: dict[str, str] = {}
+        while (h := await reader.readline()) not in (b"\r\n", b"\n", b""):
+            k, _, v = h.decode("latin-1").partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if len(parts) != 3:
+            await self._write(w, *_error(400, "bad request line", "invalid_request"), close=True)
+            return False
+        method, target, version = parts
+        status, payload = await self._read_and_route(reader, headers, method, target)
+        close = version != "HTTP/1.1" or headers.get("connection", "").lower() == "close"
+        await self._write(w, status, payload, close=close)
+        return not close
+
+    async def _read_and_route(
+        self, reader: asyncio.StreamReader, headers: dict[str, str], method: str, target: str
+    ) -> Reply:
+        if "chunked" in headers.get("transfer-encoding", ""):
+            return _error(411, "send Content-Length, not chunked bodies", "invalid_request")
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            return _error(400, "bad Content-Length", "invalid_request")
+        if length > MAX_BODY_BYTES:
+            return _error(413, f"body over {MAX_BODY_BYTES} bytes", "invalid_request")
+        body = await reader.readexactly(length) if length else b""
+        try:
+            return await self._route(method, target.split("?", 1)[0], body)
+        except BadRequest as e:
+            return _error(e.status, str(e), "invalid_request")
+
+    async def _write(self, w: asyncio.StreamWriter, status: int, payload: Any, close: bool) -> None:
+        data = orjson.dumps(payload)
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(data)}\r\n"
+            + ("retry-after: 1\r\n" if status == 429 else "")
+            + ("connection: close\r\n" if close else "")
+            + "\r\n"
+        )
+        w.write(head.encode("latin-1") + data)
+        await w.drain()
+
+    # -- routes --
+
+    async def _route(self, method: str, path: str, body: bytes) -> Reply:
+        if path in ("/v1/chat/completions", "/v1/completions"):
+            if method != "POST":
+                return _error(405, "use POST", "invalid_request")
+            return await self._generate(path, self._json(body))
+        if path == "/sim/slots" and method == "POST":
+            slots = self._json(body).get("slots")
+            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+                raise BadRequest("slots must be an integer >= 0")
+            self.sim.set_slots(slots)
+            return 200, asdict(self.sim.stats)
+        if path == "/health" and method == "GET":
+            return 200, {"status": "ok", **asdict(self.sim.stats)}
+        if path == "/v1/models" and method == "GET":
+            models = [{"id": m, "object": "model", "owned_by": "stoker-sim"} for m in self.models]
+            return 200, {"object": "list", "data": models}
+        return _error(404, f"no route {method} {path}", "not_found")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.sim.config.models
+
+    @staticmethod
+    def _json(body: bytes) -> dict[str, Any]:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise BadRequest(f"body is not JSON: {e}") from e
+        if not isinstance(obj, dict):
+            raise BadRequest("body must be a JSON object")
+        return obj
+
+    async def _generate(self, path: str, body: dict[str, Any]) -> Reply:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise BadRequest("model must be a non-empty string")
+        prompt = _prompt_of(path, body)
+        try:
+            answer = await self.sim.generate(model, prompt, _max_tokens_of(body))
+        except QueueFull as e:
+            return _error(429, f"overloaded: {e}", "overloaded")
+        return 200, _completion(path, model, answer)
+
+
+class SimulatorThread:
+    """A SimServer on its own event loop in a daemon thread, for tests and benchmarks.
+
+    `with SimulatorThread(cfg) as sim: ... sim.url ...`; exit stops the server, the loop
+    and joins the thread (bounded waits), so nothing outlives the block."""
+
+    START_TIMEOUT_S = 10.0
+
+    def __init__(self, config: SimConfig | None = None, port: int = 0) -> None:
+        self.server = SimServer(config)
+        self._port = port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="stoker-sim", daemon=True)
+        self._started: Future[None] = Future()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start(port=self._port))
+        except BaseException as e:  # hand the failure to __enter__, then end the thread
+            self._started.set_exception(e)
+            self._loop.close()
+            return
+        self._started.set_result(None)
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.server.stop())
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        self._started.result(timeout=self.START_TIMEOUT_S)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=self.START_TIMEOUT_S)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Run fn on the simulator's loop and wait for its result (bounded)."""
+        fut: Future[Any] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(*args))
+            except Exception as e:
+                fut.set_exception(e)
+
+        self._loop.call_soon_threadsafe(run)
+        return fut.result(timeout=self.START_TIMEOUT_S)
+
+    def set_slots(self, n: int) -> None:
+        self._call(self.server.sim.set_slots, n)
+
+    def set_answer(self, prompt: str, answer: str) -> None:
+        self._call(self.server.sim.set_answer, prompt, answer)
+
+    def stats(self) -> SimStats:
+        s: SimStats = self._call(lambda: SimStats(**asdict(self.server.sim.stats)))
+        return s

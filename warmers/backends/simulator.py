@@ -1,0 +1,184 @@
+"""The simulated GPU backend: latency per token, a fixed number of batch slots, a bounded queue.
+
+Model of one generation (what `Simulator.generate` does, in order):
+1. take a batch slot at once if one is free and nobody waits; else join the FIFO queue, or get
+   a 429 (`QueueFull`) when `queue` requests already wait: overload is visible, as on vLLM;
+2. hold the slot for prefill_ms_per_token * tokens_in + decode_ms_per_token * tokens_out
+   (tokens = whitespace-separated words); that time is also reported as `gpu_ms`;
+3. answer from the answer table (normalised prompt -> answer, so paraphrases can share one)
+   or else deterministically from sha256(model, normalised prompt): same prompt, same answer.
+
+Capacity (`set_slots`) can change at run time; requests already holding a slot finish.
+The HTTP face lives in simhttp.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from caches.keys import normalise_prompt
+from warmers.backends.base import FinishReason
+
+# 64 plain words: answers read as text and their token count equals their word count.
+_WORDS = (
+    "the a cache answer model token batch slot queue prefill decode latency request reply "
+    "warm cold hot key value tenant version template context document index vector search "
+    "query result store write read hit miss expire refresh policy budget rate window hour "
+    "week day traffic shape cluster paraphrase intent score rank cost time memory compute "
+    "server client replica node shard region stream event offset topic"
+)
+_VOCAB = tuple(_WORDS.split())
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Defaults resemble an 8B model on one GPU: ~0.2 ms/token prefill, ~10 ms/token decode
+    per sequence, 8 concurrent sequences; answers of 8..64 tokens (0.1-0.6 s each)."""
+
+    slots: int = 8
+    queue: int = 64
+    prefill_ms_per_token: float = 0.2
+    decode_ms_per_token: float = 10.0
+    min_answer_tokens: int = 8
+    default_max_tokens: int = 64
+    models: tuple[str, ...] = ("sim-model",)
+    answers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.slots < 0 or self.queue < 0:
+            raise ValueError("slots and queue must be >= 0")
+        if not 1 <= self.min_answer_tokens <= self.default_max_tokens:
+            raise ValueError("need 1 <= min_answer_tokens <= default_max_tokens")
+
+
+@dataclass(frozen=True)
+class SimAnswer:
+    text: str
+    tokens_in: int
+    tokens_out: int
+    gpu_ms: float
+    finish_reason: FinishReason
+
+
+@dataclass
+class SimStats:
+    served: int = 0
+    rejected: int = 0  # 429s
+    busy: int = 0
+    queued: int = 0
+    slots: int = 0
+
+
+class QueueFull(Exception):
+    """Every slot is busy and the queue is full: the HTTP face answers 429."""
+
+
+def count_tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+class Simulator:
+    """Slots and queue of one simulated GPU. Call from one event loop (the server's)."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self._slots = self.config.slots
+        self._busy = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # heap by arrival: FIFO
+        self._seq = itertools.count()
+        self._answers = {normalise_prompt(p): a for p, a in self.config.answers.items()}
+        self.stats = SimStats(slots=self._slots)
+
+    # -- capacity --
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def set_slots(self, n: int) -> None:
+        """Change capacity now; busy slots above the new count drain as their requests end."""
+        if n < 0:
+            raise ValueError("slots must be >= 0")
+        self._slots = self.stats.slots = n
+        self._wake()
+
+    def set_answer(self, prompt: str, answer: str) -> None:
+        self._answers[normalise_prompt(prompt)] = answer
+
+    # -- one generation --
+
+    async def generate(self, model: str, prompt: str, max_tokens: int | None) -> SimAnswer:
+        answer = self.answer_for(model, prompt, max_tokens)
+        await self._acquire()
+        try:
+            await asyncio.sleep(answer.gpu_ms / 1000.0)
+        finally:
+            self._release()
+        self.stats.served += 1
+        return answer
+
+    def answer_for(self, model: str, prompt: str, max_tokens: int | None) -> SimAnswer:
+        cfg = self.config
+        limit = max_tokens or cfg.default_max_tokens
+        norm = normalise_prompt(prompt)
+        table = self._answers.get(norm)
+        digest = hashlib.sha256(f"{model}\x1f{norm}".encode()).digest()
+        if table is not None:
+            words = table.split()
+        else:
+            span = cfg.default_max_tokens - cfg.min_answer_tokens + 1
+            n = cfg.min_answer_tokens + int.from_bytes(digest[:4], "big") % span
+            stream = hashlib.shake_256(digest).digest(n)
+            words = [f"sim-{digest[:4].hex()}:"] + [_VOCAB[b % len(_VOCAB)] for b in stream[1:]]
+        finish: FinishReason = "length" if len(words) > limit else "stop"
+        words = words[:limit]
+        tokens_in = count_tokens(prompt)
+        gpu_ms = cfg.prefill_ms_per_token * tokens_in + cfg.decode_ms_per_token * len(words)
+        return SimAnswer(" ".join(words), tokens_in, len(words), gpu_ms, finish)
+
+    # -- the slot gate --
+
+    async def _acquire(self) -> None:
+        if self._busy < self._slots and not self._waiters:
+            self._busy += 1
+            self._sync_stats()
+            return
+        if len(self._waiters) >= self.config.queue:
+            self.stats.rejected += 1
+            raise QueueFull(
+                f"{self._busy} of {self._slots} slots busy, {len(self._waiters)} queued"
+            )
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (next(self._seq), fut))
+        self._sync_stats()
+        try:
+            await fut  # _wake hands the slot over (busy already counted) before resolving
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._release()  # the slot arrived with the cancellation: give it back
+            else:
+                self._waiters = [w for w in self._waiters if w[1] is not fut]
+                heapq.heapify(self._waiters)
+                self._sync_stats()
+            raise
+
+    def _release(self) -> None:
+        self._busy -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self._busy < self._slots:
+            _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                self._busy += 1
+                fut.set_result(None)
+        self._sync_stats()
+
+    def _sync_stats(self) -> None:
+        self.stats.busy = self._busy
+        self.stats.queued = len(self._waiters)
