@@ -1,0 +1,225 @@
+"""The shadow warmer against the real simulator over loopback and the real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from caches.client import CacheClient, CacheRequest
+from schemas.common import DocRef, RequestParams
+from schemas.entries import CacheEntry as Entry
+from schemas.errors import CacheUnavailable, ConfigError
+from stoker.embedded import free_port
+from warmers.backends.base import GenerationRequest
+from warmers.backends.openai import OpenAIBackend, RetryPolicy
+from warmers.backends.simhttp import SimulatorThread
+from warmers.backends.simulator import SimConfig
+from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
+from warmers.throttle import AimdConfig, ManualClock
+
+FAST = WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, jitter_frac=0.1, seed=1)
+
+
+def _item(i: int, tenant: str = "acme", **params: object) -> WarmItem:
+    return WarmItem.of(
+        GenerationRequest(
+            tenant,
+            "sim-model",
+            "v1",
+            "t1",
+            f"hot question number {i}",
+            RequestParams(**params),
+            (DocRef(doc_id=f"d{i % 3}", version=1),),
+        )
+    )
+
+
+def _warm(url: str, cache: CacheClient, items: list[WarmItem], **kw: object) -> WarmSummary:
+    cfg = kw.pop("config", FAST)
+
+    async def go() -> WarmSummary:
+        async with OpenAIBackend(url, retry=RetryPolicy(attempts=1)) as b:
+            w = ShadowWarmer(b, cache, cfg, progress=False, **kw)  # type: ignore[arg-type]
+            return await w.run(items)
+
+    return asyncio.run(go())
+
+
+def _entry(cache: CacheClient, item: WarmItem) -> Entry | None:
+    res = cache.lookup(item.identity, use_semantic=False)
+    return res.entry
+
+
+async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def test_shadow__warm_entries_land_with_warm_provenance(
+    sim: SimulatorThread, cache: CacheClient
+) -> None:
+    items = [_item(i) for i in range(12)]
+    s = _warm(sim.url, cache, items)
+    assert (s.sent, s.cached, s.failed, s.refused_stale) == (12, 12, 0, 0)
+    assert s.gpu_seconds > 0
+    for it in items:
+        e = _entry(cache, it)
+        assert e is not None
+        assert e.provenance.source == "warm"
+        assert e.provenance.model_version == "v1"
+        assert e.tokens_out > 0 and e.gpu_ms > 0
+    assert sim.stats().served == 12
+
+
+def test_shadow__skips_what_is_cached_with_ttl_left_rewarms_what_expires(
+    sim: SimulatorThread, cache: CacheClient, redis_client: redis.Redis
+) -> None:
+    items = [_item(i) for i in range(6)]
+    _warm(sim.url, cache, items)
+    redis_client.pexpire(items[0].identity.key().exact(), 30_000)  # 30 s left: under the bar
+    cfg = WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, min_ttl_left_s=60, jitter_frac=0)
+    s = _warm(sim.url, cache, items, config=cfg)
+    assert (s.sent, s.cached, s.skipped_cached) == (1, 1, 5)
+    assert redis_client.pttl(items[0].identity.key().exact()) > 60_000
+    assert sim.stats().served == 7
+
+
+def test_shadow__never_sends_what_must_not_be_cached(
+    sim: SimulatorThread, cache: CacheClient
+) -> None:
+    items = [_item(1, temperature=0.7), _item(2, no_cache=True), _item(3)]
+    s = _warm(sim.url, cache, items)
+    assert (s.skipped_uncacheable, s.sent, s.cached) == (2, 1, 1)
+    assert sim.stats().served == 1
+
+
+def test_shadow__paraphrase_identity_keys_the_rendered_request(
+    sim: SimulatorThread, cache: CacheClient
+) -> None:
+    rendered = GenerationRequest("acme", "sim-model", "v1", "t1", "SYSTEM: be brief\nUSER: hi")
+    identity = CacheRequest("acme", "sim-model", "v1", "t1", "hi")
+    s = _warm(sim.url, cache, [WarmItem(rendered, identity)])
+    assert s.cached == 1
+    assert cache.lookup(identity, use_semantic=False).outcome == "exact"
+    other_tenant = CacheRequest("globex", "sim-model", "v1", "t1", "hi")
+    assert cache.lookup(other_tenant, use_semantic=False).outcome == "miss"
+    with pytest.raises(ConfigError):
+        WarmItem(rendered, CacheRequest("globex", "sim-model", "v1", "t1", "hi"))
+
+
+def test_shadow__a_retire_during_the_run_keeps_its_writes_out(cache: CacheClient) -> None:
+    items = [_item(i) for i in range(4)]
+
+    async def scenario(s: SimulatorThread) -> WarmSummary:
+        async with OpenAIBackend(s.url, retry=RetryPolicy(attempts=1)) as b:
+            w = ShadowWarmer(b, cache, FAST, progress=False)
+            run = asyncio.create_task(w.run(items))
+            await _until(lambda: s.stats().queued == 4)  # lookups done, GPU not yet computing
+            cache.generations.retire_model_version("sim-model", "v1")
+            s.set_slots(4)
+            return await asyncio.wait_for(run, 10)
+
+    with SimulatorThread(SimConfig(slots=0, queue=16, decode_ms_per_token=0.1)) as s:
+        summary = asyncio.run(scenario(s))
+    assert (summary.sent, summary.refused_stale, summary.cached) == (4, 4, 0)
+    assert summary.gpu_seconds > 0  # the GPU time was spent; the answers did not land
+    assert all(_entry(cache, it) is None for it in items)
+
+
+def test_shadow__an_invalidation_during_the_run_keeps_that_context_out(
+    cache: CacheClient,
+) -> None:
+    items = [_item(i) for i in range(6)]  # docs d0, d1, d2 twice each
+
+    async def scenario(s: SimulatorThread) -> WarmSummary:
+        async with OpenAIBackend(s.url, retry=RetryPolicy(attempts=1)) as b:
+            run = asyncio.create_task(ShadowWarmer(b, cache, FAST, progress=False).run(items))
+            await _until(lambda: s.stats().queued == 6)
+            cache.generations.raise_doc_floor("acme", "d0", 2)  # d0 v1 is stale now
+            s.set_slots(4)
+            return await asyncio.wait_for(run, 10)
+
+    with SimulatorThread(SimConfig(slots=0, queue=16, decode_ms_per_token=0.1)) as s:
+        summary = asyncio.run(scenario(s))
+    assert (summary.refused_stale, summary.cached) == (2, 4)
+    assert [_entry(cache, it) is None for it in items] == [i % 3 == 0 for i in range(6)]
+
+
+def test_shadow__backs_off_on_429_and_counts_them(cache: CacheClient) -> None:
+    # One slot, no queue, answers of >= 40 ms, sends every 10 ms: most of them get a 429.
+    cfg = WarmConfig(
+        target_qps=100,
+        capacity_qps=500,
+        ramp_s=0,
+        concurrency=8,
+        jitter_frac=0,
+        aimd=AimdConfig(cooldown_s=0.2),
+    )
+    sim_cfg = SimConfig(slots=1, queue=0, decode_ms_per_token=5.0, min_answer_tokens=8)
+    with SimulatorThread(sim_cfg) as s:
+        summary = _warm(s.url, cache, [_item(i) for i in range(30)], config=cfg)
+        rejected = s.stats().rejected
+    assert summary.overloaded == rejected > 0
+    assert summary.backoffs >= 1
+    assert {b.reason for b in summary.backoff_events} >= {"429"}
+    assert summary.final_rate_qps < 100
+    assert summary.cached + summary.failed == summary.sent == 30
+
+
+def test_shadow__paces_at_the_target_in_clock_time(
+    sim: SimulatorThread, cache: CacheClient, fake_clock: ManualClock
+) -> None:
+    cfg = WarmConfig(target_qps=10, capacity_qps=50, ramp_s=0, jitter_frac=0.2, seed=3)
+    s = _warm(sim.url, cache, [_item(i) for i in range(40)], config=cfg, clock=fake_clock)
+    assert s.sent == 40
+    assert s.achieved_qps == pytest.approx(10, rel=0.05)
+
+
+def test_shadow__ramp_starts_at_5_percent_of_capacity(
+    sim: SimulatorThread, cache: CacheClient, fake_clock: ManualClock
+) -> None:
+    cfg = WarmConfig(target_qps=100, capacity_qps=100, ramp_s=60, jitter_frac=0)
+    s = _warm(sim.url, cache, [_item(i) for i in range(11)], config=cfg, clock=fake_clock)
+    # 5 QPS at the start, rising 0.25 QPS per second: ten intervals take just under 2 s.
+    gaps = [b - a for a, b in itertools.pairwise(s.send_times)]
+    assert gaps[0] == pytest.approx(1 / 5, rel=0.05)
+    assert all(g2 <= g1 + 1e-9 for g1, g2 in itertools.pairwise(gaps))
+
+
+def test_shadow__no_task_outlives_a_cancelled_run(cache: CacheClient) -> None:
+    async def scenario(s: SimulatorThread) -> set[asyncio.Task[object]]:
+        async with OpenAIBackend(s.url, retry=RetryPolicy(attempts=1)) as b:
+            run = asyncio.create_task(
+                ShadowWarmer(b, cache, FAST, progress=False).run([_item(i) for i in range(5)])
+            )
+            await _until(lambda: s.stats().queued == 5)  # five sends in flight, stuck
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    with SimulatorThread(SimConfig(slots=0, queue=16)) as s:
+        assert asyncio.run(scenario(s)) == set()
+
+
+def test_shadow__a_cache_outage_stops_the_run_and_leaves_no_task(sim: SimulatorThread) -> None:
+    no_retry = Retry(NoBackoff(), 0)
+    dead = CacheClient(redis.Redis(port=free_port(), socket_connect_timeout=0.5, retry=no_retry))
+
+    async def scenario() -> set[asyncio.Task[object]]:
+        async with OpenAIBackend(sim.url) as b:
+            with pytest.raises(CacheUnavailable, match="redis"):
+                await ShadowWarmer(b, dead, FAST, progress=False).run([_item(0)])
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    assert asyncio.run(scenario()) == set()
+    assert sim.stats().served == 0
