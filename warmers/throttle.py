@@ -116,6 +116,9 @@ class AimdConfig:
     baseline_samples: int = 20
     latency_factor: float = 1.5
     ewma_alpha: float = 0.2
+    # The EWMA must stay over the bar for 3 answers in a row: one late answer on a busy client
+    # (GIL, GC) is not a slow backend. Costs 3 answers of reaction, 0.6 s at 5 QPS.
+    latency_patience: int = 3
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class Aimd:
         self._last_change = clock.now()
         self._last_cut = float("-inf")
         self._n = 0
+        self._over = 0  # answers in a row with the EWMA over the bar
         self.baseline: float | None = None
         self.current: float | None = None
         self.backoffs: list[Backoff] = []
@@ -170,9 +174,13 @@ class Aimd:
             self._grow()
             return
         if self.current > self.baseline * self.cfg.latency_factor:
-            self.on_congestion("latency")
+            self._over += 1
+            if self._over >= self.cfg.latency_patience:
+                self.on_congestion("latency")
+                return
         else:
-            self._grow()
+            self._over = 0
+        self._grow()
 
     def on_congestion(self, reason: str) -> None:
         now = self._clock.now()
