@@ -19,13 +19,14 @@ from confluent_kafka import Consumer, Producer
 
 from schemas.codec import decode_event
 from stoker.embedded import EmbeddedStack
+from stoker.settings import StokerSettings
 from stoker.wiring import build_redis
 from streams.topics import consumer_config, ensure_topics, producer_config
 from streams.traffic import TrafficHandler
 from streams.worker import Worker, WorkerStats
 from warmers.profile import TrafficProfile
 
-BATCH = 5_000
+BATCH = StokerSettings().worker_batch_size  # the same batch size for both sides
 TIMEOUT_S = 300.0
 
 

@@ -40,6 +40,28 @@ class _Doc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):  # frozen: 
     version: _Count
 
 
+class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """RequestParams without extras: a request with unknown parameters takes the slow path
+    (they key answers, so they must reach query_key as pydantic keeps them)."""
+
+    temperature: _Amount = 0.0
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    no_cache: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """As RequestParams.as_dict() gives it, so both paths hash a query alike."""
+        d: dict[str, Any] = {"temperature": self.temperature}
+        if self.max_tokens is not None:
+            d["max_tokens"] = self.max_tokens
+        if self.top_p is not None:
+            d["top_p"] = self.top_p
+        return d
+
+
+_DEFAULT_PARAMS: Final = _Params()
+
+
 class _Request(msgspec.Struct, forbid_unknown_fields=True):
     """RequestLogged as msgspec checks it: a strict subset of what pydantic accepts."""
 
@@ -61,15 +83,18 @@ class _Request(msgspec.Struct, forbid_unknown_fields=True):
     # "now"; left to the slow path. Known difference: more than 6 fraction digits round here
     # and truncate there, which moves a bucket only within 1 us of an hour boundary.
     ts: datetime | UnsetType = UNSET
-    # A raw dict: RequestParams keeps unknown parameters, which key answers; checked by hand.
-    params: dict[str, Any] = msgspec.field(default_factory=dict)
-    context_docs: list[_Doc] = msgspec.field(default_factory=list)
+    params: _Params = _DEFAULT_PARAMS
+    context_docs: tuple[_Doc, ...] = ()
     route: _Short | None = None
     cluster_key: _Short | None = None
 
     def to_json(self) -> str:
         """The representative request, as the event itself (prompt, params, context_docs, ...)."""
         return msgspec.json.encode(self).decode()
+
+    def fingerprint(self) -> object:
+        # What a newer request of the same query can change in the representative.
+        return (self.model_version, self.context_docs, self.params, self.route)
 
 
 class _EventRepresentative:
@@ -79,18 +104,19 @@ class _EventRepresentative:
     def to_json(self) -> str:
         return self.ev.model_dump_json()
 
+    def fingerprint(self) -> object:
+        return (self.ev.model_version, self.ev.context_docs, self.ev.params, self.ev.route)
+
 
 _DECODER: Final = msgspec.json.Decoder(_Request)
 _GPU_OUTCOMES: Final = frozenset({"miss", "bypass"})
-_KNOWN_PARAMS: Final = frozenset({"temperature", "max_tokens", "top_p", "no_cache"})
-_NUM: Final = (int, float)
 # Memo size: distinct queries seen recently; cleared when full (bounded memory; a cleared
 # memo only costs a re-hash).
 _MEMO_MAX = 200_000
 
 
 class FastDecoder:
-    """msgspec + a timestamp check for RequestLogged; returns None whenever it is not sure."""
+    """msgspec for RequestLogged; returns None whenever it is not sure (the slow path decides)."""
 
     def __init__(self) -> None:
         self._qkeys: dict[tuple[Any, ...], str] = {}
@@ -101,46 +127,30 @@ class FastDecoder:
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
         ts, params = r.ts, r.params
-        if ts is UNSET or (params and not _params_ok(params)):
+        if ts is UNSET:
             return None
         week, how = week_and_hour(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
-        cacheable = not params or (
-            params.get("temperature", 0) == 0 and not params.get("no_cache", False)
-        )
+        cacheable = params.temperature == 0 and not params.no_cache
         if r.cache_outcome in _GPU_OUTCOMES:
             gpu_ms, tokens, rep = r.gpu_ms, r.tokens_in + r.tokens_out, r if cacheable else None
         else:
             gpu_ms, tokens, rep = 0.0, 0, None
+        if r.cluster_key is not None:
+            qkey = cluster_query_key(r.cluster_key)
+        else:
+            memo_key = (r.prompt, params, *r.context_docs)
+            qkey = self._qkeys.get(memo_key) or self._new_qkey(memo_key, r)
         return observation(
-            r.tenant, r.model_id, r.template_version, self._qkey(r, params), week, how,
-            cacheable, gpu_ms, tokens, rep, part, offset,
+            r.tenant, r.model_id, r.template_version, qkey, week, how, cacheable, gpu_ms,
+            tokens, rep, part, offset,
         )  # fmt: skip
 
-    def _qkey(self, r: _Request, params: dict[str, Any]) -> str:
-        if r.cluster_key is not None:
-            return cluster_query_key(r.cluster_key)
-        if not params.keys() <= _KNOWN_PARAMS:
-            # Extras are not memoised: True == 1 in a tuple key, but they key answers apart.
-            return query_key(r.prompt, params, [d.doc_id for d in r.context_docs])
-        memo_key = (r.prompt, *params.items(), *r.context_docs)
-        hit = self._qkeys.get(memo_key)
-        if hit is None:
-            if len(self._qkeys) >= _MEMO_MAX:
-                self._qkeys.clear()
-            doc_ids = [d.doc_id for d in r.context_docs]
-            hit = self._qkeys[memo_key] = query_key(r.prompt, params, doc_ids)
-        return hit
-
-
-def _params_ok(p: dict[str, Any]) -> bool:
-    t, mt, tp = p.get("temperature", 0), p.get("max_tokens"), p.get("top_p")
-    return bool(
-        type(t) in _NUM
-        and t >= 0
-        and (mt is None or (type(mt) is int and mt >= 1))
-        and (tp is None or (type(tp) in _NUM and 0 <= tp <= 1))
-        and type(p.get("no_cache", False)) is bool
-    )
+    def _new_qkey(self, memo_key: tuple[Any, ...], r: _Request) -> str:
+        if len(self._qkeys) >= _MEMO_MAX:
+            self._qkeys.clear()
+        qkey = query_key(r.prompt, r.params.as_dict(), [d.doc_id for d in r.context_docs])
+        self._qkeys[memo_key] = qkey
+        return qkey
 
 
 def cluster_query_key(cluster_key: str) -> str:
@@ -202,7 +212,9 @@ class TrafficHandler(Handler):
             part = parts.get(tp)
             if part is None:
                 part = parts[tp] = f"{tp[0]}:{tp[1]}"
-            value = message_value(msg)
+            value = msg.value()
+            if type(value) is not bytes:
+                value = message_value(msg)
             offset = msg.offset() or 0
             obs = observe(value, part, offset) if len(value) <= MAX_EVENT_BYTES else None
             if obs is None:

@@ -60,7 +60,7 @@ class WorkerConfig:
     group_id: str
     embedded: bool = False
     topic_prefix: str = ""
-    batch_size: int = 5_000
+    batch_size: int = 20_000
     poll_s: float = 0.25
     backoff_base_s: float = 0.1
     backoff_max_s: float = 10.0

@@ -46,6 +46,8 @@ WEEK_S = 7 * 86_400
 # 1970-01-01 was a Thursday: shifting by 3 days makes weeks start on Monday.
 _EPOCH_SHIFT_DAYS = 3
 PROFILE_TENANTS = f"{KEY_ROOT}:p:tenants"
+# Representatives remembered as written: ~200 bytes each, so 500k bound it near 100 MB.
+_REP_MEMO_MAX = 500_000
 # A partial refusal needs one more round trip; more than 4 in a row means another worker keeps
 # moving the same watermark (a rebalance storm), and the batch is retried as a whole later.
 _MAX_REFUSALS = 4
@@ -125,6 +127,10 @@ class Representative(Protocol):
 
     def to_json(self) -> str: ...
 
+    def fingerprint(self) -> object:
+        """Hashable; equal when a rewrite would change nothing but the request's identity."""
+        ...
+
 
 class Observation(NamedTuple):
     """What the profile keeps of one request. Built ~150k times a second: make it with
@@ -155,66 +161,85 @@ _tuple_new = tuple.__new__
 _UNCACHEABLE = 1000
 
 
+Where = tuple[str, str, int]  # (model_id, template_version, week)
+RepMemo = dict[tuple[str, str, str, int, str], object]
+
+
 @dataclass
 class TenantDelta:
-    """One tenant's share of a batch, aggregated in memory, as one APPLY_LUA call in its slot."""
+    """One tenant's share of a batch, aggregated in memory, as one APPLY_LUA call in its slot.
+
+    Counts are nested per (model, template, week, hour) so each Redis key is built once per
+    batch, not once per query."""
 
     tenant: str
     parts: dict[str, list[int]] = field(default_factory=dict)  # part -> [first, last] offset
-    queries: dict[tuple[str, str, int, int, str], int] = field(default_factory=dict)
-    hours: dict[tuple[str, str, int, int], int] = field(default_factory=dict)  # see _UNCACHEABLE
-    costs: dict[tuple[str, str, int, str], list[int]] = field(default_factory=dict)  # m, g, t
-    reps: dict[tuple[str, str, int, str], Representative] = field(default_factory=dict)
+    queries: dict[tuple[str, str, int, int], dict[str, int]] = field(default_factory=dict)
+    uncacheable: dict[tuple[str, str, int, int], int] = field(default_factory=dict)
+    costs: dict[Where, dict[str, list[int]]] = field(default_factory=dict)  # misses, gpu us, tokens
+    reps: dict[Where, dict[str, Representative]] = field(default_factory=dict)
     events: int = 0
 
-    def script_args(self, ttl_s: int) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV for APPLY_LUA."""
+    def script_args(
+        self, ttl_s: int, memo: RepMemo
+    ) -> tuple[list[str], list[Any], list[tuple[Any, object]]]:
+        """KEYS and ARGV for APPLY_LUA, and the representatives to remember once it ran.
+
+        A representative already written by this process with the same fingerprint is not
+        sent again: re-sending ~600 bytes per missed query per batch was a third of Redis's
+        time. The memo only saves writes; Redis holds the state (see TrafficProfile)."""
         base = f"{tenant_tag(self.tenant)}:p"
         keys = [f"{base}:wm"]
-        index: dict[str, int] = {}
-
-        def k(name: str) -> int:
-            i = index.get(name)
-            if i is None:
-                keys.append(name)
-                i = index[name] = len(keys)
-            return i
-
-        wheres = {(m, t, wk) for m, t, wk, _ in self.hours} | {q[:3] for q in self.queries}
+        wheres = {hk[:3] for hk in self.queries} | {hk[:3] for hk in self.uncacheable}
         paths = {(m, t): f"{enc(m)}:{enc(t)}" for m, t, _ in wheres}
-        z: dict[int, list[Any]] = {}
-        h: dict[int, list[Any]] = {}
-        s: dict[int, list[Any]] = {}
         w: list[Any] = []
         a: list[Any] = []
         for m, t, wk in wheres:
-            w += (k(f"{base}:w:{paths[m, t]}"), wk)
-            a += (k(f"{base}:ns"), f"{m}\x1f{t}")
-        for (m, t, wk, how, q), n in self.queries.items():
-            z.setdefault(k(f"{base}:q:{paths[m, t]}:{wk}:{how}"), []).extend((q, n))
-        hours = dict(self.hours)  # never-cacheable ones, counted per event
-        for (m, t, wk, how, _), n in self.queries.items():
-            hours[m, t, wk, how] = hours.get((m, t, wk, how), 0) + n
-        for (m, t, wk, how), n in hours.items():
-            f = str(how) if how < _UNCACHEABLE else f"u{how - _UNCACHEABLE}"
-            h.setdefault(k(f"{base}:h:{paths[m, t]}:{wk}"), []).extend((f, n))
-        for (m, t, wk, q), (misses, gpu_us, tokens) in self.costs.items():
-            fields = (f"{q}:m", misses, f"{q}:g", gpu_us, f"{q}:t", tokens)
-            h.setdefault(k(f"{base}:c:{paths[m, t]}:{wk}"), []).extend(fields)
-        for (m, t, wk, q), rep in self.reps.items():
-            s.setdefault(k(f"{base}:r:{paths[m, t]}:{wk}"), []).extend((q, rep.to_json()))
+            keys += (f"{base}:w:{paths[m, t]}", f"{base}:ns")
+            w += (len(keys) - 1, wk)
+            a += (len(keys), f"{m}\x1f{t}")
+        z: list[Any] = []
+        totals: dict[Where, list[Any]] = {}
+        for (m, t, wk, how), counts in self.queries.items():
+            keys.append(f"{base}:q:{paths[m, t]}:{wk}:{how}")
+            z += (len(keys), [x for pair in counts.items() for x in pair])
+            totals.setdefault((m, t, wk), []).extend((str(how), sum(counts.values())))
+        for (m, t, wk, how), n in self.uncacheable.items():
+            totals.setdefault((m, t, wk), []).extend((f"u{how - _UNCACHEABLE}", n))
+        h: list[Any] = []
+        for (m, t, wk), fields in totals.items():
+            keys.append(f"{base}:h:{paths[m, t]}:{wk}")
+            h += (len(keys), fields)
+        for (m, t, wk), per_q in self.costs.items():
+            keys.append(f"{base}:c:{paths[m, t]}:{wk}")
+            cost_fields: list[Any] = []
+            for q, (misses, gpu_us, tokens) in per_q.items():
+                cost_fields += (f"{q}:m", misses, f"{q}:g", gpu_us, f"{q}:t", tokens)
+            h += (len(keys), cost_fields)
+        s, remember = self._rep_args(keys, paths, memo)
         p: list[Any] = []
         for part, (first, last) in self.parts.items():
             p += (part, str(first), str(last))
-        batch = {"p": p, "z": _flat(z), "h": _flat(h), "s": _flat(s), "w": w, "a": a}
-        return keys, [ttl_s, orjson.dumps(batch)]
+        batch = {"p": p, "z": z, "h": h, "s": s, "w": w, "a": a}
+        return keys, [ttl_s, orjson.dumps(batch)], remember
 
-
-def _flat(by_key: dict[int, list[Any]]) -> list[Any]:
-    out: list[Any] = []
-    for ki, pairs in by_key.items():
-        out += (ki, pairs)
-    return out
+    def _rep_args(
+        self, keys: list[str], paths: dict[tuple[str, str], str], memo: RepMemo
+    ) -> tuple[list[Any], list[tuple[Any, object]]]:
+        s: list[Any] = []
+        remember: list[tuple[Any, object]] = []
+        base = f"{tenant_tag(self.tenant)}:p"
+        for (m, t, wk), per_q in self.reps.items():
+            fields: list[Any] = []
+            for q, rep in per_q.items():
+                mk, fp = (self.tenant, m, t, wk, q), rep.fingerprint()
+                if memo.get(mk) != fp:
+                    fields += (q, rep.to_json())
+                    remember.append((mk, fp))
+            if fields:
+                keys.append(f"{base}:r:{paths[m, t]}:{wk}")
+                s += (len(keys), fields)
+        return s, remember
 
 
 def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
@@ -231,21 +256,33 @@ def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
             d.parts[part] = [offset, offset]
         d.events += 1
         if not cacheable:
-            hk = (m, t, wk, how + _UNCACHEABLE)
-            d.hours[hk] = d.hours.get(hk, 0) + 1
+            uk = (m, t, wk, how + _UNCACHEABLE)
+            d.uncacheable[uk] = d.uncacheable.get(uk, 0) + 1
             continue
-        qk = (m, t, wk, how, q)
-        d.queries[qk] = d.queries.get(qk, 0) + 1
+        hk = (m, t, wk, how)
+        counts = d.queries.get(hk)
+        if counts is None:
+            counts = d.queries[hk] = {}
+        counts[q] = counts.get(q, 0) + 1
         if rep is not None:
-            ck = (m, t, wk, q)
-            cost = d.costs.get(ck)
-            if cost is None:
-                cost = d.costs[ck] = [0, 0, 0]
-            cost[0] += 1
-            cost[1] += round(gpu_ms * 1000)  # integer us: HINCRBY, no float drift
-            cost[2] += tokens
-            d.reps[ck] = rep
+            _add_cost(d, (m, t, wk), q, gpu_ms, tokens, rep)
     return deltas
+
+
+def _add_cost(
+    d: TenantDelta, where: Where, q: str, gpu_ms: float, tokens: int, rep: Representative
+) -> None:
+    per_q = d.costs.get(where)
+    if per_q is None:
+        per_q = d.costs[where] = {}
+        d.reps[where] = {}
+    cost = per_q.get(q)
+    if cost is None:
+        cost = per_q[q] = [0, 0, 0]
+    cost[0] += 1
+    cost[1] += round(gpu_ms * 1000)  # integer us: summed exactly, no float drift
+    cost[2] += tokens
+    d.reps[where][q] = rep
 
 
 @dataclass(frozen=True)
@@ -281,6 +318,9 @@ class TrafficProfile:
         # Keys live a week past retention: the oldest kept week stays whole until it ages out.
         self.ttl_s = (retention_weeks + 1) * WEEK_S
         self._script = r.register_script(APPLY_LUA)
+        # Representatives this process wrote (see TenantDelta.script_args); forgotten on any
+        # Redis error, because a Redis that went away may come back empty.
+        self._rep_memo: RepMemo = {}
 
     # -- write side --
     def write(self, observations: Sequence[Observation]) -> int:
@@ -313,30 +353,46 @@ class TrafficProfile:
         """One pipeline: every tenant's script; returns refused tenants with their watermarks."""
         if not deltas:
             return {}
+        if len(self._rep_memo) > _REP_MEMO_MAX:
+            self._rep_memo.clear()
         tenants = list(deltas)
-        with redis_boundary("profile write"):
-            for attempt in (0, 1):
-                pipe = self.r.pipeline(transaction=False)
-                pipe.sadd(PROFILE_TENANTS, *tenants)
-                for t in tenants:
-                    keys, argv = deltas[t].script_args(self.ttl_s)
-                    pipe.evalsha(self._script.sha, len(keys), *keys, *argv)
-                try:
-                    results = pipe.execute()
-                    break
-                except redis.exceptions.NoScriptError:
-                    # A restarted or failed-over Redis lost its script cache: load once, redo
-                    # (a script either ran whole or not at all, so redoing is safe).
-                    if attempt:
-                        raise
-                    self._script.sha = self.r.script_load(APPLY_LUA)
+        try:
+            with redis_boundary("profile write"):
+                results, remember = self._run_scripts(deltas, tenants)
+        except CacheUnavailable:
+            self._rep_memo.clear()
+            raise
         stale: dict[str, dict[str, int]] = {}
         res: Any
-        for t, res in zip(tenants, results[1:], strict=True):
+        for t, res, mem in zip(tenants, results[1:], remember, strict=True):
             if res:
                 it = iter(res)
                 stale[t] = {_s(p): int(w) for p, w in zip(it, it, strict=True)}
+            else:
+                self._rep_memo.update(mem)
         return stale
+
+    def _run_scripts(
+        self, deltas: dict[str, TenantDelta], tenants: list[str]
+    ) -> tuple[list[Any], list[list[tuple[Any, object]]]]:
+        for attempt in (0, 1):
+            pipe = self.r.pipeline(transaction=False)
+            pipe.sadd(PROFILE_TENANTS, *tenants)
+            remember = []
+            for t in tenants:
+                keys, argv, mem = deltas[t].script_args(self.ttl_s, self._rep_memo)
+                pipe.evalsha(self._script.sha, len(keys), *keys, *argv)
+                remember.append(mem)
+            try:
+                return pipe.execute(), remember
+            except redis.exceptions.NoScriptError:
+                # A restarted or failed-over Redis lost its script cache (and maybe its data):
+                # load once, redo; a script runs whole or not at all, so redoing is safe.
+                if attempt:
+                    raise
+                self._rep_memo.clear()
+                self._script.sha = self.r.script_load(APPLY_LUA)
+        raise AssertionError("unreachable")
 
     # -- read side --
     def tenants(self) -> list[str]:

@@ -142,7 +142,13 @@ def test_profile__redis_down_is_cache_unavailable() -> None:
     from schemas.errors import CacheUnavailable
     from stoker.embedded import free_port
 
-    r = redis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # No retries: redis-py's default retry with backoff would only make the test slower.
+    r = redis.Redis(
+        port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), retries=0)
+    )
     profile = TrafficProfile(r)
     h = TrafficHandler(profile)
     decoded = h.decode_batch(_batch([request(1)]))
