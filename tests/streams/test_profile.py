@@ -138,12 +138,11 @@ def test_profile__partitions_have_their_own_watermarks(redis_client: redis.Redis
 
 def test_profile__redis_down_is_cache_unavailable() -> None:
     import pytest
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     from schemas.errors import CacheUnavailable
     from stoker.embedded import free_port
-
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
 
     # No retries: redis-py's default retry with backoff would only make the test slower.
     r = redis.Redis(
