@@ -116,8 +116,9 @@ class AimdConfig:
     baseline_samples: int = 20
     latency_factor: float = 1.5
     ewma_alpha: float = 0.2
-    # The EWMA must stay over the bar for 3 answers in a row: one late answer on a busy client
-    # (GIL, GC) is not a slow backend. Costs 3 answers of reaction, 0.6 s at 5 QPS.
+    # 3 answers in a row over the bar: one late answer on a busy client (GIL, GC) is not a slow
+    # backend, and an EWMA would carry one 9x outlier over the bar for 6 answers. Costs 3
+    # answers of reaction, 0.6 s at 5 QPS.
     latency_patience: int = 3
 
 
@@ -132,7 +133,8 @@ class Backoff:
 class Aimd:
     """The allowed rate under a moving ceiling. Latency is judged per output token (what
     decode time scales with), so long and short answers share one baseline: the EWMA of the
-    first `baseline_samples` successes."""
+    first `baseline_samples` successes. Congestion by latency: `latency_patience` answers in
+    a row slower than baseline x latency_factor."""
 
     def __init__(self, cfg: AimdConfig, ceiling: float, clock: Clock) -> None:
         self.cfg = cfg
@@ -173,7 +175,7 @@ class Aimd:
                 self.baseline = self.current
             self._grow()
             return
-        if self.current > self.baseline * self.cfg.latency_factor:
+        if per_token > self.baseline * self.cfg.latency_factor:
             self._over += 1
             if self._over >= self.cfg.latency_patience:
                 self.on_congestion("latency")

@@ -111,7 +111,7 @@ def test_aimd__lower_ceiling_clips_at_once(fake_clock: ManualClock) -> None:
 
 
 def test_aimd__one_slow_answer_is_not_congestion(fake_clock: ManualClock) -> None:
-    a = Aimd(AimdConfig(baseline_samples=5, latency_patience=3, ewma_alpha=0.5), 20.0, fake_clock)
+    a = Aimd(AimdConfig(baseline_samples=5, latency_patience=3), 20.0, fake_clock)
     for lat in [100, 100, 100, 100, 100, 900, 100, 100, 100, 100]:
         fake_clock.t += 0.1
         a.on_success(latency_ms=lat, tokens_out=10)
