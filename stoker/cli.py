@@ -10,13 +10,11 @@ from stoker.app import app, console
 
 # Each import registers its commands on `app`.
 from stoker.commands import demo as _demo  # noqa: F401
-from stoker.commands import sim_backend as _sim_backend  # noqa: F401
-from stoker.commands import sample_log as _sample_log  # noqa: F401
 from stoker.commands import invalidate as _invalidate  # noqa: F401
 from stoker.commands import purge as _purge  # noqa: F401
 from stoker.commands import replay as _replay  # noqa: F401
-from stoker.commands import worker as _worker  # noqa: F401
-from stoker.commands import replay as _replay  # noqa: F401
+from stoker.commands import sample_log as _sample_log  # noqa: F401
+from stoker.commands import sim_backend as _sim_backend  # noqa: F401
 from stoker.commands import worker as _worker  # noqa: F401
 
 
