@@ -154,9 +154,15 @@ class Aimd:
         return self._rate
 
     def set_ceiling(self, ceiling: float) -> float:
-        """The ramp moved: grow additively toward it (never jump), or clip to it at once."""
+        """The ramp moved. A rate at the ceiling follows it (the ramp is the plan, and nothing
+        went wrong yet); a rate cut below it grows back additively; a lower ceiling clips."""
+        following = self._rate >= self._ceiling * (1 - 1e-9)
         self._ceiling = ceiling
-        self._grow()  # capped by the new ceiling
+        if following:
+            self._rate = ceiling
+            self._last_change = self._clock.now()
+        else:
+            self._grow()  # capped by the new ceiling
         return self._rate
 
     def _grow(self) -> None:

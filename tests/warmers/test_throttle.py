@@ -107,7 +107,7 @@ def test_aimd__lower_ceiling_clips_at_once(fake_clock: ManualClock) -> None:
     a = Aimd(AimdConfig(), 20.0, fake_clock)
     assert a.set_ceiling(5.0) == 5.0
     fake_clock.t += 100
-    assert a.set_ceiling(30.0) == pytest.approx(30.0)  # grows back only by additive steps
+    assert a.set_ceiling(30.0) == pytest.approx(30.0)  # it stayed at the ceiling: follows it
 
 
 def test_aimd__one_slow_answer_is_not_congestion(fake_clock: ManualClock) -> None:
@@ -117,3 +117,13 @@ def test_aimd__one_slow_answer_is_not_congestion(fake_clock: ManualClock) -> Non
         a.on_success(latency_ms=lat, tokens_out=10)
     assert not a.backoffs
     assert a.rate == pytest.approx(20.0)
+
+
+def test_aimd__follows_the_ramp_until_congestion_then_grows_back(fake_clock: ManualClock) -> None:
+    a = Aimd(AimdConfig(increase_frac_per_s=0.1), 2.0, fake_clock)
+    fake_clock.t += 1
+    assert a.set_ceiling(4.0) == 4.0  # no congestion yet: the ramp is the plan
+    a.on_congestion("429")
+    assert a.rate == 2.0
+    fake_clock.t += 1
+    assert a.set_ceiling(6.0) == pytest.approx(2.6)  # after a cut: +10% of the ceiling per s
