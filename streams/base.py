@@ -55,6 +55,9 @@ class Handler(ABC):
 
     name: str
     topics: list[str]
+    # True: the worker applies batch N in a background thread while it decodes batch N+1
+    # (decode_batch and apply_decoded must then not share unsynchronised state).
+    pipelined: bool = False
 
     @abstractmethod
     def apply(self, events: list[Event]) -> None:

@@ -198,6 +198,7 @@ class TrafficHandler(Handler):
 
     name = "traffic"
     topics = ["inference.requests"]  # noqa: RUF012  (the Handler contract: a plain list)
+    pipelined = True  # decode touches only self.fast, apply only self.profile
 
     def __init__(self, profile: TrafficProfile) -> None:
         self.profile = profile

@@ -179,6 +179,8 @@ def test_worker__two_members_split_partitions_and_totals_are_exact(
         values = [encode(request(i, tenant=tenants[i % 4])) for i in range(p * 500, p * 500 + 500)]
         produce(bootstrap, _topic(settings), values, partition=p)
     wait_for(lambda: _profile_total(redis_client, tenants) >= 3000, TIMEOUT_S, "3000 counted")
+    # stats count committed batches; a pipelined batch commits a poll after its apply
+    wait_for(lambda: sum(w.stats.events for w in members) >= 3000, TIMEOUT_S, "3000 committed")
     assert all(w.stats.events > 0 for w in members)
     # >=: a rebalance in between may redeliver a batch to the other member; the profile's
     # watermark still counts it once.
