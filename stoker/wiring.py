@@ -11,10 +11,12 @@ from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
+from caches.semantic.edge import EdgeSemanticStore
 from schemas.errors import ConfigError
 from stoker.settings import StokerSettings
 
 _EMBEDDERS: dict[tuple[str, str, str | None], Embedder] = {}
+_EDGE_STORES: dict[Path, EdgeSemanticStore] = {}
 
 
 def policy_from(s: StokerSettings) -> CachePolicy:
@@ -69,8 +71,13 @@ def build_semantic(s: StokerSettings, dim: int) -> SemanticStore:
         return ServerSemanticStore(client, s.qdrant_collection, dim)
     from caches.semantic.edge import EdgeSemanticStore
 
-    path = s.qdrant_path or Path(tempfile.mkdtemp(prefix="stoker-qdrant-"))
-    return EdgeSemanticStore(Path(path), dim)
+    path = Path(s.qdrant_path or tempfile.mkdtemp(prefix="stoker-qdrant-")).resolve()
+    # An Edge shard is a folder one process opens once: every part of this process (serving
+    # client, invalidation and deploy workers) shares the one open store of a folder.
+    store = _EDGE_STORES.get(path)
+    if store is None or store.closed:
+        store = _EDGE_STORES[path] = EdgeSemanticStore(path, dim)
+    return store
 
 
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:

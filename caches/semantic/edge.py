@@ -29,6 +29,7 @@ class EdgeSemanticStore(SemanticStore):
     def __init__(self, path: Path, dim: int) -> None:
         self.dim = dim
         self._lock = threading.Lock()
+        self._closed = False
         path.mkdir(parents=True, exist_ok=True)
         with qdrant_boundary("open edge shard"):
             if any(path.iterdir()):
@@ -117,7 +118,15 @@ class EdgeSemanticStore(SemanticStore):
         with qdrant_boundary("optimize"), self._lock:
             self._shard.optimize()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        """Flush and release the shard; a second close does nothing (the store may be shared)."""
         with qdrant_boundary("close"), self._lock:
+            if self._closed:
+                return
+            self._closed = True
             self._shard.flush()
             self._shard.close()

@@ -91,3 +91,18 @@ def test_delete_where__by_doc_and_namespace(semantic_store: SemanticStore):
     assert semantic_store.count({"tenant": "other"}) == 1  # the same doc id in another tenant stays
     semantic_store.delete_where({"tenant": "acme", "model_version": "v1"})
     assert semantic_store.count() == 1
+
+
+def test_build_semantic__one_open_edge_store_per_folder(tmp_path):
+    """Serving client and workers of one process share the shard of a folder; close is idempotent."""
+    from stoker.settings import StokerSettings
+    from stoker.wiring import build_semantic
+
+    s = StokerSettings(qdrant_path=tmp_path / "shared")
+    a, b = build_semantic(s, 8), build_semantic(s, 8)
+    assert a is b
+    a.close()
+    a.close()
+    c = build_semantic(s, 8)
+    assert c is not a and c.count() == 0
+    c.close()
