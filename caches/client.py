@@ -19,6 +19,7 @@ from typing import Literal
 import redis
 
 from caches import keys as K
+from caches import metrics as M
 from caches.boundary import as_bytes, redis_boundary
 from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
@@ -94,6 +95,7 @@ class CacheClient:
 
     # -- read path --
 
+    @M.observed_lookup
     def lookup(
         self, req: CacheRequest, *, use_semantic: bool = True, threshold: float | None = None
     ) -> LookupResult:
@@ -149,6 +151,7 @@ class CacheClient:
 
     # -- write path --
 
+    @M.observed_store
     def store(
         self,
         result: LookupResult,
