@@ -17,8 +17,27 @@ CHECKPOINT_PREFIX = f"{C.KEY_ROOT}:job:"
 DONE_TTL_S = 7 * 86_400
 
 
+# Deploy cutover jobs (cutover.py). The job document (a checkpoint), the due queue and the
+# runner's lease share one hash tag, "{deploy}", so accepting a job (document + queue entry) is
+# one atomic script on a Redis Cluster too. None of them starts "stk:{t:", so no purge or
+# invalidation pattern can touch them. The queue is a ZSET deploy_id -> due time (epoch s): a job
+# in its grace window is due at the deadline, an unfinished one at 0; a finished job leaves it.
+DEPLOY_TAG = "{deploy}"
+DEPLOY_QUEUE_KEY = f"{C.KEY_ROOT}:jobq:{DEPLOY_TAG}"
+# A newer deploy's verdict on an older pending one (cutover.Supersede), kept apart from the job
+# document so the runner's whole-document saves can never overwrite it.
+DEPLOY_SUPERSEDE_PREFIX = f"{C.KEY_ROOT}:jobsup:{DEPLOY_TAG}:"
+# Who runs a job now: one runner per job across every deploy worker; see deploy.LEASE_S.
+DEPLOY_LEASE_PREFIX = f"{C.KEY_ROOT}:lease:{DEPLOY_TAG}:"
+
+
 def checkpoint_key(job_id: str) -> str:
     return f"{CHECKPOINT_PREFIX}{job_id}"
+
+
+def deploy_job_id(deploy_id: str) -> str:
+    """The checkpoint id of a deploy's cutover (JobStatus.job_id stays the bare deploy id)."""
+    return f"{DEPLOY_TAG}:{deploy_id}"
 
 
 class Checkpoints:

@@ -74,3 +74,12 @@ class StokerSettings(BaseSettings):
     worker_create_topics: bool = True
     # Weeks of traffic the profile keeps (its keys expire after that).
     traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
+
+    # -- deploy cutover (invalidators/cutover.py) --
+    # How long the previous version's namespace is kept after the new one is READY, so a rollback
+    # finds a warm cache; ModelDeployed.grace_s overrides it per deploy (0 = purge at once).
+    deploy_grace_s: int = Field(default=86_400, ge=0)
+    # The old version's purge pace, keys/s (None = as fast as Redis takes it; the field report's
+    # hand flush ran at 30k keys/s) and keys per UNLINK batch.
+    deploy_purge_rate: float | None = Field(default=None, gt=0)
+    deploy_purge_batch: int = Field(default=1_000, ge=1)

@@ -1,0 +1,161 @@
+"""`stoker deploy`: publish ModelDeployed from CI and, with --wait, follow the cutover job."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from pydantic import ValidationError
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from invalidators.publisher import EventPublisher
+from schemas.codec import decode_event
+from schemas.errors import EventDecodeError
+from schemas.events import JobStatus, ModelDeployed
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+from streams.topics import TOPICS, consumer_config, ensure_topics, topic_name
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+# How long one consume() call may block: the bar and the timeout are checked this often.
+_POLL_S = 0.25
+
+
+class Until(StrEnum):
+    ready = "ready"
+    done = "done"
+
+
+def parse_duration(text: str, what: str) -> int:
+    """Seconds from "90", "90s", "30m", "24h", "2d" or "1h30m"; BadParameter (exit 2) otherwise."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return int(text)
+    m = _DURATION.fullmatch(text)
+    if not text or m is None:
+        raise typer.BadParameter(
+            f"{text!r} is not a duration: use seconds or e.g. 90s, 30m, 24h, 2d, 1h30m",
+            param_hint=what,
+        )
+    d, h, mi, s = (int(g or 0) for g in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+@app.command()
+def deploy(
+    model: Annotated[str, typer.Option("--model", help="model id")],
+    version: Annotated[str, typer.Option("--version", help="the version now live")],
+    previous: Annotated[
+        str | None, typer.Option("--previous", help="the version it replaces (retired, purged)")
+    ] = None,
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            help="keep --previous this long before purging (0 = at once); default "
+            "the worker's STOKER_DEPLOY_GRACE_S (24h)"
+        ),
+    ] = None,
+    tenant: Annotated[
+        list[str] | None, typer.Option("--tenant", help="only these tenants (repeat); default all")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="follow the job on stoker.status")] = False,
+    timeout: Annotated[str, typer.Option(help="give up waiting after this long (exit 1)")] = "30m",
+    until: Annotated[
+        Until, typer.Option(help="with --wait: exit 0 once the job is ready, or done")
+    ] = Until.ready,
+    deploy_id: Annotated[
+        str | None, typer.Option(help="job id; reuse it to make a CI retry idempotent")
+    ] = None,
+) -> None:
+    """Publish a ModelDeployed event; the deploy worker pre-warms VERSION, reports READY, keeps
+    PREVIOUS for the grace window, then retires and purges it. Exit 0 ok, 1 failed or timed
+    out, 2 bad usage. Prints the deploy id on stdout."""
+    grace_s = None if grace is None else parse_duration(grace, "--grace")
+    timeout_s = parse_duration(timeout, "--timeout")
+    try:
+        ev = ModelDeployed(
+            deploy_id=deploy_id or uuid.uuid4().hex,
+            model_id=model,
+            version=version,
+            previous_version=previous,
+            tenants=tuple(tenant) if tenant else None,
+            grace_s=grace_s,
+        )
+    except ValidationError as e:
+        raise typer.BadParameter(str(e)) from None
+    s = StokerSettings()
+    # Following starts before publishing, from the topic's beginning, filtered by job id: no
+    # status of this deploy can be missed, whatever end offset the broker reports (Tansu's is
+    # wrong), and a retried deploy id sees the statuses it already earned.
+    consumer = _follower(s) if wait else None
+    try:
+        with EventPublisher(s) as pub:
+            pub.publish("inference.deploys", ev, key=ev.model_id)
+            pub.flush()
+        typer.echo(ev.deploy_id)
+        console.print(f"published deploy {ev.deploy_id}: {model} {previous or '-'} -> {version}")
+        if consumer is not None:
+            code = _follow(consumer, ev.deploy_id, until, timeout_s)
+            raise typer.Exit(code)
+    finally:
+        if consumer is not None:
+            consumer.close()
+
+
+def _follower(s: StokerSettings) -> Consumer:
+    from schemas.errors import ConfigError
+
+    if not s.kafka_bootstrap:
+        raise ConfigError("kafka_bootstrap is not set: export STOKER_KAFKA_BOOTSTRAP=host:port")
+    name = topic_name("stoker.status", s.topic_prefix)
+    ensure_topics(s.kafka_bootstrap, {name: TOPICS["stoker.status"]})
+    group = f"stoker-deploy-wait-{uuid.uuid4().hex[:12]}"  # a throwaway group, never committed
+    c = Consumer(consumer_config(s.kafka_bootstrap, group, embedded=s.kafka_broker == "tansu"))
+    c.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+    return c
+
+
+def _follow(consumer: Consumer, job_id: str, until: Until, timeout_s: int) -> int:
+    """Show the job's JobStatus events until `until` (0), failed (1) or the timeout (1)."""
+    deadline = time.monotonic() + timeout_s
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% {task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
+    last: JobStatus | None = None
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(f"deploy {job_id[:12]}", total=1.0, detail="waiting for the worker")
+        while (left := deadline - time.monotonic()) > 0:
+            for st in _statuses(consumer, job_id, min(_POLL_S, left)):
+                last = st
+                bar.update(task, completed=st.progress, detail=f"{st.state}: {st.detail}"[:80])
+                if st.state == "failed":
+                    console.print(f"[red]failed[/red]: {st.detail}")
+                    return 1
+                if st.state == "done" or (until is Until.ready and st.state == "ready"):
+                    console.print(f"[green]{st.state}[/green]: {st.detail} {st.counts}")
+                    return 0
+    seen = f"last seen {last.state}: {last.detail}" if last else "no status from a deploy worker"
+    console.print(f"[red]timed out[/red] after {timeout_s} s waiting for {until.value} ({seen})")
+    return 1
+
+
+def _statuses(consumer: Consumer, job_id: str, timeout_s: float) -> list[JobStatus]:
+    out: list[JobStatus] = []
+    for msg in consumer.consume(num_messages=500, timeout=timeout_s):
+        if msg.error() is not None:
+            continue
+        try:
+            ev = decode_event(msg.value() or b"")
+        except EventDecodeError:
+            continue  # not ours to judge: the status topic is shared, and we only follow one job
+        if isinstance(ev, JobStatus) and ev.job_id == job_id:
+            out.append(ev)
+    return out

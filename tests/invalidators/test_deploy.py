@@ -1,0 +1,392 @@
+"""The deploy cutover on Tansu, redis-server and Qdrant Edge: phases, supersede, resume, CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer
+
+from caches import keys as K
+from caches.client import CacheClient, CacheRequest, LookupResult
+from caches.semantic.edge import EdgeSemanticStore
+from invalidators.cutover import Cutover, CutoverOptions, DeployJob, PrewarmResult
+from invalidators.deploy import DeployHandler, KafkaStatusSink
+from invalidators.publisher import EventPublisher
+from invalidators.purge import PurgeOptions, Purger
+from schemas.codec import decode_event, encode_event
+from schemas.events import JobStatus, ModelDeployed
+from stoker.settings import StokerSettings
+from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
+from streams.worker import Worker, WorkerConfig
+
+TENANTS = ("acme", "globex")
+
+
+class Statuses:
+    """A StatusSink that keeps what it is given (the Kafka sink is tested through the worker)."""
+
+    def __init__(self) -> None:
+        self.events: list[JobStatus] = []
+
+    def publish(self, status: JobStatus) -> None:
+        self.events.append(status)
+
+    def close(self) -> None:
+        return None
+
+    def states(self) -> list[str]:
+        return [s.state for s in self.events]
+
+
+class CountingWarmer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def prewarm(self, model_id: str, version: str, previous_version: str | None, tenants: Any):
+        self.calls.append((model_id, version))
+        return PrewarmResult(warmed=3)
+
+
+def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def fill(client: CacheClient, version: str, n: int) -> list[str]:
+    keys = []
+    for t in TENANTS:
+        for i in range(n):
+            req = CacheRequest(t, "llama", version, "t1", f"question {i}")
+            assert client.store(client.lookup(req, use_semantic=False), f"answer {i}").landed
+            keys.append(req.key().exact())
+    return keys
+
+
+def miss(client: CacheClient, version: str, prompt: str) -> LookupResult:
+    res = client.lookup(CacheRequest("acme", "llama", version, "t1", prompt), use_semantic=False)
+    assert res.outcome == "miss"
+    return res
+
+
+def deployed(deploy_id: str = "d1", **kw: Any) -> ModelDeployed:
+    fields: dict[str, Any] = {"model_id": "llama", "version": "v2", "previous_version": "v1"}
+    return ModelDeployed(deploy_id=deploy_id, **(fields | kw))
+
+
+def drive(cut: Cutover, deploy_id: str) -> DeployJob:
+    job = cut.step(deploy_id, threading.Event(), lambda: True)
+    assert job is not None
+    loaded = cut.load(deploy_id)
+    assert loaded is not None
+    return loaded
+
+
+@pytest.fixture
+def cutover(client: CacheClient, edge_store: EdgeSemanticStore) -> Cutover:
+    return Cutover(client.redis, Purger(client.redis, edge_store), Statuses())
+
+
+def test_cutover__grace_zero_ready_then_done_old_version_gone_new_kept(
+    client: CacheClient, cutover: Cutover, edge_store: EdgeSemanticStore
+):
+    old = fill(client, "v1", 20)
+    new = fill(client, "v2", 20)
+    before = miss(client, "v1", "started before retirement")
+    assert cutover.accept(deployed(grace_s=0))
+    job = drive(cutover, "d1")
+
+    assert job.phase == "done" and job.counts["deleted"] == len(old)
+    states = cutover.status.states()  # type: ignore[attr-defined]
+    assert states[0] == "pending" and states[-1] == "done"
+    assert states.index("ready") < states.index("done")
+    assert "skipped: no warmer configured" in job.prewarm
+    r = client.redis
+    assert r.exists(*old) == 0 and r.exists(*new) == len(new)
+    assert edge_store.count({"model_id": "llama", "model_version": "v1"}) == 0
+    assert edge_store.count({"model_id": "llama", "model_version": "v2"}) == len(new)
+    assert not client.store(before, "late answer").landed  # began before retirement: refused
+    assert not client.store(miss(client, "v1", "after"), "x").landed
+    assert client.store(miss(client, "v2", "fresh"), "y").landed
+
+
+def test_cutover__grace_window_keeps_old_version_until_the_deadline(
+    client: CacheClient, cutover: Cutover
+):
+    old = fill(client, "v1", 5)
+    cut = Cutover(client.redis, cutover.purger, Statuses(), prewarmer=CountingWarmer())
+    cut.accept(deployed(grace_s=3600))
+    job = drive(cut, "d1")
+    assert job.phase == "grace" and job.grace_until is not None
+    assert job.counts["warmed"] == 3 and cut.status.states()[-1] == "ready"  # type: ignore[attr-defined]
+    assert client.redis.exists(*old) == len(old)
+    assert cut.due(time.time()) == [] and cut.due(job.grace_until + 1) == ["d1"]
+    assert client.store(miss(client, "v1", "during grace"), "x").landed  # U still serves
+
+
+def test_cutover__duplicate_deploy_id_does_nothing_twice(client: CacheClient, cutover: Cutover):
+    fill(client, "v1", 3)
+    assert cutover.accept(deployed(grace_s=0))
+    assert not cutover.accept(deployed(grace_s=0))
+    drive(cutover, "d1")
+    assert not cutover.accept(deployed(grace_s=0))  # a replay after DONE: no new job
+    assert cutover.due(time.time()) == []
+    job = cutover.load("d1")
+    assert job is not None and job.phase == "done" and len(job.purge_runs) == 1
+
+
+def test_cutover__newer_deploy_ends_older_grace_and_rollback_cancels(
+    client: CacheClient, cutover: Cutover
+):
+    fill(client, "v1", 3)
+    cutover.accept(deployed("a", grace_s=3600))
+    assert drive(cutover, "a").phase == "grace"
+    cutover.accept(deployed("b", version="v3", previous_version="v2", grace_s=3600))
+    assert "a" in cutover.due(time.time())  # due now, not in an hour
+    a = drive(cutover, "a")
+    assert a.phase == "done" and a.superseded_by == "b"
+    assert any("ended early by deploy b" in e.detail for e in cutover.status.events)  # type: ignore[attr-defined]
+    assert client.redis.exists(*fill_keys("v1", 3)) == 0
+
+    # b is in its grace (v2 kept); c rolls back to v2: b must never retire the live version.
+    assert drive(cutover, "b").phase == "grace"
+    cutover.accept(deployed("c", version="v2", previous_version="v3", grace_s=3600))
+    b = drive(cutover, "b")
+    assert b.phase == "failed" and "rolled back to v2" in b.detail
+    assert client.store(miss(client, "v2", "still live"), "x").landed
+
+
+def fill_keys(version: str, n: int) -> list[str]:
+    return [
+        CacheRequest(t, "llama", version, "t1", f"question {i}").key().exact()
+        for t in TENANTS
+        for i in range(n)
+    ]
+
+
+def test_cutover__tenant_list_retires_and_purges_only_those_tenants(
+    client: CacheClient, cutover: Cutover
+):
+    fill(client, "v1", 4)
+    cutover.accept(deployed(grace_s=0, tenants=("acme",)))
+    assert drive(cutover, "d1").phase == "done"
+    acme, globex = fill_keys("v1", 4)[:4], fill_keys("v1", 4)[4:]
+    assert client.redis.exists(*acme) == 0 and client.redis.exists(*globex) == 4
+    globex_miss = client.lookup(
+        CacheRequest("globex", "llama", "v1", "t1", "new"), use_semantic=False
+    )
+    assert client.store(globex_miss, "x").landed
+
+
+# -- in the worker, on Kafka --
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, redis_url: str, unique: str) -> StokerSettings:
+    s = StokerSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        kafka_broker="tansu",
+        topic_prefix=f"dep{unique}.",
+        redis_url=redis_url,
+    )
+    # Created up front, as in a deployment: a reader subscribed to a topic that does not exist
+    # yet would not see it until librdkafka's next metadata refresh (minutes).
+    names = ("inference.deploys", "stoker.status")
+    ensure_topics(kafka_bootstrap, {topic_name(n, s.topic_prefix): TOPICS[n] for n in names})
+    return s
+
+
+def kafka_cutover(
+    client: CacheClient, store: EdgeSemanticStore, s: StokerSettings, purge: PurgeOptions
+) -> Cutover:
+    sink = KafkaStatusSink(EventPublisher(s))
+    opts = CutoverOptions(purge=purge, status_every_s=0.0)
+    return Cutover(client.redis, Purger(client.redis, store), sink, options=opts)
+
+
+class RunningWorker:
+    """A Worker on its own thread; stop() joins it, so no thread outlives the test."""
+
+    def __init__(self, s: StokerSettings, handler: DeployHandler, group: str) -> None:
+        cfg = WorkerConfig(
+            s.kafka_bootstrap or "", group, embedded=True, topic_prefix=s.topic_prefix
+        )
+        self.worker = Worker(s.kafka_bootstrap or "", handler, config=cfg)
+        self.thread = threading.Thread(target=self.worker.run, name="test-deploy-worker")
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def running() -> Iterator[list[RunningWorker]]:
+    workers: list[RunningWorker] = []
+    yield workers
+    for w in workers:
+        w.stop()
+
+
+def produce(s: StokerSettings, ev: ModelDeployed) -> None:
+    p = Producer(producer_config(s.kafka_bootstrap or "", embedded=True))
+    p.produce(topic_name("inference.deploys", s.topic_prefix), encode_event(ev))
+    assert p.flush(10) == 0
+
+
+def statuses(s: StokerSettings, job_id: str, until: str, timeout_s: float = 30) -> list[JobStatus]:
+    c = Consumer(consumer_config(s.kafka_bootstrap or "", f"r{time.monotonic_ns()}", embedded=True))
+    c.subscribe([topic_name("stoker.status", s.topic_prefix)])
+    out: list[JobStatus] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and until not in [x.state for x in out]:
+            for m in c.consume(num_messages=100, timeout=0.25):
+                ev = decode_event(m.value()) if m.error() is None else None
+                if isinstance(ev, JobStatus) and ev.job_id == job_id:
+                    out.append(ev)
+    finally:
+        c.close()
+    return out
+
+
+def test_deploy_worker__grace_zero_on_kafka_ready_then_done(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    old, new = fill(client, "v1", 10), fill(client, "v2", 10)
+    cut = kafka_cutover(client, edge_store, settings, PurgeOptions())
+    running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+    produce(settings, deployed(f"k{unique}", grace_s=0))
+    seen = statuses(settings, f"k{unique}", "done")
+    states = [x.state for x in seen]
+    assert "ready" in states and states[-1] == "done", states
+    assert states.index("ready") < states.index("done")
+    assert seen[-1].progress == 1.0 and seen[-1].counts["deleted"] == len(old)
+    assert client.redis.exists(*old) == 0 and client.redis.exists(*new) == len(new)
+
+
+def test_deploy_worker__stopped_mid_purge_resumes_without_rescanning(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    r: redis.Redis = client.redis
+    ns = [K.Namespace(t, "llama", "v1", "t1") for t in TENANTS]
+    keys = [K.CacheKey(n, f"p{i}", "{}", "c").exact() for n in ns for i in range(1_000)]
+    r.mset(dict.fromkeys(keys, b"x"))
+    slow = PurgeOptions(rate=500, batch=50)  # 2,000 keys: 4 s, so the stop lands mid-purge
+    cut = kafka_cutover(client, edge_store, settings, slow)
+    first = RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}")
+    running.append(first)
+    produce(settings, deployed(f"s{unique}", grace_s=0))
+
+    def deleted() -> int:
+        job = cut.load(f"s{unique}")
+        return 0 if job is None else job.counts.get("deleted", 0)
+
+    wait_for(lambda: deleted() >= 300, 30, "the purge to delete 300 keys")
+    running.remove(first)
+    first.stop()
+    job = cut.load(f"s{unique}")
+    assert job is not None and job.phase == "purge", job
+    left = r.exists(*keys)
+    assert 0 < left < len(keys)
+
+    fast = kafka_cutover(client, edge_store, settings, PurgeOptions(batch=50))
+    running.append(RunningWorker(settings, DeployHandler(fast, poll_s=0.1), f"g{unique}"))
+    wait_for(lambda: (j := cut.load(f"s{unique}")) is not None and j.phase == "done", 30, "done")
+    job = cut.load(f"s{unique}")
+    assert job is not None and r.exists(*keys) == 0
+    assert job.counts["deleted"] == len(keys)
+    last = job.purge_runs[-1]
+    assert any(c != 0 for c in last["resumed_from"].values())  # picked up at a saved cursor
+    assert last["deleted_at_start"] >= 300 and last["deleted"] == left
+
+
+# -- the CLI, as CI runs it --
+
+
+def stoker(
+    *args: str, env: dict[str, str], timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stoker.cli", *args],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def cli_env(s: StokerSettings) -> dict[str, str]:
+    return {
+        "STOKER_KAFKA_BOOTSTRAP": s.kafka_bootstrap or "",
+        "STOKER_KAFKA_BROKER": "tansu",
+        "STOKER_TOPIC_PREFIX": s.topic_prefix,
+    }
+
+
+def test_deploy_cli__wait_until_done_exits_0_with_a_worker(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    old = fill(client, "v1", 5)
+    cut = kafka_cutover(client, edge_store, settings, PurgeOptions())
+    running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+    res = stoker(
+        "deploy", "--model", "llama", "--version", "v2", "--previous", "v1", "--grace", "0s",
+        "--wait", "--until", "done", "--timeout", "60s", env=cli_env(settings),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    deploy_id = res.stdout.strip()
+    job = cut.load(deploy_id)
+    assert job is not None and job.phase == "done"
+    assert client.redis.exists(*old) == 0
+
+
+def test_deploy_cli__times_out_with_exit_1_when_no_worker_runs(settings: StokerSettings):
+    res = stoker(
+        "deploy", "--model", "llama", "--version", "v2", "--previous", "v1",
+        "--wait", "--timeout", "3s", env=cli_env(settings),
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert "timed out" in res.stderr and "no status from a deploy worker" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--model", "llama"),
+        ("--model", "llama", "--version", "v2", "--grace", "5x"),
+        ("--model", "llama", "--version", "v2", "--timeout", "soon"),
+        ("--model", "llama", "--version", "v2", "--until", "sometime"),
+        ("--model", "llama", "--version", "v2", "--tenant", "{bad}"),
+    ],
+)
+def test_deploy_cli__bad_usage_exits_2(args: tuple[str, ...], settings: StokerSettings):
+    assert stoker("deploy", *args, env=cli_env(settings)).returncode == 2
+
+
+def test_cutover__failure_publishes_failed_with_the_reason(client: CacheClient, cutover: Cutover):
+    class Broken:
+        def prewarm(self, *a: Any) -> PrewarmResult:
+            raise ValueError("backend said no")
+
+    cut = Cutover(client.redis, cutover.purger, Statuses(), prewarmer=Broken())
+    cut.accept(deployed(grace_s=0))
+    handler = DeployHandler(cut, start=False)
+    handler.runner._run_one("d1")
+    job = cut.load("d1")
+    assert job is not None and job.phase == "failed" and "backend said no" in job.detail
+    last = cut.status.events[-1]  # type: ignore[attr-defined]
+    assert last.state == "failed" and "backend said no" in last.detail
+    assert cut.due(time.time()) == []
