@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
+from invalidators import metrics as M
 from invalidators.invalidation import Invalidator
 from invalidators.purge import PurgeOptions
 from schemas.errors import EventDecodeError
@@ -75,6 +76,7 @@ class InvalidationHandler(Handler):
             self._flush(run)
             self.apply_one(ev)
         self._flush(run)
+        M.applied(events)
 
     def _flush(self, run: list[KnowledgeBaseChanged]) -> None:
         if run:

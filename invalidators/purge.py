@@ -26,6 +26,7 @@ from redis.crc import key_slot
 from caches import keys as K
 from caches.boundary import as_bytes, redis_boundary
 from caches.semantic.base import SemanticStore
+from invalidators import metrics as M
 from invalidators.checkpoint import Checkpoints
 from invalidators.throttle import TokenBucket
 
@@ -147,6 +148,7 @@ class _Run:
     def report(self, state: str = "running") -> PurgeProgress:
         self.prog.state = state
         self.prog.elapsed_s = time.monotonic() - self.t0
+        M.purge_reported(self.prog)
         if self.on_progress:
             self.on_progress(self.prog)
         return self.prog
@@ -227,6 +229,7 @@ class Purger:
             if not self._cluster:  # same server: the checkpoint rides in the same round trip
                 self.checkpoints.save_in(pipe, run.spec.job_id, state)
             pipe.execute()
+        M.PURGE_DELETED.inc(len(keys))
         if self._cluster:
             self.checkpoints.save(run.spec.job_id, state)
         # Paced after the delete: the batch is done and checkpointed, so a stop while waiting

@@ -42,6 +42,8 @@ class Decoded:
     items: list[Any] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     poison: list[Poison] = field(default_factory=list)
+    # Handler-defined counts for metrics (the traffic worker: cache outcome -> requests).
+    tally: dict[str, int] = field(default_factory=dict)
 
 
 def message_value(msg: Message) -> bytes:
@@ -78,6 +80,10 @@ class Handler(ABC):
     def apply_decoded(self, decoded: Decoded) -> None:
         """Apply what decode_batch returned; the default hands the events to `apply`."""
         self.apply(decoded.items)
+
+    def settled(self, decoded: Decoded) -> None:
+        """Called once the batch's offsets are committed (metrics); must not raise."""
+        return None
 
     def close(self) -> None:
         """Release clients; called once when the worker stops."""

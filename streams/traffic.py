@@ -26,6 +26,7 @@ from schemas.codec import MAX_EVENT_BYTES, decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import Event, RequestLogged
 from streams.base import Decoded, Handler, Poison, message_value
+from streams.metrics import count_gateway_outcomes
 from warmers.profile import Observation, TrafficProfile, observation, week_and_hour
 
 _Id = Annotated[str, Meta(min_length=1, max_length=256)]
@@ -110,6 +111,7 @@ class _EventRepresentative:
 
 _DECODER: Final = msgspec.json.Decoder(_Request)
 _GPU_OUTCOMES: Final = frozenset({"miss", "bypass"})
+_OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Memo size: distinct queries seen recently; cleared when full (bounded memory; a cleared
 # memo only costs a re-hash).
 _MEMO_MAX = 200_000
@@ -120,6 +122,8 @@ class FastDecoder:
 
     def __init__(self) -> None:
         self._qkeys: dict[tuple[Any, ...], str] = {}
+        # The current batch's cache outcomes (Decoded.tally), for the gateway hit-rate metric.
+        self.outcomes: dict[str, int] = dict.fromkeys(_OUTCOMES, 0)
 
     def observe(self, value: bytes, part: str, offset: int) -> Observation | None:
         try:
@@ -129,6 +133,7 @@ class FastDecoder:
         ts, params = r.ts, r.params
         if ts is UNSET:
             return None
+        self.outcomes[r.cache_outcome] += 1
         week, how = week_and_hour(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
         cacheable = params.temperature == 0 and not params.no_cache
         if r.cache_outcome in _GPU_OUTCOMES:
@@ -205,7 +210,8 @@ class TrafficHandler(Handler):
         self.fast = FastDecoder()
 
     def decode_batch(self, messages: Sequence[Message]) -> Decoded:
-        out = Decoded()
+        out = Decoded(tally=dict.fromkeys(_OUTCOMES, 0))
+        self.fast.outcomes = out.tally
         parts: dict[tuple[str | None, int | None], str] = {}
         observe = self.fast.observe
         for msg in messages:
@@ -238,10 +244,14 @@ class TrafficHandler(Handler):
             why = EventDecodeError("unexpected_type", f"{ev.type} event on the requests topic")
             out.poison.append(Poison(msg, why))
             return None
+        out.tally[ev.cache_outcome] += 1
         return observe_event(ev, part, offset)
 
     def apply_decoded(self, decoded: Decoded) -> None:
         self.profile.write(decoded.items)
+
+    def settled(self, decoded: Decoded) -> None:
+        count_gateway_outcomes(decoded.tally)
 
     def apply(self, events: list[Event]) -> None:
         """Count events that came without offsets (no watermark: not redelivery-safe)."""

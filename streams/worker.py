@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from schemas.errors import BrokerUnavailable, RetriableError
 from stoker.settings import StokerSettings
 from streams.base import Decoded, Handler, Poison
+from streams.metrics import WorkerMetrics
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class Worker:
         self.config = config
         self.handler = handler
         self.stats = WorkerStats()
+        self.metrics = WorkerMetrics(handler.name)
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -182,6 +184,7 @@ class Worker:
                 log.warning("batch in flight at revoke not committed: %s", exc)
                 self._inflight = None
         self.stats.assigned = self.stats.assigned - {f"{p.topic}:{p.partition}" for p in partitions}
+        self.metrics.revoked(partitions)
 
     def _close(self) -> None:
         if self._inflight is not None:
@@ -204,6 +207,7 @@ class Worker:
     # -- one batch --
     def _step(self) -> None:
         assert self._consumer is not None
+        self.metrics.maybe_update_lag(self._consumer)
         batch = self._good_messages(
             self._consumer.consume(num_messages=self.config.batch_size, timeout=self.config.poll_s)
         )
@@ -237,9 +241,12 @@ class Worker:
         self.stats.dlq += len(decoded.poison)
         self.stats.batches += 1
         self.stats.last_batch_at = time.time()
+        self.metrics.settled(len(decoded.items), decoded.poison)
+        self.handler.settled(decoded)
 
     def _retry(self, batch: Sequence[Message], exc: RetriableError) -> None:
         self.stats.retries += 1
+        self.metrics.retried()
         self.stats.last_error = str(exc)
         self._rewind(batch)
         self._back_off(exc)
@@ -313,12 +320,14 @@ class Worker:
 
     def _commit(self, batch: Sequence[Message]) -> None:
         assert self._consumer is not None
+        offsets = next_offsets(batch)
         try:
-            self._consumer.commit(offsets=next_offsets(batch), asynchronous=False)
+            self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             # The effects are applied and idempotent: re-reading the batch is safe, losing it not.
             raise BrokerUnavailable(f"offset commit failed: {exc.args[0]}") from exc
         self.stats.commits += 1
+        self.metrics.committed(offsets)
 
     def _rewind(self, batch: Sequence[Message]) -> None:
         """Seek each partition of the batch back to its first offset in the batch."""

@@ -36,6 +36,7 @@ from schemas.errors import (
     ConfigError,
     RequestRejected,
 )
+from warmers import metrics as M
 from warmers.backends.base import Backend, Generation, GenerationRequest
 from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 
@@ -214,6 +215,7 @@ class _Run:
             self._finish()
 
     def _skip(self, why: Skip) -> None:
+        M.SKIPPED.labels(why).inc()
         if why == "cached":
             self.s.skipped_cached += 1
         elif why == "uncacheable":
@@ -228,6 +230,7 @@ class _Run:
     async def _pace(self) -> None:
         elapsed = self.clock.now() - self.t0
         self.bucket.set_rate(self.aimd.set_ceiling(self.ramp.ceiling(elapsed)))
+        M.QPS.set(self.bucket.rate)
         await self.bucket.acquire()
 
     def _done(self, t: asyncio.Task[None]) -> None:
@@ -250,6 +253,7 @@ class _Run:
         s = self.s
         s.elapsed_s = self.clock.now() - self.t0
         s.final_rate_qps = self.aimd.rate
+        M.QPS.set(0)  # the run is over: nothing is sent until the next one
         s.backoff_events = list(self.aimd.backoffs)
         if s.sent >= 2:
             times = sorted(s.send_times)
@@ -272,24 +276,29 @@ class _Run:
         if jitter:
             await self.clock.sleep(self.rng.uniform(0.0, jitter / self.bucket.rate))
         self.s.sent += 1
+        M.SENT.inc()
         self.s.send_times.append(self.clock.now())
         try:
             gen = await self.w.backend.generate(req)
         except BackendOverloaded:
             self.s.failed += 1
             self.s.overloaded += 1
+            M.failed("overloaded")
             self.aimd.on_congestion("429")
             return None
         except BackendUnavailable as e:
             self.s.failed += 1
             self.aimd.on_congestion("unavailable")
+            M.failed("unavailable")
             log.info("warm send failed: %s", e)
             return None
         except BackendRejected as e:
             self.s.failed += 1  # the request itself is bad: no congestion signal
+            M.failed("rejected")
             log.warning("backend rejected a warm request: %s", e)
             return None
         self.s.gpu_seconds += gen.gpu_ms / 1000.0
+        M.generated(gen.latency_ms, gen.gpu_ms)
         if gen.retries:
             self.aimd.on_congestion("retried")
         else:
@@ -308,8 +317,11 @@ class _Run:
         )
         if res.landed:
             self.s.cached += 1
+            M.STORED.labels("landed").inc()
         elif res.reason.startswith(("stale", "retired")):
             self.s.refused_stale += 1
+            M.STORED.labels("stale").inc()
         else:
+            M.STORED.labels("refused").inc()
             self.s.failed += 1
             log.info("warm answer not stored: %s", res.reason)
