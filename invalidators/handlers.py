@@ -88,7 +88,7 @@ class InvalidationHandler(Handler):
         inv = self.invalidator
         if isinstance(ev, KnowledgeBaseChanged):
             res = inv.kb_changed(ev)
-            log.info("kb %s/%s v%d: %s", ev.tenant, ev.doc_id, ev.doc_version, res)
+            log.info("kb %s/%s v%d: %s", ev.tenant, ev.doc_id, ev.doc_version, res, extra=_ctx(ev))
         elif isinstance(ev, PromptTemplateChanged):
             prog = inv.template_changed(ev)
             log.info(
@@ -96,15 +96,25 @@ class InvalidationHandler(Handler):
                 ev.tenant,
                 ev.old_template_version,
                 prog.deleted,
+                extra=_ctx(ev) | {"job_id": prog.job_id},
             )
         elif isinstance(ev, Invalidate):
-            log.info("invalidate %s %s: %s", ev.by, ev.value, inv.invalidate(ev))
+            log.info("invalidate %s %s: %s", ev.by, ev.value, inv.invalidate(ev), extra=_ctx(ev))
         else:  # decode_batch keeps these out; apply() called directly may still pass one
             log.warning("invalidation worker skips a %s event", ev.type)
 
     def close(self) -> None:
         if self._close_clients:
             self.invalidator.close()
+
+
+def _ctx(ev: KnowledgeBaseChanged | PromptTemplateChanged | Invalidate) -> dict[str, str]:
+    """Structured-log context (stoker.logs): who the event is for, and which event."""
+    ctx = {"tenant": ev.tenant, "event_id": ev.event_id}
+    version = getattr(ev, "model_version", None)
+    if version:
+        ctx["model_version"] = version
+    return ctx
 
 
 def build_invalidation_handler(settings: Any) -> InvalidationHandler:

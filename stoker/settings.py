@@ -83,3 +83,12 @@ class StokerSettings(BaseSettings):
     # hand flush ran at 30k keys/s) and keys per UNLINK batch.
     deploy_purge_rate: float | None = Field(default=None, gt=0)
     deploy_purge_batch: int = Field(default=1_000, ge=1)
+
+    # -- observability --
+    # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,
+    # so two workers on one host never fight over a port; docker-compose and deploy/k8s set 9464.
+    metrics_port: int = Field(default=0, ge=0, le=65_535)
+    # "json": one object per line with tenant, model_version and job ids when a log call has
+    # them (for log shippers); "text" for people at a terminal.
+    log_format: Literal["json", "text"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

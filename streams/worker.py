@@ -350,6 +350,7 @@ class Worker:
             self.handler.name,
             exc,
             self._backoff_s,
+            extra={"worker": self.handler.name},
         )
         self._stop.wait(self._backoff_s)  # stop() cuts the wait short; nothing was committed
 

@@ -14,6 +14,8 @@ import typer
 
 from schemas.errors import StokerError
 from stoker.app import app, console
+from stoker.logs import configure as configure_logging
+from stoker.metrics import serve_metrics
 from stoker.settings import StokerSettings
 
 if TYPE_CHECKING:
@@ -62,7 +64,10 @@ def worker(
     if group and name is WorkerName.all:
         raise typer.BadParameter("one group cannot serve several workers", param_hint="--group")
     settings = StokerSettings(**overrides)
-    with _services(settings) as s:
+    configure_logging(settings.log_format, settings.log_level)
+    with _services(settings) as s, serve_metrics(s.metrics_port) as port:
+        if port is not None:
+            console.print(f"metrics on :{port}/metrics")
         run_workers(s, _names(name), group)
 
 
