@@ -23,6 +23,7 @@ from caches import metrics as M
 from caches.boundary import as_bytes, redis_boundary
 from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
+from caches.l1 import L1Cache
 from caches.policy import CachePolicy, request_bypass_reason, response_refusal_reason
 from caches.semantic.base import SemanticPoint, SemanticQuery, SemanticStore
 from schemas.common import DocRef, RequestParams
@@ -84,6 +85,7 @@ class CacheClient:
         semantic: SemanticStore | None = None,
         embedder: CachedEmbedder | None = None,
         policy: CachePolicy | None = None,
+        l1: L1Cache | None = None,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")
@@ -92,6 +94,7 @@ class CacheClient:
         self.embedder = embedder
         self.policy = policy or CachePolicy()
         self.generations = Generations(r)
+        self.l1 = l1  # opt-in in-process L1 for exact hits (caches/l1.py); started by the caller
 
     # -- read path --
 
@@ -107,18 +110,22 @@ class CacheClient:
         if bypass:
             return LookupResult("bypass", reason=bypass)
         key = req.key()
+        l1, token = self.l1, None
+        if l1 is not None:
+            cached = l1.get(key.exact())
+            if cached is not None:
+                return LookupResult("exact", entry=cached, score=1.0, rule="exact:l1")
+            token = l1.reserve(key.exact())  # before the read: see the protocol in l1.py
         try:  # inline, not redis_boundary(): this is the hit path, every microsecond shows
             exact = self.redis.get(key.exact())  # the hit path is one GET; misses pay for the rest
             negative = None if exact is not None else self.redis.exists(key.negative())
         except redis.RedisError as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
         if exact is not None:
-            return LookupResult(
-                "exact",
-                entry=CacheEntry.from_bytes(as_bytes(exact)),
-                score=1.0,
-                rule="exact",
-            )
+            entry = CacheEntry.from_bytes(as_bytes(exact))
+            if l1 is not None:
+                l1.fill(key.exact(), token, entry)
+            return LookupResult("exact", entry=entry, score=1.0, rule="exact")
         if negative:
             return LookupResult("negative", reason="recent error for this request")
         if use_semantic and self.semantic is not None:
