@@ -71,6 +71,7 @@ class WorkerMetrics:
         self._last = LAST_BATCH.labels(worker)
         self._committed: dict[tuple[str, int], int] = {}
         self._lag_at = 0.0
+        self.lag_every_s = LAG_EVERY_S
 
     def committed(self, offsets: Sequence[TopicPartition]) -> None:
         """Offsets just committed (the next offset to read, per partition), for lag."""
@@ -98,7 +99,7 @@ class WorkerMetrics:
     def maybe_update_lag(self, consumer: _Watermarks, now: float | None = None) -> None:
         """At most every LAG_EVERY_S: lag of each partition this worker has committed on."""
         now = time.monotonic() if now is None else now
-        if now - self._lag_at < LAG_EVERY_S:
+        if now - self._lag_at < self.lag_every_s:
             return
         self._lag_at = now
         for (topic, partition), committed in list(self._committed.items()):
