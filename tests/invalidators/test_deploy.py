@@ -390,3 +390,17 @@ def test_cutover__failure_publishes_failed_with_the_reason(client: CacheClient, 
     last = cut.status.events[-1]  # type: ignore[attr-defined]
     assert last.state == "failed" and "backend said no" in last.detail
     assert cut.due(time.time()) == []
+
+
+def test_deploy_registry__factory_builds_a_handler_on_the_settings(settings: StokerSettings):
+    from streams.registry import build_handler
+
+    s = settings.model_copy(update={"deploy_grace_s": 60, "deploy_purge_rate": 100.0})
+    handler = build_handler("deploy", s)
+    try:
+        assert isinstance(handler, DeployHandler) and handler.topics == ["inference.deploys"]
+        assert handler.runner.alive and handler.cutover.opts.grace_s == 60
+        assert handler.cutover.opts.purge.rate == 100.0
+    finally:
+        handler.close()
+    assert not handler.runner.alive
