@@ -1,0 +1,115 @@
+"""`stoker status`: running and recent jobs (deploy cutovers, purges, warm runs), from Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Annotated, Any, Final
+
+import orjson
+import typer
+from rich.table import Table
+
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+
+# The --json shape: bump when a key changes meaning or goes away (adding keys is compatible).
+SCHEMA_VERSION: Final = 1
+_TITLES: Final = {
+    "deploy": "Deploy cutovers",
+    "purge": "Purges",
+    "warm": "Warm runs",
+    "invalidate": "Invalidations",
+}
+_STATE_STYLE: Final = {
+    "running": "yellow",
+    "pending": "yellow",
+    "ready": "green",
+    "done": "green",
+    "failed": "red",
+    "interrupted": "red",
+}
+
+
+@app.command()
+def status(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON object on stdout, for scripts")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="most recent jobs shown")] = 20,
+    redis_url: Annotated[str | None, typer.Option(help="default STOKER_REDIS_URL")] = None,
+) -> None:
+    """Show running and recent jobs: cutovers with their phase, purge progress, warm figures."""
+    from invalidators.jobs import all_jobs
+    from schemas.errors import ConfigError
+    from stoker.wiring import build_redis
+
+    overrides: dict[str, Any] = {"redis_url": redis_url} if redis_url else {}
+    settings = StokerSettings(**overrides)
+    if not settings.redis_url:
+        raise ConfigError("stoker status reads job state from Redis: set STOKER_REDIS_URL")
+    r = build_redis(settings)
+    try:
+        jobs = [j.to_dict() for j in all_jobs(r, limit)]
+    finally:
+        r.close()
+    doc = status_document(jobs)
+    if as_json:
+        typer.echo(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode())
+        return
+    render(doc)
+
+
+def status_document(jobs: list[dict[str, Any]], now: float | None = None) -> dict[str, Any]:
+    """The --json shape: {"schema", "generated_at", "running", "jobs": [record, ...]}."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "generated_at": time.time() if now is None else now,
+        "running": sum(1 for j in jobs if j["state"] in ("pending", "running")),
+        "jobs": jobs,
+    }
+
+
+def render(doc: dict[str, Any]) -> None:
+    jobs: list[dict[str, Any]] = doc["jobs"]
+    if not jobs:
+        console.print("no running or recent jobs (records are kept a week)")
+        return
+    now = float(doc["generated_at"])
+    for job_type, title in _TITLES.items():
+        mine = [j for j in jobs if j["job_type"] == job_type]
+        if mine:
+            console.print(_table(title, mine, now))
+
+
+def _table(title: str, jobs: Iterable[dict[str, Any]], now: float) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("job", "state", "progress", "about", "figures", "detail", "updated"):
+        t.add_column(col, overflow="fold")
+    for j in jobs:
+        style = _STATE_STYLE.get(j["state"], "")
+        t.add_row(
+            j["job_id"],
+            f"[{style}]{j['state']}[/{style}]" if style else j["state"],
+            f"{100 * j['progress']:.0f}%",
+            " ".join(f"{k}={v}" for k, v in j["labels"].items()),
+            _figures(j),
+            j["detail"],
+            _ago(now - j["updated_at"]),
+        )
+    return t
+
+
+def _figures(j: dict[str, Any]) -> str:
+    parts = [f"{k}={v:,}" for k, v in j["counts"].items()]
+    parts += [f"{k}={v:,.2f}" for k, v in j["figures"].items() if k != "grace_until"]
+    return " ".join(parts)
+
+
+def _ago(seconds: float) -> str:
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 5400:
+        return f"{s / 60:.0f} min ago"
+    return f"{s / 3600:.1f} h ago"

@@ -1,0 +1,113 @@
+"""`stoker status`: jobs from a real cutover, a stopped purge and a warm run, as CI reads them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import orjson
+import redis
+
+from caches.client import CacheClient, CacheRequest
+from invalidators.cutover import Cutover
+from invalidators.jobs import JobRecord, JobRecords, RecordingStatusSink, all_jobs
+from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
+from schemas.events import JobStatus, ModelDeployed
+from warmers.runs import record_warm_run
+from warmers.shadow import WarmSummary
+
+JOB_KEYS = {
+    "job_type", "job_id", "state", "progress", "detail", "counts", "figures", "labels",
+    "started_at", "updated_at", "source",
+}  # fmt: skip
+
+
+class Statuses:
+    def __init__(self) -> None:
+        self.seen: list[JobStatus] = []
+
+    def publish(self, status: JobStatus) -> None:
+        self.seen.append(status)
+
+
+def stoker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stoker.cli", *args],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _jobs(r: redis.Redis) -> None:
+    """A deploy in its grace window, a purge stopped after one batch, a finished warm run."""
+    cut = Cutover(r, Purger(r), Statuses())
+    cut.accept(ModelDeployed(deploy_id="d-1", model_id="llama", version="v2",
+                             previous_version="v1", grace_s=3600))  # fmt: skip
+    cut.step("d-1", threading.Event(), lambda: True)
+    c = CacheClient(r)
+    for i in range(30):
+        assert c.store(c.lookup(CacheRequest("acme", "mistral", "v1", "t1", f"q{i}")), "a").landed
+    stop = threading.Event()
+
+    def first_batch_only(_: PurgeProgress) -> None:
+        stop.set()
+
+    prog = Purger(r).run(PurgeSpec("mistral", "v1"), PurgeOptions(batch=10),
+                         on_progress=first_batch_only, stop=stop)  # fmt: skip
+    assert prog.state == "interrupted"
+    summary = WarmSummary(sent=12, cached=11, failed=1, gpu_seconds=3.5, achieved_qps=4.9)
+    record_warm_run(JobRecords(r), "warm-2025-03-03T10", summary, labels={"window": "mon 10h"})
+
+
+def test_status_json__stable_shape_with_every_kind_of_job(redis_client: redis.Redis, redis_url):
+    _jobs(redis_client)
+    out = stoker("status", "--json", STOKER_REDIS_URL=redis_url)
+    assert out.returncode == 0, out.stderr
+    doc = orjson.loads(out.stdout)
+    assert set(doc) == {"schema", "generated_at", "running", "jobs"} and doc["schema"] == 1
+    assert all(set(j) == JOB_KEYS for j in doc["jobs"])
+    by_type = {j["job_type"]: j for j in doc["jobs"]}
+    assert set(by_type) == {"deploy", "purge", "warm"}
+
+    deploy = by_type["deploy"]
+    assert (deploy["job_id"], deploy["state"], deploy["labels"]["phase"]) == (
+        "d-1",
+        "ready",
+        "grace",
+    )
+    assert deploy["labels"]["version"] == "v2" and deploy["figures"]["grace_until"] > 0
+    purge = by_type["purge"]
+    assert purge["state"] == "running" and purge["counts"]["deleted"] > 0
+    assert purge["labels"]["model_id"] == "mistral" and 0 <= purge["progress"] <= 1
+    warm = by_type["warm"]
+    assert warm["state"] == "done" and warm["counts"]["sent"] == 12
+    assert warm["figures"]["gpu_seconds"] == 3.5 and warm["labels"] == {"window": "mon 10h"}
+    assert doc["running"] == 1  # the purge; the deploy is READY (in grace)
+
+
+def test_status__table_view_and_empty_and_no_redis(redis_client: redis.Redis, redis_url):
+    empty = stoker("status", STOKER_REDIS_URL=redis_url)
+    assert empty.returncode == 0 and "no running or recent jobs" in empty.stderr
+    _jobs(redis_client)
+    shown = stoker("status", STOKER_REDIS_URL=redis_url, COLUMNS="300")  # no wrapping
+    assert shown.returncode == 0, shown.stderr
+    for text in ("Deploy cutovers", "Purges", "Warm runs", "d-1", "gpu_seconds=3.50"):
+        assert text in shown.stderr
+    missing = stoker("status")
+    assert missing.returncode == 1 and "STOKER_REDIS_URL" in missing.stderr
+
+
+def test_job_records__recording_sink_keeps_the_newest_and_drops_expired(redis_client):
+    sink = RecordingStatusSink(Statuses(), JobRecords(redis_client))
+    sink.publish(JobStatus(job_id="w1", job_type="warm", state="running", progress=0.5))
+    sink.publish(JobStatus(job_id="w1", job_type="warm", state="done", progress=1.0))
+    [rec] = all_jobs(redis_client)
+    assert (rec.job_id, rec.state, rec.progress) == ("w1", "done", 1.0)
+    redis_client.delete("stk:jobs:{jobs}:rec:warm:w1")  # as its TTL would
+    assert JobRecords(redis_client).recent() == []
+    assert JobRecord.from_dict(rec.to_dict() | {"added_later": 1}) == rec  # old readers cope
