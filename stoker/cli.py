@@ -9,6 +9,7 @@ from schemas.errors import StokerError
 from stoker.app import app, console
 
 # Each import registers its commands on `app`.
+from stoker.commands import analyze as _analyze  # noqa: F401
 from stoker.commands import demo as _demo  # noqa: F401
 from stoker.commands import deploy as _deploy  # noqa: F401
 from stoker.commands import invalidate as _invalidate  # noqa: F401

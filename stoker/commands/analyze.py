@@ -1,0 +1,178 @@
+"""`stoker analyze LOG`: measure before you build (duplicates, simulated hit rates, advice)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from stoker.app import app, console
+
+_UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 7 * 86_400}
+_TTL = re.compile(r"^(\d+)([smhdw]?)$")
+
+
+def parse_thresholds(value: str) -> tuple[float, ...]:
+    try:
+        out = tuple(sorted({float(v) for v in value.split(",") if v.strip()}))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: use numbers like 0.85,0.92") from None
+    if not out or not all(0.0 < t <= 1.0 for t in out):
+        raise typer.BadParameter(f"{value!r}: each threshold must lie in (0, 1]")
+    return out
+
+
+def parse_ttls(value: str) -> tuple[int, ...]:
+    out: set[int] = set()
+    for part in (v.strip().lower() for v in value.split(",") if v.strip()):
+        m = _TTL.match(part)
+        if m is None or int(m.group(1)) == 0:
+            raise typer.BadParameter(f"{part!r}: use a positive duration like 90s, 30m, 6h, 7d")
+        out.add(int(m.group(1)) * _UNITS[m.group(2) or "s"])
+    if not out:
+        raise typer.BadParameter(f"{value!r}: give at least one TTL")
+    return tuple(sorted(out))
+
+
+def fmt_ttl(seconds: int) -> str:
+    for unit in ("w", "d", "h", "m"):
+        if seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+@app.command()
+def analyze(
+    log: Annotated[Path, typer.Argument(help="request log: .jsonl, .csv or .parquet")],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print one JSON document to stdout, no tables")
+    ] = False,
+    labels: Annotated[
+        str | None,
+        typer.Option(help="column of true labels (e.g. intent); used only to score false hits"),
+    ] = None,
+    thresholds: Annotated[
+        str, typer.Option(help="cosine thresholds to try, comma-separated")
+    ] = "0.85,0.88,0.90,0.92,0.95,0.98",
+    ttls: Annotated[str, typer.Option(help="entry TTLs to try: 90s, 30m, 6h, 7d")] = "1h,6h,24h,7d",
+    max_false_share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="with --labels: wrong answers tolerated")
+    ] = 0.01,
+) -> None:
+    """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
+    and TTL (a simulated cache in time order), a recommendation and a verdict."""
+    from warmers.analysis.keyed_log import read_frame
+    from warmers.analysis.report import Settings
+
+    settings = Settings(parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share)
+    frame = read_frame(log)
+    if labels is not None and labels not in frame.columns:
+        raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
+    report = _run(frame, settings)
+    if json_out:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_report(report)
+
+
+def _run(frame: Any, settings: Any) -> dict[str, Any]:
+    from caches.embedders import SentenceTransformerEmbedder
+    from warmers.analysis.report import analyze as run_analysis
+
+    with console.status("loading the embedder ..."):
+        embedder = SentenceTransformerEmbedder()
+    columns = (TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        tasks = {
+            "embed": progress.add_task("embed prompts", total=None),
+            "simulate": progress.add_task("simulate caches", total=None),
+        }
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            progress.update(tasks[stage], completed=done, total=total)
+
+        return run_analysis(frame, settings, embedder, on_progress)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _print_report(r: dict[str, Any]) -> None:
+    lg = r["log"]
+    console.print(
+        f"[bold]{lg['requests']:,}[/bold] requests ({lg['bad_rows']:,} bad rows skipped), "
+        f"{len(lg['tenants'])} tenants, {lg['unique_keys']:,} distinct keys, "
+        f"{lg['from']} .. {lg['to']}"
+    )
+    console.print(_dup_table(r))
+    console.print(_grid_table(r))
+    console.print(_tenant_table(r))
+    rec, v = r["recommendation"], r["verdict"]
+    thr = "exact only" if rec["threshold"] is None else f"{rec['threshold']:.2f}"
+    console.print(f"[bold]recommended:[/bold] threshold {thr}, TTL {fmt_ttl(rec['ttl_s'])} "
+                  f"({rec['reason']})")  # fmt: skip
+    colour = "green" if v["worth_caching"] else "yellow"
+    console.print(f"[bold {colour}]verdict:[/bold {colour}] {v['text']}")
+
+
+def _dup_table(r: dict[str, Any]) -> Table:
+    thresholds = r["settings"]["thresholds"]
+    t = Table(title="duplicates (against every earlier request, no TTL)")
+    for col in ("tenant", "requests", "uncacheable", "exact dup"):
+        t.add_column(col, justify="left" if col == "tenant" else "right")
+    for thr in thresholds:
+        t.add_column(f"near ≥{thr:.2f}", justify="right")
+    d = r["duplicates"]
+    for name, s in [*d["tenants"].items(), ("overall", d["overall"])]:
+        near = [_pct(n["near_dup_rate"]) for n in s["near_dup"]]
+        t.add_row(name, f"{s['requests']:,}", _pct(s["uncacheable_rate"]),
+                  _pct(s["exact_dup_rate"]), *near)  # fmt: skip
+    return t
+
+
+def _grid_table(r: dict[str, Any]) -> Table:
+    labelled = r["settings"]["labels"] is not None
+    what = "hit rate / GPU saved" + (" / false hits" if labelled else "")
+    t = Table(title=f"simulated cache, all tenants: {what}")
+    t.add_column("threshold")
+    ttls = r["settings"]["ttls_s"]
+    for ttl in ttls:
+        t.add_column(f"TTL {fmt_ttl(ttl)}", justify="right")
+    rows: dict[Any, list[str]] = {}
+    for g in r["simulation"]:
+        o = g["overall"]
+        cell = f"{_pct(o['hit_rate_total'])} / {o['gpu_seconds_saved_pct']:.1f}%"
+        if labelled:
+            cell += f" / {_pct(o['false_hit_share'])}"
+        rows.setdefault(g["threshold"], []).append(cell)
+    for thr, cells in rows.items():
+        t.add_row("exact only" if thr is None else f"{thr:.2f}", *cells)
+    return t
+
+
+def _tenant_table(r: dict[str, Any]) -> Table:
+    rec = r["recommendation"]
+    at = (rec["threshold"], rec["ttl_s"])
+    g = next(g for g in r["simulation"] if (g["threshold"], g["ttl_s"]) == at)
+    t = Table(title="per tenant at the recommended settings")
+    for col in ("tenant", "exact", "semantic", "total", "GPU s saved", "GPU saved", "false hits"):
+        t.add_column(col, justify="left" if col == "tenant" else "right")
+    for name, s in [*g["tenants"].items(), ("overall", g["overall"])]:
+        t.add_row(
+            name,
+            _pct(s["hit_rate_exact"]),
+            _pct(s["hit_rate_semantic"]),
+            _pct(s["hit_rate_total"]),
+            f"{s['gpu_seconds_saved']:,.0f}",
+            f"{s['gpu_seconds_saved_pct']:.1f}%",
+            _pct(s["false_hit_share"]),
+        )
+    return t
