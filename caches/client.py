@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import redis
@@ -24,6 +24,7 @@ from caches.boundary import as_bytes, redis_boundary
 from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
+from caches.matching.base import Candidate, Matcher, Query, StaticThreshold
 from caches.policy import CachePolicy, request_bypass_reason, response_refusal_reason
 from caches.semantic.base import SemanticPoint, SemanticQuery, SemanticStore
 from schemas.common import DocRef, RequestParams
@@ -59,7 +60,7 @@ class LookupResult:
     outcome: Outcome
     entry: CacheEntry | None = None
     score: float | None = None
-    rule: str = ""  # what accepted a semantic hit (audit trail)
+    rule: str = ""  # what accepted a hit (audit trail): "exact", or the matcher's rule
     reason: str = ""  # why a request bypassed the cache
     ticket: WriteTicket | None = None
 
@@ -86,6 +87,7 @@ class CacheClient:
         embedder: CachedEmbedder | None = None,
         policy: CachePolicy | None = None,
         l1: L1Cache | None = None,
+        matcher: Matcher | None = None,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")
@@ -93,6 +95,9 @@ class CacheClient:
         self.semantic = semantic
         self.embedder = embedder
         self.policy = policy or CachePolicy()
+        # Which candidate may serve; its .stats count hits per rule, guard rejections and
+        # verification outcomes. Default: the policy's static threshold, as before matchers.
+        self.matcher = matcher or StaticThreshold()
         self.generations = Generations(r)
         self.l1 = l1  # opt-in in-process L1 for exact hits (caches/l1.py); started by the caller
 
@@ -138,23 +143,40 @@ class CacheClient:
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
     ) -> LookupResult | None:
         assert self.semantic is not None and self.embedder is not None
-        thr = self.policy.threshold_for(req.tenant) if threshold is None else threshold
+        route = getattr(req, "route", None)  # CacheRequest has no route field yet: None
+        pol = self.policy
+        thr = pol.threshold_for(req.tenant, route) if threshold is None else threshold
         vec = self.embedder.embed_one(req.tenant, key.prompt_norm)
-        q = SemanticQuery(vec, req.ns, key.context_hash, key.params_hash, thr, time.time())
-        matches = self.semantic.search(q)
+        q = Query(key.prompt_norm, vec, thr, conservative=pol.conservative_for(req.tenant, route))
+        floor, limit = self.matcher.floor_for(q), self.matcher.limit
+        sq = SemanticQuery(
+            vec, req.ns, key.context_hash, key.params_hash, floor, time.time(), limit
+        )
+        matches = self.semantic.search(sq)
         if not matches:
             return None
         with redis_boundary("semantic fetch"):
             blobs = self.redis.mget([m.entry_key for m in matches])
+        live = []
         for m, blob in zip(matches, blobs, strict=True):
             if blob is None:
                 continue  # invalidated or expired in Redis: the vector is an orphan, skip it
             entry = CacheEntry.from_bytes(as_bytes(blob))
             if _same_namespace(entry, req):  # defence in depth; the filter already ensures it
-                return LookupResult(
-                    "semantic", entry=entry, score=m.score, rule=f"cosine>={thr:.3f}"
-                )
-        return None
+                live.append((m, entry))
+        if not live:
+            return None
+        cands = [Candidate(m.entry_key, m.prompt, m.score) for m, _ in live]
+        if self.matcher.needs_vectors:
+            # From the embedding cache (one MGET): each cached prompt was embedded under this
+            # tenant and the same normalised text when its entry was indexed.
+            vecs = self.embedder.embed(req.tenant, [c.prompt for c in cands])
+            cands = [replace(c, vector=vecs[i]) for i, c in enumerate(cands)]
+        got = self.matcher.decide(q, cands)
+        if got is None:
+            return None
+        m, entry = live[got.index]
+        return LookupResult("semantic", entry=entry, score=m.score, rule=got.rule)
 
     # -- write path --
 

@@ -1,0 +1,133 @@
+"""The matcher contract: which of the store's top-k candidates, if any, may answer a query.
+
+A matcher sees only what a live cache has at lookup time: the query's text and vector, the
+candidates' prompts, scores and (if it asks) vectors. It never sees labels or intents.
+
+Decision, in order (`Matcher.decide`):
+1. drop candidates under the query's floor (the search already did; a guard against misuse);
+2. conservative routes: drop candidates under `Query.threshold` and any that a lexical guard
+   rejects, so a sensitive route never serves below its static threshold;
+3. the matcher's own rule (`choose`) picks one candidate or none, and names the rule.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One search result; `vector` is filled only for matchers with `needs_vectors`."""
+
+    entry_key: str
+    prompt: str
+    score: float
+    vector: Vector | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    prompt: str
+    vector: Vector
+    threshold: float  # the policy's static threshold for this tenant and route
+    conservative: bool = False
+
+
+@dataclass(frozen=True)
+class Accepted:
+    index: int  # into the candidates passed to decide()
+    rule: str  # what accepted it, for the audit trail (LookupResult.rule)
+
+
+@dataclass
+class MatchStats:
+    """Plain counters (exported to Prometheus later): hits per rule, guard rejections per guard,
+    verification outcomes (agree / disagree / unsure) of learned matchers."""
+
+    hits: Counter[str] = field(default_factory=Counter)
+    rejected_by_guard: Counter[str] = field(default_factory=Counter)
+    verification: Counter[str] = field(default_factory=Counter)
+    lookups: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "lookups": self.lookups,
+            "semantic_hits": sum(self.hits.values()),
+            "hits_by_rule": dict(self.hits),
+            "rejected_by_guard": dict(self.rejected_by_guard),
+            "verification": dict(self.verification),
+        }
+
+
+class Matcher(ABC):
+    """Search with `floor_for(q)` as score threshold and `limit` as k, then call `decide`."""
+
+    name: str = "matcher"
+    limit: int = 3
+    needs_vectors: bool = False
+
+    def __init__(self) -> None:
+        self.stats = MatchStats()
+
+    def floor_for(self, q: Query) -> float:
+        """Lowest cosine worth fetching for this query."""
+        return q.threshold
+
+    @abstractmethod
+    def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
+        """Pick one of `cands` (best score first) or none."""
+
+    def decide(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
+        self.stats.lookups += 1
+        floor = self.floor_for(q)
+        keep = [i for i, c in enumerate(cands) if c.score >= floor]
+        if q.conservative:
+            keep = [i for i in keep if cands[i].score >= q.threshold]
+            keep = [i for i in keep if self._guard_ok(q.prompt, cands[i].prompt)]
+        got = self.choose(q, [cands[i] for i in keep])
+        if got is None:
+            return None
+        rule = f"conservative:{got.rule}" if q.conservative else got.rule
+        self.stats.hits[rule] += 1
+        return Accepted(keep[got.index], rule)
+
+    def _guard_ok(self, query: str, cached: str) -> bool:
+        from caches.matching.guards import first_violation
+
+        hit = first_violation(query, cached)
+        if hit is not None:
+            self.stats.rejected_by_guard[hit] += 1
+        return hit is None
+
+
+class StaticThreshold(Matcher):
+    """What every semantic cache does today: the best candidate if its cosine clears the
+    threshold. The default; its rule string is the one the client wrote before matchers."""
+
+    name = "static"
+
+    def __init__(self, threshold: float | None = None, limit: int = 3) -> None:
+        super().__init__()
+        self.threshold = threshold  # None: the policy's threshold for the tenant/route
+        self.limit = limit
+
+    def _cut(self, q: Query) -> float:
+        return q.threshold if self.threshold is None else self.threshold
+
+    def floor_for(self, q: Query) -> float:
+        return self._cut(q)
+
+    def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
+        cut = self._cut(q)
+        for i, c in enumerate(cands):
+            if c.score >= cut:
+                return Accepted(i, f"cosine>={cut:.3f}")
+        return None
