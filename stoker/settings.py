@@ -84,6 +84,26 @@ class StokerSettings(BaseSettings):
     deploy_purge_rate: float | None = Field(default=None, gt=0)
     deploy_purge_batch: int = Field(default=1_000, ge=1)
 
+    # -- warmers --
+    # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`).
+    warm_backend_url: str = "http://127.0.0.1:8000"
+    # The served model name to send; None sends each request's model_id.
+    warm_backend_model: str | None = None
+    # Target warm rate; the shadow warmer ramps up to it and backs off below it on congestion.
+    warm_qps: float = Field(default=5.0, gt=0)
+    # Budget of one warm run: requests, or expected GPU-seconds when that is set.
+    warm_budget_requests: int = Field(default=500, ge=0)
+    warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
+    # An entry with less time to live than this is warmed again (an hour: it outlives the window).
+    warm_min_ttl_left_s: float = Field(default=3600.0, ge=0)
+    # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold.
+    warm_cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+    # Scheduler: warm the next hour this often; sweep expired semantic points this often.
+    warm_interval_s: float = Field(default=900.0, gt=0)
+    sweep_interval_s: float = Field(default=600.0, gt=0)
+    # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
+    scheduler_lock_ttl_s: float = Field(default=30.0, gt=0)
+
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,
     # so two workers on one host never fight over a port; docker-compose and deploy/k8s set 9464.

@@ -421,21 +421,24 @@ class TrafficProfile:
         template_version: str,
         hours_of_week: Iterable[int],
         limit: int,
+        weeks: Iterable[int] | None = None,
     ) -> list[QueryStat]:
-        """The most asked warmable queries in those hours, summed over the retained weeks."""
-        weeks = self.weeks(tenant, model_id, template_version)
+        """The most asked warmable queries in those hours, summed over the retained weeks
+        (or over those of `weeks` that are retained: the hot set reads only matching days)."""
+        retained = self.weeks(tenant, model_id, template_version)
+        used = retained if weeks is None else sorted(set(weeks) & set(retained), reverse=True)
         hours = sorted(set(hours_of_week))
-        if not weeks or not hours or limit <= 0:
+        if not used or not hours or limit <= 0:
             return []
         if any(not 0 <= h < HOURS_PER_WEEK for h in hours):
             raise ValueError(f"hours of week lie in 0..167, got {hours}")
         base = _base(tenant, model_id, template_version, "q")
-        keys = [f"{base}:{w}:{h}" for w in weeks for h in hours]
+        keys = [f"{base}:{w}:{h}" for w in used for h in hours]
         with redis_boundary("profile top queries"):
             # ZUNION sums per member server-side, in the tenant's slot: one round trip.
             rows: Any = self.r.zunion(keys, withscores=True)
         best = heapq.nlargest(limit, rows, key=lambda row: row[1])
-        return [QueryStat(_s(q), int(n), len(weeks)) for q, n in best]
+        return [QueryStat(_s(q), int(n), len(used)) for q, n in best]
 
     def hourly_counts(
         self, tenant: str, model_id: str, template_version: str

@@ -1,0 +1,77 @@
+"""The warm budget (requests or GPU-seconds) and its fair split across tenants.
+
+Fairness is weighted max-min (water-filling): each tenant's weight is its expected warmable
+traffic in the window, floored at `floor` x the mean weight so a small tenant is never starved
+by a big one; a tenant that needs less than its share keeps only what it needs and the rest
+is split again among the others, by weight, until the budget or every demand is used up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schemas.errors import ConfigError
+
+# A quarter of the mean weight: a tenant with 1% of the traffic still gets a quarter of an
+# equal share when it has hot queries, enough for its top few without taxing the big ones much.
+DEFAULT_FLOOR = 0.25
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Exactly one of requests (warm sends) or gpu_seconds (their expected GPU time)."""
+
+    requests: int | None = None
+    gpu_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.requests is None) == (self.gpu_seconds is None):
+            raise ConfigError("a budget is either requests or GPU-seconds, exactly one")
+        if (self.requests is not None and self.requests < 0) or (
+            self.gpu_seconds is not None and self.gpu_seconds < 0
+        ):
+            raise ConfigError("a budget cannot be negative")
+
+    @property
+    def total(self) -> float:
+        return float(self.requests if self.requests is not None else self.gpu_seconds or 0.0)
+
+    def cost(self, warm_cost_ms: float) -> float:
+        """What one warm send spends: 1 request, or its expected GPU-seconds."""
+        return 1.0 if self.requests is not None else warm_cost_ms / 1000.0
+
+    def __str__(self) -> str:
+        if self.requests is not None:
+            return f"{self.requests} requests"
+        return f"{self.gpu_seconds:g} GPU-seconds"
+
+
+def fair_shares(
+    total: float,
+    demands: Mapping[str, float],
+    weights: Mapping[str, float],
+    floor: float = DEFAULT_FLOOR,
+) -> dict[str, float]:
+    """Weighted max-min fair split of `total`; no tenant gets more than its demand."""
+    shares = dict.fromkeys(demands, 0.0)
+    active = {t for t, d in demands.items() if d > _EPS}
+    if not active:
+        return shares
+    mean_w = sum(max(weights.get(t, 0.0), 0.0) for t in active) / len(active)
+    w = {t: max(weights.get(t, 0.0), floor * mean_w, _EPS) for t in active}
+    remaining = total
+    while active and remaining > _EPS:
+        wsum = sum(w[t] for t in active)
+        offer = {t: remaining * w[t] / wsum for t in active}
+        sated = {t for t in active if shares[t] + offer[t] >= demands[t] - _EPS}
+        if not sated:
+            for t in active:
+                shares[t] += offer[t]
+            break
+        for t in sated:
+            remaining -= demands[t] - shares[t]
+            shares[t] = demands[t]
+        active -= sated
+    return shares

@@ -1,0 +1,387 @@
+"""Hot-set selection: what to warm for a coming window, ranked by GPU time saved, in a budget.
+
+For each tenant and (model, template) namespace in the traffic profile:
+1. cluster the complete past days into regimes (dayclusters.py); each day of the window draws
+   on the past days of its regime only (weekdays on weekdays, weekends on weekends);
+2. expected hits of every query those days asked ("warm a superset": the union over all
+   matching days, not the top of any one day): per window hour h, the hour's mean volume on
+   the matching days x the query's share of traffic around h (a Gaussian over hours of the
+   day, sigma `bandwidth_h`, plus a small `background` weight for the rest of the day, so a
+   query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours;
+3. the best candidates get their representative request and GPU cost per miss from the profile;
+   uncacheable params or no representative are skipped with the reason;
+4. paraphrases cluster by the tenant's semantic threshold (paraphrase.py); a cluster's value =
+   its members' expected hits x their GPU cost per miss - the GPU cost of the one warm send;
+5. what is cached in the target namespace with more than `min_ttl_left_s` left is skipped;
+Then the budget is split fairly across tenants (budget.py) and each takes its best clusters;
+what a tenant cannot use goes to the best remaining clusters of any tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+from typing import Any
+
+import numpy as np
+import redis
+
+from caches.boundary import redis_boundary
+from caches.embedders import CachedEmbedder, Embedder
+from caches.keys import canonical_params
+from caches.policy import CachePolicy, request_bypass_reason
+from schemas.common import DocRef, RequestParams
+from warmers.backends.base import GenerationRequest
+from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
+from warmers.dayclusters import DayRegimes, cluster_days
+from warmers.paraphrase import TextVectors, cluster_by_radius
+from warmers.profile import TrafficProfile, week_and_hour
+from warmers.shadow import WarmItem
+from warmers.window import Window
+
+_ALL = 10**9  # "every member" for ZUNION reads: the profile holds at most a few 100k per hour
+
+
+@dataclass(frozen=True)
+class HotSetConfig:
+    bandwidth_h: float = 1.5  # queries drift by an hour or two between days, rarely more
+    # 2% weight on the rest of the day: a query asked only at 09:00 still beats one never asked
+    background: float = 0.02
+    candidates_per_item: float = 3.0  # paraphrase clustering folds ~2-3 candidates into one
+    min_candidates: int = 200
+    min_ttl_left_s: float = (
+        3600.0  # the shadow warmer's own bar: under an hour left is warmed again
+    )
+    cluster_threshold: float | None = None  # None: each tenant's semantic threshold
+    fairness_floor: float = DEFAULT_FLOOR
+    # Clusters worth less than this (hits x miss cost - warm cost, GPU ms) are not warmed: by
+    # default only those that save more GPU than their warm send costs. None: rank past break
+    # even, so a budget of K buys K items (a latency SLO for first requests, the benchmark).
+    min_value_ms: float | None = 0.0
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One warm send: a cluster's representative, what it is expected to save, and why."""
+
+    tenant: str
+    model_id: str
+    model_version: str
+    template_version: str
+    qkey: str
+    query: str
+    cluster_size: int
+    expected_hits: float  # in the window, summed over the cluster's members
+    miss_cost_ms: float  # GPU ms per miss, hit-weighted over the members
+    warm_cost_ms: float  # GPU ms the representative's one warm send is expected to take
+    reason: str
+    item: WarmItem = field(repr=False, compare=False)
+    members: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def value_ms(self) -> float:
+        return self.expected_hits * self.miss_cost_ms - self.warm_cost_ms
+
+
+@dataclass(frozen=True)
+class Skipped:
+    tenant: str
+    query: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    window: Window
+    budget: Budget
+    items: list[PlanItem] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
+    regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
+    over_budget: int = 0  # clusters worth warming that the budget left out
+
+    @property
+    def spent(self) -> float:
+        return sum(self.budget.cost(i.warm_cost_ms) for i in self.items)
+
+    @property
+    def expected_gpu_s_saved(self) -> float:
+        return sum(max(i.value_ms, 0.0) for i in self.items) / 1000.0
+
+    def warm_items(self) -> list[WarmItem]:
+        return [i.item for i in self.items]
+
+
+@dataclass
+class _Namespace:
+    """One (tenant, model, template)'s expected hits for the window."""
+
+    tenant: str
+    model_id: str
+    template_version: str
+    hits: dict[str, float]
+    volume: float  # expected warmable requests in the window
+    note: str
+
+
+class HotSetSelector:
+    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing."""
+
+    def __init__(
+        self,
+        profile: TrafficProfile,
+        embedder: Embedder | CachedEmbedder | TextVectors,
+        *,
+        policy: CachePolicy | None = None,
+        cache_redis: redis.Redis | None = None,
+        config: HotSetConfig | None = None,
+    ) -> None:
+        self.profile = profile
+        self.vectors = embedder if isinstance(embedder, TextVectors) else TextVectors(embedder)
+        self.policy = policy or CachePolicy()
+        self.cache_redis = cache_redis if cache_redis is not None else profile.r
+        self.cfg = config or HotSetConfig()
+
+    def plan(
+        self,
+        window: Window,
+        budget: Budget,
+        *,
+        tenants: Iterable[str] | None = None,
+        model_id: str | None = None,
+        model_version: str | None = None,
+    ) -> Plan:
+        """The hot set for `window`. model_version: the namespace to warm (default: the version
+        each query was last served under, which the representative carries)."""
+        plan = Plan(window, budget)
+        ranked: dict[str, list[PlanItem]] = {}
+        volume: dict[str, float] = {}
+        for t in sorted(tenants if tenants is not None else self.profile.tenants()):
+            ranked[t], volume[t] = [], 0.0
+            for m, tv in self.profile.namespaces(t):
+                if model_id is not None and m != model_id:
+                    continue
+                ns = self.expected_hits(t, m, tv, window)
+                plan.regimes[f"{t}/{m}/{tv}"] = ns.note
+                volume[t] += ns.volume
+                ranked[t] += self._clusters(ns, budget, model_version, plan)
+            ranked[t].sort(key=lambda i: -i.value_ms)
+            ranked[t] = self._drop_fresh(ranked[t], plan)
+        self._fill(plan, ranked, volume)
+        return plan
+
+    # -- steps 1-2 --
+
+    def expected_hits(
+        self, tenant: str, model_id: str, template: str, window: Window
+    ) -> _Namespace:
+        prof = self.profile
+        daily = prof.daily_counts(tenant, model_id, template)
+        regimes = cluster_days({d: v for d, v in daily.items() if d < window.start.date()})
+        hits: dict[str, float] = {}
+        volume = 0.0
+        by_day: dict[date, list[int]] = {}
+        for d, h in window.slots():
+            by_day.setdefault(d, []).append(h)
+        notes = set()
+        for d, hours in by_day.items():
+            days = regimes.matching_days(d)
+            if not days:
+                continue
+            counts, qkeys, totals = self._hourly(tenant, model_id, template, days)
+            share = self._share(counts, totals, hours)  # (queries, len(hours))
+            per_hour_volume = totals[hours] / len(days)
+            expected = share @ per_hour_volume
+            volume += float(per_hour_volume.sum())
+            for q, e in zip(qkeys, expected.tolist(), strict=True):
+                hits[q] = hits.get(q, 0.0) + e
+            notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
+        note = ", ".join(sorted(notes)) or "no history"
+        return _Namespace(tenant, model_id, template, hits, volume, note)
+
+    def _hourly(
+        self, tenant: str, model_id: str, template: str, days: Sequence[date]
+    ) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Counts per (query, hour of day) summed over `days`, and total warmable per hour."""
+        groups: dict[tuple[int, ...], list[int]] = {}  # weekdays -> the weeks that have them all
+        per_week: dict[int, list[int]] = {}
+        for d in days:
+            week, how = week_and_hour(_midnight(d))
+            per_week.setdefault(week, []).append(how // 24)
+        for week, week_dows in per_week.items():
+            groups.setdefault(tuple(sorted(week_dows)), []).append(week)
+        index: dict[str, int] = {}
+        cells: list[tuple[int, int, int]] = []
+        for h in range(24):
+            for dows, weeks in groups.items():
+                hows = [dow * 24 + h for dow in dows]
+                for s in self.profile.top_queries(tenant, model_id, template, hows, _ALL, weeks):
+                    cells.append((index.setdefault(s.qkey, len(index)), h, s.count))
+        counts = np.zeros((len(index), 24))
+        for i, h, n in cells:
+            counts[i, h] += n
+        totals = np.zeros(24)
+        hourly = self.profile.hourly_counts(tenant, model_id, template)
+        for d in days:
+            week, how = week_and_hour(_midnight(d))
+            if week in hourly:
+                totals += np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
+        return counts, list(index), totals
+
+    def _share(self, counts: np.ndarray, totals: np.ndarray, hours: Sequence[int]) -> np.ndarray:
+        """Each query's smoothed share of the traffic at each window hour."""
+        hod = np.arange(24)
+        dist = np.abs(np.asarray(hours)[:, None] - hod[None, :])
+        dist = np.minimum(dist, 24 - dist)
+        w = np.exp(-(dist**2) / (2 * self.cfg.bandwidth_h**2)) + self.cfg.background
+        denom = w @ totals  # (hours,)
+        denom[denom == 0] = 1.0
+        out: np.ndarray = (counts @ w.T) / denom[None, :]
+        return out
+
+    # -- steps 3-4 --
+
+    def _clusters(
+        self, ns: _Namespace, budget: Budget, model_version: str | None, plan: Plan
+    ) -> list[PlanItem]:
+        top = sorted(ns.hits, key=lambda q: -ns.hits[q])[: self._candidates(budget)]
+        top = [q for q in top if ns.hits[q] > 0]
+        if not top:
+            return []
+        costs = self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
+        reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, top)
+        rows: list[tuple[str, WarmItem, float]] = []  # qkey, warm item, gpu ms per miss
+        for q in top:
+            row = self._row(ns, q, reps.get(q), costs, model_version, plan)
+            if row is not None:
+                rows.append(row)
+        if not rows:
+            return []
+        vecs = self.vectors.embed(ns.tenant, [it.identity.prompt for _, it, _ in rows])
+        values = [ns.hits[q] * cost for q, _, cost in rows]
+        scopes = [_scope(it) for _, it, _ in rows]
+        thr = self.cfg.cluster_threshold or self.policy.threshold_for(ns.tenant)
+        out = []
+        for c in cluster_by_radius(vecs, values, thr, scopes):
+            members = [rows[i] for i in c.members]
+            hits = sum(ns.hits[q] for q, _, _ in members)
+            miss_cost = sum(ns.hits[q] * cost for q, _, cost in members) / hits
+            q, item, warm_cost = rows[c.rep]
+            reason = f"{ns.note}; {hits:.1f} hits x {miss_cost / 1000:.2f} s/miss"
+            if len(members) > 1:
+                reason += f"; serves {len(members) - 1} paraphrases"
+            pi = PlanItem(
+                ns.tenant, ns.model_id, item.identity.model_version, ns.template_version, q,
+                item.identity.prompt, len(members), hits, miss_cost, warm_cost, reason, item,
+                tuple(m[0] for m in members),
+            )  # fmt: skip
+            if self.cfg.min_value_ms is None or pi.value_ms > self.cfg.min_value_ms:
+                out.append(pi)
+        return out
+
+    def _candidates(self, budget: Budget) -> int:
+        items = budget.requests if budget.requests is not None else (budget.gpu_seconds or 0) / 0.5
+        # GPU budgets: items guessed at 0.5 s each (decode-heavy answers); more only costs reads.
+        return max(self.cfg.min_candidates, int(self.cfg.candidates_per_item * items))
+
+    def _row(
+        self,
+        ns: _Namespace,
+        qkey: str,
+        rep: dict[str, Any] | None,
+        costs: dict[str, Any],
+        model_version: str | None,
+        plan: Plan,
+    ) -> tuple[str, WarmItem, float] | None:
+        if rep is None or qkey not in costs:
+            plan.skipped.append(
+                Skipped(ns.tenant, qkey, "no representative (never reached the GPU)")
+            )
+            return None
+        try:
+            params = RequestParams(**(rep.get("params") or {}))
+            docs = tuple(DocRef(**d) for d in rep.get("context_docs") or ())
+            req = GenerationRequest(
+                ns.tenant, ns.model_id, model_version or str(rep["model_version"]),
+                ns.template_version, str(rep["prompt"]), params, docs,
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            plan.skipped.append(Skipped(ns.tenant, qkey, f"unreadable representative: {e}"))
+            return None
+        why = request_bypass_reason(params)
+        if why:
+            plan.skipped.append(Skipped(ns.tenant, req.prompt, f"never cacheable ({why})"))
+            return None
+        return qkey, WarmItem.of(req), costs[qkey].gpu_ms_per_miss
+
+    # -- step 5 and the budget --
+
+    def _drop_fresh(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
+        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant)."""
+        if not items:
+            return items
+        with redis_boundary("hot set freshness"):
+            pipe = self.cache_redis.pipeline(transaction=False)
+            for i in items:
+                pipe.pttl(i.item.identity.key().exact())
+            ttls = pipe.execute()
+        keep = []
+        bar_ms = self.cfg.min_ttl_left_s * 1000
+        for i, pttl in zip(items, ttls, strict=True):
+            if pttl == -1 or pttl > bar_ms:
+                left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
+                plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
+            else:
+                keep.append(i)
+        return keep
+
+    def _fill(
+        self, plan: Plan, ranked: dict[str, list[PlanItem]], volume: dict[str, float]
+    ) -> None:
+        b = plan.budget
+        demands = {t: sum(b.cost(i.warm_cost_ms) for i in items) for t, items in ranked.items()}
+        plan.shares = fair_shares(b.total, demands, volume, self.cfg.fairness_floor)
+        left: list[PlanItem] = []
+        spent = 0.0
+        for t, items in ranked.items():
+            mine = 0.0
+            for i in items:
+                c = b.cost(i.warm_cost_ms)
+                if mine + c <= plan.shares[t] + 1e-9:
+                    mine += c
+                    plan.items.append(i)
+                else:
+                    left.append(i)
+            spent += mine
+        # Shares are fractional and GPU costs lumpy: what no share could hold goes, best first,
+        # to whatever still fits in the whole budget.
+        for i in sorted(left, key=lambda i: -i.value_ms):
+            c = b.cost(i.warm_cost_ms)
+            if spent + c <= b.total + 1e-9:
+                spent += c
+                plan.items.append(_with_reason(i, "; from leftover budget"))
+            else:
+                plan.over_budget += 1
+        plan.items.sort(key=lambda i: -i.value_ms)
+
+
+def _with_reason(i: PlanItem, more: str) -> PlanItem:
+    return replace(i, reason=i.reason + more)
+
+
+def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """What a semantic hit must share with the entry: params and retrieved docs (and versions)."""
+    r = item.identity
+    return canonical_params(r.params.as_dict()), tuple(
+        sorted((d.doc_id, d.version) for d in r.docs)
+    )
+
+
+def _midnight(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, tzinfo=UTC)
+
+
+def _regime_name(regimes: DayRegimes, d: date) -> str:
+    r = regimes.regime_of(d)
+    return "all days" if r is None else regimes.describe(r)
