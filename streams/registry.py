@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from schemas.errors import StokerError
 from stoker.settings import StokerSettings
@@ -26,6 +26,20 @@ _BUILTIN: dict[str, str] = {
     "invalidation": "invalidators.handlers:build_invalidation_handler",
 }
 _REGISTERED: dict[str, HandlerFactory] = {}
+# Workers that consume no topic, so are not Handlers: factory(settings) -> Service.
+_SERVICES: dict[str, str] = {"scheduler": "warmers.scheduler:build_scheduler_service"}
+
+
+class Service(Protocol):
+    """A long-running part that is not a Kafka consumer: run() blocks until stop()."""
+
+    name: str
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def report(self) -> str: ...
 
 
 class HandlerNotAvailable(StokerError):
@@ -42,7 +56,7 @@ def unregister(name: str) -> None:
 
 def available() -> list[str]:
     """Names with a factory, in WORKER_NAMES order, then any extra registered ones."""
-    have = set(_BUILTIN) | set(_REGISTERED)
+    have = set(_BUILTIN) | set(_REGISTERED) | set(_SERVICES)
     return [n for n in WORKER_NAMES if n in have] + sorted(have - set(WORKER_NAMES))
 
 
@@ -61,3 +75,13 @@ def factory_for(name: str) -> HandlerFactory:
 
 def build_handler(name: str, settings: StokerSettings) -> Handler:
     return factory_for(name)(settings)
+
+
+def is_service(name: str) -> bool:
+    return name in _SERVICES and name not in _REGISTERED
+
+
+def build_service(name: str, settings: StokerSettings) -> Service:
+    module, _, attr = _SERVICES[name].partition(":")
+    service: Service = getattr(importlib.import_module(module), attr)(settings)
+    return service

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 
@@ -18,8 +18,14 @@ from stoker.logs import configure as configure_logging
 from stoker.metrics import serve_metrics
 from stoker.settings import StokerSettings
 
-if TYPE_CHECKING:
-    from streams.worker import Worker
+
+class _Runnable(Protocol):
+    """A Worker, or a Service that is not a Kafka consumer (the scheduler)."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
 
 # How often the main thread wakes to see whether a worker thread died: a dead worker is
 # reported within this, and the others are stopped.
@@ -92,10 +98,11 @@ def _services(settings: StokerSettings) -> Iterator[StokerSettings]:
 
 
 def _names(name: WorkerName) -> list[str]:
-    from streams.registry import available, factory_for
+    from streams.registry import available, factory_for, is_service
 
     if name is not WorkerName.all:
-        factory_for(name.value)  # fails now, with exit 1, if it is not built yet
+        if not is_service(name.value):
+            factory_for(name.value)  # fails now, with exit 1, if it is not built yet
         return [name.value]
     names = available()
     missing = [n.value for n in WorkerName if n is not WorkerName.all and n.value not in names]
@@ -106,23 +113,33 @@ def _names(name: WorkerName) -> list[str]:
 
 def run_workers(settings: StokerSettings, names: list[str], group: str | None = None) -> None:
     """One Worker thread per name; SIGTERM/SIGINT stop them all; any worker's failure is ours."""
-    from streams.registry import build_handler
+    from streams.registry import build_handler, build_service, is_service
     from streams.worker import Worker
 
-    workers = [Worker(settings, build_handler(n, settings), group) for n in names]
+    handlers = [n for n in names if not is_service(n)]
+    workers = [Worker(settings, build_handler(n, settings), group) for n in handlers]
+    services = [build_service(n, settings) for n in names if is_service(n)]
     errors: list[BaseException] = []
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         console.print(f"{signal.Signals(signum).name}: finishing the current batches")
-        for w in workers:
-            w.stop()
+        for r in runnables:
+            r.stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for w in workers:
+        console.print(f"worker {w.handler.name}: group {w.config.group_id}, topics {w.topics}")
+    for sv in services:
+        console.print(f"worker {sv.name}: no topics (a leader-elected schedule)")
+    runnables: list[_Runnable] = [*workers, *services]
+    labels = [w.handler.name for w in workers] + [sv.name for sv in services]
     try:
-        _run_threads(workers, errors)
+        _run_threads(runnables, labels, errors)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    for sv in services:
+        console.print(f"worker {sv.name}: {sv.report()}")
     for w in workers:
         s = w.stats
         console.print(
@@ -136,30 +153,33 @@ def run_workers(settings: StokerSettings, names: list[str], group: str | None = 
         raise StokerError(f"worker failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _run_threads(workers: list[Worker], errors: list[BaseException]) -> None:
-    """Start a thread per worker; when one fails, stop the rest; return when all are done."""
+def _run_threads(
+    runnables: Sequence[_Runnable], labels: list[str], errors: list[BaseException]
+) -> None:
+    """Start a thread per worker or service; when one fails, stop the rest; return when all
+    are done."""
 
-    def body(w: Worker) -> None:
+    def body(w: _Runnable) -> None:
         try:
             w.run()
         except BaseException as exc:  # reported by the main thread, which owns the exit code
             errors.append(exc)
 
     threads = [
-        threading.Thread(target=body, args=(w,), name=f"worker-{w.handler.name}") for w in workers
+        threading.Thread(target=body, args=(w,), name=f"worker-{label}")
+        for w, label in zip(runnables, labels, strict=True)
     ]
     try:
-        for w, t in zip(workers, threads, strict=True):
-            console.print(f"worker {w.handler.name}: group {w.config.group_id}, topics {w.topics}")
+        for t in threads:
             t.start()
         while any(t.is_alive() for t in threads):
             if errors:
-                for w in workers:
+                for w in runnables:
                     w.stop()
             for t in threads:
                 t.join(_WATCH_S)
     finally:
-        for w in workers:
+        for w in runnables:
             w.stop()
         for t in threads:
             if t.is_alive():

@@ -33,13 +33,13 @@ def test_registry__traffic_is_built_in(redis_url: str) -> None:
 
 
 def test_registry__register_and_unregister() -> None:
-    registry.register("scheduler", lambda _s: Nop())
+    registry.register("extra", lambda _s: Nop())
     try:
-        assert "scheduler" in registry.available()
-        assert isinstance(registry.build_handler("scheduler", StokerSettings()), Nop)
+        assert "extra" in registry.available()
+        assert isinstance(registry.build_handler("extra", StokerSettings()), Nop)
     finally:
-        registry.unregister("scheduler")
-    assert "scheduler" not in registry.available()
+        registry.unregister("extra")
+    assert "extra" not in registry.available()
 
 
 def test_registry__known_name_without_factory_is_not_available() -> None:
@@ -59,6 +59,12 @@ def test_worker_cli__bad_broker_kind_exits_2() -> None:
 
 def test_worker_cli__unbuilt_worker_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "_BUILTIN", {"traffic": registry._BUILTIN["traffic"]})
-    result = runner.invoke(app, ["worker", "scheduler", "--bootstrap", "127.0.0.1:1"])
+    result = runner.invoke(app, ["worker", "deploy", "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 1
     assert isinstance(result.exception, registry.HandlerNotAvailable)
+
+
+def test_registry__scheduler_is_a_service_listed_for_all() -> None:
+    assert registry.is_service("scheduler")
+    assert "scheduler" in registry.available()
+    assert not registry.is_service("traffic")
