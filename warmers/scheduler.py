@@ -31,6 +31,7 @@ from caches.boundary import redis_boundary
 from caches.constants import KEY_ROOT
 from schemas.errors import StokerError
 from stoker.settings import StokerSettings
+from warmers import metrics as M
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class WarmScheduler:
             except StokerError as e:
                 log.warning("leader lock not released (it expires by itself): %s", e)
         self.is_leader = False
+        M.set_leader(False)
 
     def _lead(self) -> None:
         try:
@@ -140,6 +142,7 @@ class WarmScheduler:
         except StokerError as e:
             log.warning("leader lock unreachable, acting as follower: %s", e)
             self.is_leader = False
+        M.set_leader(self.is_leader)  # the "scheduler leader missing" alert reads it
 
     def _leader_only(self, name: str, job: Callable[[], object]) -> Callable[[], None]:
         def run() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 from prometheus_client import REGISTRY
 
 from caches.client import CacheClient
 from schemas.common import DocRef
-from warmers import metrics as M
 from warmers.backends.base import GenerationRequest
 from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
+from warmers.scheduler import LeaderLock, WarmScheduler
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
 
 # min_ttl_left_s=0: the test cache keeps entries for minutes, and a cached one must count as fresh
@@ -72,8 +73,15 @@ def test_warm_metrics__move_with_the_run(sim: SimulatorThread, cache: CacheClien
     assert sample("stoker_warm_qps") == 0  # no run in progress
 
 
-def test_set_leader__gauge_follows_the_lease():
-    M.set_leader(True)
-    assert sample("stoker_scheduler_leader") == 1
-    M.set_leader(False)
+def test_scheduler_leader_gauge__follows_the_lease(redis_client: redis.Redis):
+    leader = WarmScheduler(LeaderLock(redis_client, 30.0, key="stk:test-leader"), lambda: None)
+    follower = WarmScheduler(LeaderLock(redis_client, 30.0, key="stk:test-leader"), lambda: None)
+    leader._lead()
+    assert leader.is_leader and sample("stoker_scheduler_leader") == 1
+    follower._lead()  # the same process seeing a follower: the gauge says what this one is
+    assert not follower.is_leader and sample("stoker_scheduler_leader") == 0
+    leader.stop()
     assert sample("stoker_scheduler_leader") == 0
+    follower._lead()  # the lease was released: the follower takes it
+    assert sample("stoker_scheduler_leader") == 1
+    follower.stop()
