@@ -1,0 +1,43 @@
+"""Served-answer correctness on CLINC150: the static-threshold curve and stoker's matcher, same run.
+
+Protocol in caches/matching/evaluate.py (test + oos_test shuffled, streamed through a Qdrant Edge
+store, misses stored, labels only score). Figures per configuration: hit_rate, wrong_share,
+oos_hit_rate, ceiling; ratio = hit rate / static 0.92's hit rate, meaningful only when the wrong
+share is not above static 0.92's (`wrong_share_ok`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from _common import emit
+
+from caches.embedders import SentenceTransformerEmbedder
+from caches.matching.evaluate import BASELINE, evaluate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=0, help="queries; 0 = all 5,500")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--bank", type=int, default=6000, help="warmer prompts with backend answers")
+    args = ap.parse_args()
+    ev = evaluate(
+        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None, bank_size=args.bank
+    )
+    base = ev.row(f"static_{BASELINE:.2f}").as_dict()
+    for r in ev.rows:
+        d = r.as_dict()
+        name = d.pop("name")
+        emit(
+            f"semantic_quality_{name}",
+            ratio=d["hit_rate"] / max(base["hit_rate"], 1e-9),
+            wrong_share_ok=d["wrong_share"] <= base["wrong_share"],
+            **d,
+        )
+    summary = ev.summary()
+    emit(summary.pop("name"), embed_s=round(ev.embed_seconds, 1), seed=args.seed, **summary)
+
+
+if __name__ == "__main__":
+    main()
