@@ -19,6 +19,7 @@ from stoker.commands import replay as _replay  # noqa: F401
 from stoker.commands import sample_log as _sample_log  # noqa: F401
 from stoker.commands import sim_backend as _sim_backend  # noqa: F401
 from stoker.commands import status as _status  # noqa: F401
+from stoker.commands import warm as _warm  # noqa: F401
 from stoker.commands import worker as _worker  # noqa: F401
 
 

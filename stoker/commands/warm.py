@@ -1,0 +1,126 @@
+"""`stoker warm`: choose the hot set for a window and warm it (or, with --dry-run, show it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from schemas.errors import ConfigError, StokerError
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+
+if TYPE_CHECKING:
+    from warmers.hotset import Plan
+    from warmers.shadow import WarmSummary
+
+# Rows shown by --dry-run; the rest are counted (a 5k-item plan is for machines, not eyes).
+_MAX_ROWS = 50
+
+
+@app.command()
+def warm(
+    window: Annotated[
+        str, typer.Option(help="next-hour, or START..END in ISO 8601 (UTC when naive)")
+    ] = "next-hour",
+    tenant: Annotated[
+        list[str] | None, typer.Option(help="only these tenants (repeatable); default all")
+    ] = None,
+    budget_requests: Annotated[
+        int | None, typer.Option(min=0, help="warm sends; default STOKER_WARM_BUDGET_REQUESTS")
+    ] = None,
+    budget_gpu_seconds: Annotated[
+        float | None, typer.Option(min=0, help="expected GPU-seconds instead of requests")
+    ] = None,
+    qps: Annotated[
+        float | None, typer.Option(min=0.01, help="target QPS; default STOKER_WARM_QPS")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible URL; default STOKER_WARM_BACKEND_URL")
+    ] = None,
+    model_version: Annotated[
+        str | None, typer.Option(help="namespace to warm; default each query's last version")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the plan; send and write nothing")
+    ] = False,
+) -> None:
+    """Plan the hot set for the window (day regimes, paraphrase clusters, hits x GPU cost, fair
+    budget across tenants) and warm it through the shadow warmer at a polite rate."""
+    from warmers.budget import Budget
+    from warmers.runner import build_runner, default_budget
+    from warmers.window import Window
+
+    if budget_requests is not None and budget_gpu_seconds is not None:
+        raise typer.BadParameter("give one budget, not both", param_hint="--budget-requests")
+    try:
+        win = Window.parse(window)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--window") from None
+    s = StokerSettings()
+    if budget_requests is not None:
+        budget = Budget(requests=budget_requests)
+    elif budget_gpu_seconds is not None:
+        budget = Budget(gpu_seconds=budget_gpu_seconds)
+    else:
+        budget = default_budget(s)
+    runner = build_runner(s, qps=qps, backend_url=backend, console=console, dry_run=dry_run)
+    console.print(f"planning {win} with a budget of {budget}")
+    plan = runner.plan(win, budget, tenants=tenant or None, model_version=model_version)
+    _show_plan(plan, rows=_MAX_ROWS if dry_run else 10)
+    if dry_run:
+        console.print("dry run: nothing sent, nothing written")
+        return
+    summary = runner.warm(plan)
+    _show_summary(summary)
+    if summary.sent and not summary.cached and summary.failed:
+        raise StokerError(f"warm failed: all {summary.failed} sends failed")
+
+
+def _show_plan(plan: Plan, rows: int) -> None:
+    t = Table(title=f"hot set for {plan.window}", show_lines=False)
+    for col, kw in (
+        ("#", {"justify": "right"}),
+        ("tenant", {}),
+        ("query", {"max_width": 48, "overflow": "ellipsis", "no_wrap": True}),
+        ("cluster", {"justify": "right"}),
+        ("exp. hits", {"justify": "right"}),
+        ("miss cost s", {"justify": "right"}),
+        ("why chosen", {"max_width": 60}),
+    ):
+        t.add_column(col, **kw)
+    for n, i in enumerate(plan.items[:rows], 1):
+        t.add_row(
+            str(n), i.tenant, i.query, str(i.cluster_size), f"{i.expected_hits:.1f}",
+            f"{i.miss_cost_ms / 1000:.2f}", i.reason,
+        )  # fmt: skip
+    console.print(t)
+    if len(plan.items) > rows:
+        console.print(f"... and {len(plan.items) - rows} more")
+    shares = ", ".join(f"{t} {v:.1f}" for t, v in plan.shares.items())
+    skipped: dict[str, int] = {}
+    for sk in plan.skipped:
+        why = sk.reason.split(" (")[0]
+        skipped[why] = skipped.get(why, 0) + 1
+    console.print(
+        f"{len(plan.items)} items, {plan.spent:.1f} of {plan.budget} "
+        f"(fair shares: {shares or 'none'}); expected GPU-seconds saved "
+        f"{plan.expected_gpu_s_saved:.1f}; left out by the budget: {plan.over_budget}; "
+        f"skipped: {_fmt(skipped) or 'none'}"
+    )
+    for ns, note in plan.regimes.items():
+        console.print(f"  {ns}: draws on {note}")
+
+
+def _show_summary(s: WarmSummary) -> None:
+    console.print(
+        f"sent {s.sent}, cached {s.cached}, skipped {s.skipped_cached} cached + "
+        f"{s.skipped_uncacheable} uncacheable + {s.skipped_negative} recently failed, "
+        f"failed {s.failed} ({s.overloaded} overloaded), refused as stale {s.refused_stale}, "
+        f"GPU-seconds {s.gpu_seconds:.1f}, {s.achieved_qps:.1f} QPS over {s.elapsed_s:.1f} s"
+    )
+
+
+def _fmt(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))

@@ -1,0 +1,80 @@
+"""`stoker warm` as CI runs it (a subprocess): dry run spends nothing, a run warms, exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+from tests.warmers.hotset_helpers import fill
+from tests.warmers.test_hotset import _week
+from warmers.backends.simhttp import SimulatorThread
+from warmers.profile import TrafficProfile
+
+WINDOW = "2026-11-09T10:00..2026-11-09T11:00"  # a Monday, after a week of history
+
+
+def _stoker(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stoker.cli", *args],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def _env(redis_url: str, sim: SimulatorThread, tmp_path: Path) -> dict[str, str]:
+    return {
+        "STOKER_REDIS_URL": redis_url,
+        "STOKER_WARM_BACKEND_URL": sim.url,
+        "STOKER_QDRANT_PATH": str(tmp_path),
+        "STOKER_WARM_MIN_TTL_LEFT_S": "60",
+    }
+
+
+def test_warm_cli__dry_run_prints_the_plan_and_spends_nothing_then_a_run_warms(
+    redis_client: redis.Redis, redis_url: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    fill(
+        TrafficProfile(redis_client),
+        _week("acme", {"what is my balance": 20, "how do i reset my pin": 12}, {}),
+    )
+    before = sorted(redis_client.keys("*"))
+    env = _env(redis_url, sim, tmp_path)
+    dry = _stoker(["warm", "--window", WINDOW, "--budget-requests", "2", "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    assert "what is my balance" in dry.stderr and "how do i reset my pin" in dry.stderr
+    assert "nothing sent" in dry.stderr
+    assert sim.stats().served == 0
+    assert sorted(redis_client.keys("*")) == before  # not even an embedding was cached
+
+    run = _stoker(["warm", "--window", WINDOW, "--budget-requests", "2", "--qps", "50"], env)
+    assert run.returncode == 0, run.stderr
+    assert "sent 2, cached 2" in run.stderr
+    assert sim.stats().served == 2
+    assert len(redis_client.keys("stk:{t:acme}:e:*")) == 2
+    again = _stoker(["warm", "--window", WINDOW, "--budget-requests", "2"], env)
+    assert again.returncode == 0, again.stderr
+    # both fresh: skipped at planning (the budget goes to whatever is next, here the fillers)
+    assert "skipped: 2 cached" in again.stderr
+    assert "what is my balance" not in again.stderr
+
+
+def test_warm_cli__bad_usage_exits_2(redis_url: str, sim: SimulatorThread, tmp_path: Path) -> None:
+    env = _env(redis_url, sim, tmp_path)
+    both = _stoker(["warm", "--budget-requests", "1", "--budget-gpu-seconds", "1"], env)
+    assert both.returncode == 2 and "one budget" in both.stderr
+    bad = _stoker(["warm", "--window", "tomorrow"], env)
+    assert bad.returncode == 2 and "next-hour" in bad.stderr
+
+
+def test_warm_cli__unreachable_redis_exits_1(sim: SimulatorThread, tmp_path: Path) -> None:
+    env = {"STOKER_REDIS_URL": "redis://127.0.0.1:1", "STOKER_EMBEDDER": "openai",
+           "STOKER_EMBEDDER_URL": sim.url}  # fmt: skip
+    res = _stoker(["warm", "--dry-run"], env)
+    assert res.returncode == 1 and "error" in res.stderr
