@@ -38,6 +38,18 @@ class PrewarmResult:
     gpu_seconds: float
 
     @property
+    def warmed(self) -> int:
+        return self.cached
+
+    @property
+    def detail(self) -> str:
+        return (
+            f"pre-warmed {self.version} for {self.window}: planned {self.planned}, sent "
+            f"{self.sent}, cached {self.cached}, skipped {self.skipped}, failed {self.failed}, "
+            f"{self.gpu_seconds:.1f} GPU-s"
+        )
+
+    @property
     def ok(self) -> bool:
         """Nothing was planned, or something landed: a pre-warm never blocks a deploy by itself
         (the cache still fills from live traffic); a run where every send failed is not ok."""
@@ -48,7 +60,11 @@ class Prewarmer(Protocol):
     """The shape the deploy cutover job calls (invalidators/cutover.py's pluggable pre-warm)."""
 
     def prewarm(
-        self, model_id: str, version: str, previous_version: str | None, tenants: Sequence[str]
+        self,
+        model_id: str,
+        version: str,
+        previous_version: str | None,
+        tenants: Sequence[str] | None,
     ) -> PrewarmResult: ...
 
 
@@ -64,8 +80,15 @@ class HotSetPrewarmer:
         self.runner, self.budget, self.window = runner, budget, window
 
     def prewarm(
-        self, model_id: str, version: str, previous_version: str | None, tenants: Sequence[str]
+        self,
+        model_id: str,
+        version: str,
+        previous_version: str | None,
+        tenants: Sequence[str] | None,
     ) -> PrewarmResult:
+        """Plan and warm; tenants None or empty = every tenant in the profile. Safe to run
+        twice: what the first run cached is skipped by the second."""
+        tenants = tuple(tenants or ())
         win = self.window()
         plan = self.runner.plan(
             win, self.budget, tenants=tenants or None, model_id=model_id, model_version=version
@@ -91,7 +114,7 @@ def prewarm(
     model_id: str,
     version: str,
     previous_version: str | None,
-    tenants: Sequence[str],
+    tenants: Sequence[str] | None,
     *,
     settings: StokerSettings | None = None,
 ) -> PrewarmResult:
