@@ -159,6 +159,20 @@ def test_analyze__labels_score_false_hits_and_steer_the_threshold(embedder):
     assert run(embedder, rows)["simulation"][0]["overall"]["false_hits"] is None
 
 
+@pytest.mark.parametrize(
+    ("gaps_s", "ttls_s", "want"),
+    [
+        ((0, 600, 1_200), (HOUR, DAY), HOUR),  # 1h already saves all that 1d saves
+        ((0, 2 * HOUR, 4 * HOUR), (HOUR, DAY), DAY),  # only 1d keeps the entry long enough
+        ((0, 10 * DAY), (DAY, 30 * DAY), DAY),  # 30d would outlive the 7d generation keys
+    ],
+)
+def test_analyze__recommended_ttl(embedder, gaps_s, ttls_s, want):
+    r = run(embedder, [req(DISTINCT[5], t) for t in gaps_s], thresholds=(0.95,), ttls_s=ttls_s)
+    assert r["recommendation"]["ttl_s"] == want
+    assert (max(ttls_s) > 7 * DAY) is ("generation keys" in r["recommendation"]["reason"])
+
+
 def word_salad(n: int, seed: int) -> list[str]:
     rnd = random.Random(seed)
     words = [w for p in DISTINCT for w in p.split()] + ["zebra", "quartz", "violin", "glacier"]
