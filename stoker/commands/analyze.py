@@ -41,7 +41,7 @@ def parse_ttls(value: str) -> tuple[int, ...]:
 
 
 def fmt_ttl(seconds: int) -> str:
-    for unit in ("w", "d", "h", "m"):
+    for unit in ("d", "h", "m"):  # "7d", not "1w": as users write TTLs
         if seconds % _UNITS[unit] == 0:
             return f"{seconds // _UNITS[unit]}{unit}"
     return f"{seconds}s"
@@ -101,8 +101,8 @@ def _run(frame: Any, settings: Any) -> dict[str, Any]:
         return run_analysis(frame, settings, embedder, on_progress)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
 
 
 def _print_report(r: dict[str, Any]) -> None:
@@ -151,7 +151,7 @@ def _grid_table(r: dict[str, Any]) -> Table:
         o = g["overall"]
         cell = f"{_pct(o['hit_rate_total'])} / {o['gpu_seconds_saved_pct']:.1f}%"
         if labelled:
-            cell += f" / {_pct(o['false_hit_share'])}"
+            cell += f" / {_pct(o['false_hit_share'], 2)}"
         rows.setdefault(g["threshold"], []).append(cell)
     for thr, cells in rows.items():
         t.add_row("exact only" if thr is None else f"{thr:.2f}", *cells)
@@ -173,6 +173,6 @@ def _tenant_table(r: dict[str, Any]) -> Table:
             _pct(s["hit_rate_total"]),
             f"{s['gpu_seconds_saved']:,.0f}",
             f"{s['gpu_seconds_saved_pct']:.1f}%",
-            _pct(s["false_hit_share"]),
+            _pct(s["false_hit_share"], 2),
         )
     return t

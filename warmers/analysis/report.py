@@ -95,7 +95,9 @@ def analyze(
 
 def _log_facts(log: KeyedLog) -> dict[str, Any]:
     span = (log.ts[0], log.ts[-1]) if log.requests else (None, None)
-    iso = [pd.Timestamp(s, unit="s", tz="UTC").isoformat() if s is not None else None for s in span]
+    iso = [
+        None if s is None else pd.Timestamp(round(s), unit="s", tz="UTC").isoformat() for s in span
+    ]
     return {
         "rows": log.rows,
         "requests": log.requests,
