@@ -150,3 +150,15 @@ class CachedEmbedder:
     def embed_one(self, tenant: str, text: str) -> Vectors:
         out: Vectors = self.embed(tenant, [text])[0]
         return out
+
+    def prime(self, tenant: str, texts: Sequence[str], vectors: Vectors) -> None:
+        """Store vectors computed elsewhere (a bulk job embedding each distinct text once)."""
+        pipe = self._r.pipeline(transaction=False)
+        for text, v in zip(texts, vectors, strict=True):
+            pipe.set(
+                K.embedding_key(tenant, self.id, text),
+                v.astype(np.float32).tobytes(),
+                ex=self._ttl_s,
+            )
+        with redis_boundary("embedding prime"):
+            pipe.execute()

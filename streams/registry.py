@@ -22,7 +22,7 @@ WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler")
 
 _BUILTIN: dict[str, str] = {
     "traffic": "streams.traffic:build_traffic_handler",
-    "deploy": "invalidators.deploy:build_deploy_handler",
+    "deploy": "stoker.wiring:build_deploy_worker",  # the cutover with the hot-set pre-warm
     "invalidation": "invalidators.handlers:build_invalidation_handler",
 }
 _REGISTERED: dict[str, HandlerFactory] = {}

@@ -29,7 +29,7 @@ import redis
 
 from caches.boundary import redis_boundary
 from caches.embedders import CachedEmbedder, Embedder
-from caches.keys import canonical_params
+from caches.keys import canonical_params, normalise_prompt
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
 from warmers.backends.base import GenerationRequest
@@ -142,6 +142,9 @@ class HotSetSelector:
         self.policy = policy or CachePolicy()
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
         self.cfg = config or HotSetConfig()
+        # Day clustering (KMeans + silhouette, ~0.5 s) depends only on the past days' counts:
+        # memoised on them, so a scheduler planning every window re-clusters once a day.
+        self._regimes: dict[tuple[object, ...], DayRegimes] = {}
 
     def plan(
         self,
@@ -178,7 +181,13 @@ class HotSetSelector:
     ) -> _Namespace:
         prof = self.profile
         daily = prof.daily_counts(tenant, model_id, template)
-        regimes = cluster_days({d: v for d, v in daily.items() if d < window.start.date()})
+        past = {d: v for d, v in daily.items() if d < window.start.date()}
+        memo = (tenant, model_id, template, *((d, tuple(v)) for d, v in sorted(past.items())))
+        regimes = self._regimes.get(memo)
+        if regimes is None:
+            if len(self._regimes) > 256:
+                self._regimes.clear()
+            regimes = self._regimes[memo] = cluster_days(past)
         hits: dict[str, float] = {}
         volume = 0.0
         by_day: dict[date, list[int]] = {}
@@ -258,7 +267,10 @@ class HotSetSelector:
                 rows.append(row)
         if not rows:
             return []
-        vecs = self.vectors.embed(ns.tenant, [it.identity.prompt for _, it, _ in rows])
+        # normalised, as the cache client embeds it: one embedding (and cache entry) per text
+        vecs = self.vectors.embed(
+            ns.tenant, [normalise_prompt(it.identity.prompt) for _, it, _ in rows]
+        )
         values = [ns.hits[q] * cost for q, _, cost in rows]
         scopes = [_scope(it) for _, it, _ in rows]
         thr = self.cfg.cluster_threshold or self.policy.threshold_for(ns.tenant)

@@ -14,9 +14,19 @@ from stoker.app import app, console
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="folder for report.json and plots")] = Path("out/demo"),
-    fast: Annotated[bool, typer.Option(help="a short run, for the tests")] = False,
+    fast: Annotated[bool, typer.Option(help="a short run (~2 min), for the tests")] = False,
 ) -> None:
-    """Run the main job on the embedded stack (Tansu, redis-server, Qdrant Edge) and report."""
+    """The main job: two weeks of traffic through the embedded stack, with and without warming."""
+    from stoker.demo.main import main
+
+    main(out, fast, console)
+
+
+@app.command()
+def smoke(
+    out: Annotated[Path, typer.Option(help="folder for report.json")] = Path("out/smoke"),
+) -> None:
+    """A 15-second check of the embedded stack: Kafka, DLQ, exact + semantic cache, invalidation."""
     from stoker.smoke import run_smoke
 
     report = run_smoke(out, console)

@@ -22,11 +22,11 @@ def run(*args: str, timeout: float = 240, **extra_env: str) -> subprocess.Comple
 
 
 @pytest.mark.parametrize("data", ["shared", "absent"])
-def test_demo__runs_on_embedded_stack_and_keeps_the_invariants(tmp_path: Path, data: str):
+def test_smoke__runs_on_embedded_stack_and_keeps_the_invariants(tmp_path: Path, data: str):
     """With ../shared (CLINC150) and without it (a user's fresh clone: built-in phrasings)."""
     out = tmp_path / "demo"
     env = {"STOKER_DATA_DIR": str(tmp_path / "no-data")} if data == "absent" else {}
-    proc = run("demo", "--out", str(out), **env)
+    proc = run("smoke", "--out", str(out), **env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = orjson.loads((out / "report.json").read_bytes())
     assert report["cross_tenant_hits"] == 0
@@ -45,3 +45,29 @@ def test_cli__bad_usage_exits_2():
 
 def test_cli__unknown_command_exits_2():
     assert run("frobnicate").returncode == 2
+
+
+REPORT_KEYS = {
+    "hit_rate_exact", "hit_rate_semantic", "hit_rate_total", "hit_rate_total_baseline",
+    "gpu_seconds_saved_pct", "latency_p50_ms", "latency_p99_ms", "warm_requests", "stale_hits",
+    "cross_tenant_hits", "false_semantic_hits",
+}  # fmt: skip
+
+
+def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path: Path):
+    """The main job, short: both passes, a deploy and KB changes, the report and its plots."""
+    out = tmp_path / "demo"
+    proc = run("demo", "--fast", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = orjson.loads((out / "report.json").read_bytes())
+    assert set(report) >= REPORT_KEYS
+    assert report["stale_hits"] == 0
+    assert report["cross_tenant_hits"] == 0
+    assert report["hit_rate_total"] > report["hit_rate_total_baseline"]
+    assert report["warm_requests"] > 0
+    d = report["deploy"]
+    assert d["old_version_keys_left"] == 0 and d["done_counts"]["deleted"] > 0
+    assert "pre-warmed" in d["ready_detail"]
+    assert len(report["kb_changes"]) >= 2
+    for png in ("hit_rate.png", "warm_qps.png", "purge_progress.png"):
+        assert (out / png).stat().st_size > 10_000
