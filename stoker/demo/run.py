@@ -5,6 +5,7 @@ few knowledge-base changes. Time is compressed: an hour of week 2 takes as long 
 
 from __future__ import annotations
 
+import faulthandler
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.progress import Progress
 
@@ -33,7 +34,7 @@ from stoker.settings import StokerSettings
 from stoker.wiring import build_cache_client
 from streams.base import Handler
 from streams.registry import build_handler
-from streams.topics import consumer_config, producer_config, topic_name
+from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
@@ -62,8 +63,12 @@ class StatusFollower:
     def __init__(self, settings: StokerSettings) -> None:
         bootstrap = settings.kafka_bootstrap or ""
         group = f"demo-status-{uuid.uuid4().hex[:6]}"
+        topic = topic_name("stoker.status", settings.topic_prefix)
+        ensure_topics(bootstrap, {topic: TOPICS["stoker.status"]})
         self._c = Consumer(consumer_config(bootstrap, group, embedded=True))
-        self._c.subscribe([topic_name("stoker.status", settings.topic_prefix)])
+        # assigned, not subscribed: no group join, and no wait for a metadata refresh (5 min by
+        # default) when the topic appeared after the subscription; one partition, from the start
+        self._c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.seen: list[tuple[float, JobStatus]] = []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, name="demo-status", daemon=True)
@@ -87,7 +92,11 @@ class StatusFollower:
                         raise StokerError(f"deploy job {job_id} failed: {st.detail}")
                     return st
             self._stop.wait(0.05)
-        raise StokerError(f"deploy job {job_id} did not reach {states} in {timeout_s:.0f} s")
+        seen = [f"{st.state}:{st.detail}" for _, st in self.seen if st.job_id == job_id]
+        faulthandler.dump_traceback(all_threads=True)  # where it is stuck, for the bug report
+        raise StokerError(
+            f"deploy job {job_id} did not reach {states} in {timeout_s:.0f} s; seen: {seen}"
+        )
 
     def close(self) -> None:
         self._stop.set()
