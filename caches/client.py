@@ -46,6 +46,9 @@ class CacheRequest:
     prompt: str
     params: RequestParams = field(default_factory=RequestParams)
     docs: tuple[DocRef, ...] = ()
+    # The gateway route ("/v1/chat/completions", "billing-faq", ...): per-route semantic
+    # thresholds and conservative routes key on it. It never enters the cache key.
+    route: str | None = None
 
     @property
     def ns(self) -> K.Namespace:
@@ -143,7 +146,7 @@ class CacheClient:
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
     ) -> LookupResult | None:
         assert self.semantic is not None and self.embedder is not None
-        route = getattr(req, "route", None)  # CacheRequest has no route field yet: None
+        route = req.route
         pol = self.policy
         thr = pol.threshold_for(req.tenant, route) if threshold is None else threshold
         vec = self.embedder.embed_one(req.tenant, key.prompt_norm)

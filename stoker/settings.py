@@ -39,6 +39,11 @@ class StokerSettings(BaseSettings):
     # -- cache policy --
     semantic_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
     tenant_thresholds: dict[str, float] = Field(default_factory=dict)
+    # "tenant/route" or "*/route" -> threshold; the most specific wins (CacheRequest.route)
+    route_thresholds: dict[str, float] = Field(default_factory=dict)
+    # sensitive routes ("tenant/route" or "*/route"): semantic hits must clear the stricter bar
+    conservative_routes: list[str] = Field(default_factory=list)
+    conservative_threshold: float = Field(default=0.95, ge=0.0, le=1.0)
     exact_ttl_s: int = Field(default=86_400, gt=0)
     semantic_ttl_s: int = Field(default=86_400, gt=0)
     negative_ttl_s: int = Field(default=30, gt=0)
@@ -46,7 +51,7 @@ class StokerSettings(BaseSettings):
     max_prompt_chars: int = Field(default=32_000, gt=0)
     max_response_bytes: int = Field(default=256_000, gt=0)
 
-    @field_validator("tenant_thresholds")
+    @field_validator("tenant_thresholds", "route_thresholds")
     @classmethod
     def _thresholds_in_range(cls, v: dict[str, float]) -> dict[str, float]:
         bad = {t: x for t, x in v.items() if not 0.0 <= x <= 1.0}

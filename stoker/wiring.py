@@ -30,6 +30,9 @@ def policy_from(s: StokerSettings) -> CachePolicy:
         max_response_bytes=s.max_response_bytes,
         threshold=s.semantic_threshold,
         tenant_thresholds=dict(s.tenant_thresholds),
+        route_thresholds=dict(s.route_thresholds),
+        conservative_routes=frozenset(s.conservative_routes),
+        conservative_threshold=s.conservative_threshold,
     )
 
 

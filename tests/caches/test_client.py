@@ -173,3 +173,32 @@ def test_semantic__per_tenant_threshold_applies(cache_client: CacheClient):
     paraphrase = req("how can I convert celsius into fahrenheit")
     assert cache_client.lookup(paraphrase, threshold=0.999).outcome == "miss"
     assert cache_client.lookup(paraphrase, threshold=0.5).outcome == "semantic"
+
+
+def test_semantic__route_threshold_and_conservative_route_apply(redis_client, embedder, tmp_path):
+    """A route's threshold overrides the tenant's; a conservative route takes no loose hit."""
+    from caches.embedders import CachedEmbedder
+    from caches.policy import CachePolicy
+    from caches.semantic.edge import EdgeSemanticStore
+
+    store = EdgeSemanticStore(tmp_path / "edge", dim=embedder.dim)
+    pol = CachePolicy(
+        exact_ttl_s=600,
+        threshold=0.5,
+        route_thresholds={"acme/billing": 0.999},
+        conservative_routes=frozenset({"*/legal"}),
+        conservative_threshold=0.999,
+    )
+    c = CacheClient(
+        redis_client,
+        semantic=store,
+        embedder=CachedEmbedder(embedder, redis_client, 600),
+        policy=pol,
+    )
+    warm(c, req())
+    paraphrase = "how can I convert celsius into fahrenheit"
+    assert c.lookup(req(paraphrase)).outcome == "semantic"
+    assert c.lookup(req(paraphrase, route="billing")).outcome == "miss"
+    assert c.lookup(req(paraphrase, route="legal")).outcome == "miss"
+    assert c.lookup(req(route="legal")).outcome == "exact"  # the route never splits exact keys
+    store.close()
