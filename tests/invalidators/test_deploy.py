@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from schemas.events import JobStatus, ModelDeployed
 from stoker.settings import StokerSettings
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker, WorkerConfig
+from tests.waiting import wait_for
 
 TENANTS = ("acme", "globex")
 
@@ -53,14 +54,6 @@ class CountingWarmer:
     def prewarm(self, model_id: str, version: str, previous_version: str | None, tenants: Any):
         self.calls.append((model_id, version))
         return PrewarmResult(warmed=3)
-
-
-def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def fill(client: CacheClient, version: str, n: int) -> list[str]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -15,17 +14,10 @@ from invalidators.invalidation import Invalidator
 from invalidators.purge import Purger, PurgeSpec
 from schemas.common import DocRef
 from schemas.events import KnowledgeBaseChanged
+from tests.waiting import wait_for
 
 # Far above the bounded waits below, so only an invalidation message can drop an entry.
 LONG_TTL_S = 600.0
-
-
-def wait_for(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.005)
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 import orjson
-import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from streams.topics import consumer_config, producer_config
+from tests.waiting import wait_for  # noqa: F401  (the stream tests import it from here)
 
 
 def request(i: int = 0, **fields: Any) -> dict[str, Any]:
@@ -74,11 +74,3 @@ def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 30) -> lis
     finally:
         c.close()
     return out
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
 
+from tests.waiting import wait_for
 from warmers.scheduler import LeaderLock, SchedulerConfig, WarmScheduler
 
 # Short enough that a takeover happens within a second, long enough that a loaded 2-core box
 # (renewals every 100 ms) never lets a live leader's lock lapse.
 TTL_S = 0.6
 FAST = SchedulerConfig(warm_interval_s=0.05, sweep_interval_s=0.05, lock_ttl_s=TTL_S, renew_s=0.1)
-
-
-def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 class Counter:
@@ -65,7 +59,7 @@ def test_leader_lock__expires_when_not_renewed(redis_client: redis.Redis) -> Non
     a = LeaderLock(redis_client, 0.2, key="stk:test-lock", owner="a")
     b = LeaderLock(redis_client, 0.2, key="stk:test-lock", owner="b")
     assert a.acquire()
-    _until(b.acquire, 2.0)
+    wait_for(b.acquire, 2.0)
     assert not a.renew()  # the lapsed owner cannot extend someone else's lock
 
 
@@ -75,7 +69,7 @@ def test_scheduler__exactly_one_leader_warms_and_sweeps(
     for s, _, _ in pair:
         s.start()
     (a, a_warm, a_sweep), (b, b_warm, b_sweep) = pair
-    _until(lambda: a_warm.n + b_warm.n >= 3 and a_sweep.n + b_sweep.n >= 3)
+    wait_for(lambda: a_warm.n + b_warm.n >= 3 and a_sweep.n + b_sweep.n >= 3)
     assert a.is_leader != b.is_leader
     leader_warm, follower_warm = (a_warm, b_warm) if a.is_leader else (b_warm, a_warm)
     assert follower_warm.n == 0 and leader_warm.n >= 3
@@ -86,14 +80,14 @@ def test_scheduler__a_crashed_leader_is_replaced_after_its_lock_expires(
 ) -> None:
     for s, _, _ in pair:
         s.start()
-    _until(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
+    wait_for(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
     leader, follower = (pair[0], pair[1]) if pair[0][0].is_leader else (pair[1], pair[0])
     leader[0].stop(release=False)  # a crash: the lock is left to expire
     stopped_at = time.monotonic()
-    _until(lambda: follower[0].is_leader, timeout_s=TTL_S + 3.0)
+    wait_for(lambda: follower[0].is_leader, timeout_s=TTL_S + 3.0)
     assert time.monotonic() - stopped_at >= TTL_S * 0.5  # it waited for the expiry
     before = follower[1].n
-    _until(lambda: follower[1].n > before)  # and it warms now
+    wait_for(lambda: follower[1].n > before)  # and it warms now
 
 
 def test_scheduler__a_clean_stop_hands_over_at_once(
@@ -101,8 +95,8 @@ def test_scheduler__a_clean_stop_hands_over_at_once(
 ) -> None:
     for s, _, _ in pair:
         s.start()
-    _until(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
+    wait_for(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
     leader, follower = (pair[0], pair[1]) if pair[0][0].is_leader else (pair[1], pair[0])
     leader[0].stop()  # releases the lock
     assert leader[0].lock.holder() is None or follower[0].lock.holder() == follower[0].lock.owner
-    _until(lambda: follower[0].is_leader, timeout_s=2.0)
+    wait_for(lambda: follower[0].is_leader, timeout_s=2.0)

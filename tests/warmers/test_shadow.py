@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -17,6 +15,7 @@ from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry as Entry
 from schemas.errors import CacheUnavailable, ConfigError
 from stoker.embedded import free_port
+from tests.waiting import wait_for_async
 from warmers.backends.base import GenerationRequest
 from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
@@ -55,13 +54,6 @@ def _warm(url: str, cache: CacheClient, items: list[WarmItem], **kw: object) -> 
 def _entry(cache: CacheClient, item: WarmItem) -> Entry | None:
     res = cache.lookup(item.identity, use_semantic=False)
     return res.entry
-
-
-async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 def test_shadow__warm_entries_land_with_warm_provenance(
@@ -123,7 +115,9 @@ def test_shadow__a_retire_during_the_run_keeps_its_writes_out(cache: CacheClient
         async with OpenAIBackend(s.url, retry=RetryPolicy(attempts=1)) as b:
             w = ShadowWarmer(b, cache, FAST, progress=False)
             run = asyncio.create_task(w.run(items))
-            await _until(lambda: s.stats().queued == 4)  # lookups done, GPU not yet computing
+            await wait_for_async(
+                lambda: s.stats().queued == 4
+            )  # lookups done, GPU not yet computing
             cache.generations.retire_model_version("sim-model", "v1")
             s.set_slots(4)
             return await asyncio.wait_for(run, 10)
@@ -143,7 +137,7 @@ def test_shadow__an_invalidation_during_the_run_keeps_that_context_out(
     async def scenario(s: SimulatorThread) -> WarmSummary:
         async with OpenAIBackend(s.url, retry=RetryPolicy(attempts=1)) as b:
             run = asyncio.create_task(ShadowWarmer(b, cache, FAST, progress=False).run(items))
-            await _until(lambda: s.stats().queued == 6)
+            await wait_for_async(lambda: s.stats().queued == 6)
             cache.generations.raise_doc_floor("acme", "d0", 2)  # d0 v1 is stale now
             s.set_slots(4)
             return await asyncio.wait_for(run, 10)
@@ -202,7 +196,7 @@ def test_shadow__no_task_outlives_a_cancelled_run(cache: CacheClient) -> None:
             run = asyncio.create_task(
                 ShadowWarmer(b, cache, FAST, progress=False).run([_item(i) for i in range(5)])
             )
-            await _until(lambda: s.stats().queued == 5)  # five sends in flight, stuck
+            await wait_for_async(lambda: s.stats().queued == 5)  # five sends in flight, stuck
             run.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await run

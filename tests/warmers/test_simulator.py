@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 from schemas.common import RequestParams
 from schemas.errors import BackendOverloaded, BackendRejected
 from stoker.embedded import free_port
+from tests.waiting import wait_for_async
 from warmers.backends.base import Generation, GenerationRequest
 from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
@@ -26,13 +26,6 @@ NO_RETRY = RetryPolicy(attempts=1)
 
 def _req(prompt: str, **params: object) -> GenerationRequest:
     return GenerationRequest("acme", "sim-model", "v1", "t1", prompt, RequestParams(**params))
-
-
-async def _until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 async def _generate(url: str, *reqs: GenerationRequest, mode: str = "chat") -> list[Generation]:
@@ -88,7 +81,7 @@ def test_simulator__answers_429_when_every_slot_is_busy_and_the_queue_is_full() 
     async def scenario(s: SimulatorThread) -> tuple[Generation, BaseException | None]:
         async with OpenAIBackend(s.url, retry=NO_RETRY) as b:
             queued = asyncio.create_task(b.generate(_req("first")))
-            await _until(lambda: s.stats().queued == 1)  # no slot: it waits in the queue
+            await wait_for_async(lambda: s.stats().queued == 1)  # no slot: it waits in the queue
             overflow: BaseException | None = None
             try:
                 await b.generate(_req("second"))
