@@ -32,6 +32,18 @@ def point_id(entry_key: str) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, entry_key))
 
 
+def namespace_fields(ns: Namespace, context_hash: str, params_hash: str) -> dict[str, str]:
+    """The FILTER_FIELDS of one answer: written into every point, required by every search."""
+    return {
+        "tenant": ns.tenant,
+        "model_id": ns.model_id,
+        "model_version": ns.model_version,
+        "template_version": ns.template_version,
+        "context_hash": context_hash,
+        "params_hash": params_hash,
+    }
+
+
 @dataclass(frozen=True)
 class SemanticPoint:
     """One cached prompt's vector. The answer itself lives in Redis under `entry_key`."""
@@ -47,12 +59,7 @@ class SemanticPoint:
 
     def payload(self) -> dict[str, Any]:
         return {
-            "tenant": self.ns.tenant,
-            "model_id": self.ns.model_id,
-            "model_version": self.ns.model_version,
-            "template_version": self.ns.template_version,
-            "context_hash": self.context_hash,
-            "params_hash": self.params_hash,
+            **namespace_fields(self.ns, self.context_hash, self.params_hash),
             "entry_key": self.entry_key,
             "expires_at": self.expires_at,
             "prompt": self.prompt,
@@ -71,14 +78,7 @@ class SemanticQuery:
     limit: int = 3
 
     def must(self) -> dict[str, str]:
-        return {
-            "tenant": self.ns.tenant,
-            "model_id": self.ns.model_id,
-            "model_version": self.ns.model_version,
-            "template_version": self.ns.template_version,
-            "context_hash": self.context_hash,
-            "params_hash": self.params_hash,
-        }
+        return namespace_fields(self.ns, self.context_hash, self.params_hash)
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ class SemanticMatch:
     score: float
     prompt: str
     payload: dict[str, Any]
+
+    @classmethod
+    def of(cls, payload: dict[str, Any] | None, score: float) -> SemanticMatch:
+        """From a search hit's payload (either Qdrant client returns the same payload)."""
+        p = dict(payload or {})
+        return cls(str(p["entry_key"]), float(score), str(p["prompt"]), p)
 
 
 class SemanticStore(ABC):

@@ -77,15 +77,7 @@ class EdgeSemanticStore(SemanticStore):
         )
         with qdrant_boundary("search"):
             hits = self._shard.search(req)
-        out = []
-        for h in hits:
-            payload = dict(h.payload or {})
-            out.append(
-                SemanticMatch(
-                    str(payload["entry_key"]), float(h.score), str(payload["prompt"]), payload
-                )
-            )
-        return out
+        return [SemanticMatch.of(h.payload, h.score) for h in hits]
 
     def delete_entries(self, entry_keys: Sequence[str]) -> None:
         if entry_keys:

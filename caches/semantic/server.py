@@ -74,15 +74,7 @@ class ServerSemanticStore(SemanticStore):
                 with_payload=True,
                 score_threshold=q.threshold,
             )
-        out = []
-        for h in res.points:
-            payload = dict(h.payload or {})
-            out.append(
-                SemanticMatch(
-                    str(payload["entry_key"]), float(h.score), str(payload["prompt"]), payload
-                )
-            )
-        return out
+        return [SemanticMatch.of(h.payload, h.score) for h in res.points]
 
     def delete_entries(self, entry_keys: Sequence[str]) -> None:
         if entry_keys:
