@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
-from caches.client import CacheClient, CacheRequest, LookupResult
+from caches.client import CacheClient, CacheRequest, LookupResult, Outcome
 from caches.keys import normalise_prompt
 from schemas.codec import encode_event
 from schemas.common import DocRef, RequestParams
@@ -85,16 +85,7 @@ class Gateway:
         self.stats = ServeStats()
 
     def serve(self, row: dict[str, Any], hour: int) -> None:
-        params = RequestParams(**orjson.loads(row["params"]))
-        req = CacheRequest(
-            row["tenant"],
-            row["model_id"],
-            self.truth.model_version,
-            row["template_version"],
-            row["prompt"],
-            params,
-            self.truth.docs_for(orjson.loads(row["context_docs"])),
-        )
+        req = request_of(row, self.truth.model_version, self.truth)
         t0 = time.perf_counter()
         res = self.cache.lookup(req)
         lookup_ms = (time.perf_counter() - t0) * 1000.0
@@ -149,24 +140,43 @@ class Gateway:
     def _log(self, row: dict[str, Any], req: CacheRequest, res: LookupResult, ms: float) -> None:
         if self.producer is None:
             return
-        ev = RequestLogged(
-            request_id=row["request_id"],
-            ts=row["ts"],
-            tenant=req.tenant,
-            model_id=req.model_id,
-            model_version=req.model_version,
-            template_version=req.template_version,
-            prompt=req.prompt,
-            params=req.params,
-            context_docs=req.docs,
-            cache_outcome=res.outcome,
-            latency_ms=ms if res.hit else row["latency_ms"],
-            gpu_ms=0.0 if res.hit else row["gpu_ms"],
-            tokens_in=row["tokens_in"],
-            tokens_out=0 if res.hit else row["tokens_out"],
-        )
+        ev = logged_event(row, req, res.outcome, ms)
         self.producer.produce(self.topic, encode_event(ev), key=req.tenant.encode())
         self.producer.poll(0)
+
+
+def request_of(row: dict[str, Any], model_version: str, truth: Truth | None = None) -> CacheRequest:
+    """A log row as the gateway asks the cache (the retriever's current doc versions if known)."""
+    raw_docs = orjson.loads(row["context_docs"])
+    docs = truth.docs_for(raw_docs) if truth else tuple(DocRef(**d) for d in raw_docs)
+    params = RequestParams(**orjson.loads(row["params"]))
+    return CacheRequest(
+        row["tenant"], row["model_id"], model_version, row["template_version"], row["prompt"],
+        params, docs,
+    )  # fmt: skip
+
+
+def logged_event(
+    row: dict[str, Any], req: CacheRequest, outcome: Outcome = "miss", lookup_ms: float = 0.0
+) -> RequestLogged:
+    """The RequestLogged a gateway publishes for the row, served as `outcome`."""
+    hit = outcome in ("exact", "semantic")
+    return RequestLogged(
+        request_id=row["request_id"],
+        ts=row["ts"],
+        tenant=req.tenant,
+        model_id=req.model_id,
+        model_version=req.model_version,
+        template_version=req.template_version,
+        prompt=req.prompt,
+        params=req.params,
+        context_docs=req.docs,
+        cache_outcome=outcome,
+        latency_ms=lookup_ms if hit else row["latency_ms"],
+        gpu_ms=0.0 if hit else row["gpu_ms"],
+        tokens_in=row["tokens_in"],
+        tokens_out=0 if hit else row["tokens_out"],
+    )
 
 
 def intent_index(rows: list[dict[str, Any]]) -> dict[str, str]:

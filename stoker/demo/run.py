@@ -24,10 +24,16 @@ from invalidators.cutover import NoPrewarmer, Prewarmer
 from invalidators.deploy import build_deploy_handler
 from invalidators.publisher import EventPublisher
 from schemas.codec import decode_event, encode_event
-from schemas.common import DocRef, RequestParams
 from schemas.errors import StokerError
-from schemas.events import JobStatus, KnowledgeBaseChanged, ModelDeployed, RequestLogged
-from stoker.demo.gateway import Gateway, ServeStats, Truth, intent_index
+from schemas.events import JobStatus, KnowledgeBaseChanged, ModelDeployed
+from stoker.demo.gateway import (
+    Gateway,
+    ServeStats,
+    Truth,
+    intent_index,
+    logged_event,
+    request_of,
+)
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
 from stoker.settings import StokerSettings
@@ -142,27 +148,6 @@ def _wait(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> Non
         time.sleep(0.05)
 
 
-def _logged(row: dict[str, Any], version: str) -> RequestLogged:
-    import orjson
-
-    return RequestLogged(
-        request_id=row["request_id"],
-        ts=row["ts"],
-        tenant=row["tenant"],
-        model_id=row["model_id"],
-        model_version=version,
-        template_version=row["template_version"],
-        prompt=row["prompt"],
-        params=RequestParams(**orjson.loads(row["params"])),
-        context_docs=tuple(DocRef(**d) for d in orjson.loads(row["context_docs"])),
-        cache_outcome="miss",
-        latency_ms=row["latency_ms"],
-        gpu_ms=row["gpu_ms"],
-        tokens_in=row["tokens_in"],
-        tokens_out=row["tokens_out"],
-    )
-
-
 class Embeddings:
     """Every distinct prompt of the log embedded once per demo (both passes share them)."""
 
@@ -263,7 +248,9 @@ class Pass:
         task = bar.add_task("replaying week 1 into the traffic profile", total=len(rows))
         for i, row in enumerate(rows):
             producer.produce(
-                topic, encode_event(_logged(row, row["model_version"])), key=row["tenant"].encode()
+                topic,
+                encode_event(logged_event(row, request_of(row, row["model_version"]))),
+                key=row["tenant"].encode(),
             )
             if i % 1000 == 0:
                 producer.poll(0)
