@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import msgspec
 import redis
 
 from caches import keys as K
@@ -52,14 +53,27 @@ class CacheRequest:
 
     @property
     def ns(self) -> K.Namespace:
-        return K.Namespace(self.tenant, self.model_id, self.model_version, self.template_version)
+        return K.namespace(self.tenant, self.model_id, self.model_version, self.template_version)
+
+    def key_parts(self) -> tuple[K.Namespace, str, str, str]:
+        """(namespace, normalised prompt, canonical params, context hash): what CacheKey takes.
+
+        Same as K.build_key(self.ns, prompt, params.as_dict(), docs), on the memoised parts."""
+        ns = self.ns
+        return (
+            ns,
+            K.normalise_prompt(self.prompt),
+            K.request_params_canon(self.params),
+            K.context_hash(ns.model_id, ns.template_version, self.docs),
+        )
 
     def key(self) -> K.CacheKey:
-        return K.build_key(self.ns, self.prompt, self.params.as_dict(), self.docs)
+        return K.CacheKey(*self.key_parts())
 
 
-@dataclass(frozen=True)
-class LookupResult:
+class LookupResult(msgspec.Struct, frozen=True):
+    """A msgspec Struct, not a dataclass: built on every lookup, 0.2 us against 2 us frozen."""
+
     outcome: Outcome
     entry: CacheEntry | None = None
     score: float | None = None
@@ -106,9 +120,18 @@ class CacheClient:
 
     # -- read path --
 
-    @M.observed_lookup
     def lookup(
         self, req: CacheRequest, *, use_semantic: bool = True, threshold: float | None = None
+    ) -> LookupResult:
+        """Exact hit, semantic hit (with its score and rule), negative, miss (with a write
+        ticket for `store`) or bypass. Raises RequestRejected, CacheUnavailable."""
+        t0 = time.perf_counter()
+        res = self._lookup(req, use_semantic, threshold)  # a raise is not tallied
+        M.observe_lookup(res, time.perf_counter() - t0)
+        return res
+
+    def _lookup(
+        self, req: CacheRequest, use_semantic: bool, threshold: float | None
     ) -> LookupResult:
         if len(req.prompt) > self.policy.max_prompt_chars:
             raise RequestRejected(
@@ -117,8 +140,9 @@ class CacheClient:
         bypass = request_bypass_reason(req.params)
         if bypass:
             return LookupResult("bypass", reason=bypass)
-        key = req.key()
-        exact_key = key.exact()  # built once: the hit path uses it up to four times
+        # The hit path builds only the key string; the CacheKey object is for misses (~1 us).
+        ns, prompt_norm, params_canon, ctx = req.key_parts()
+        exact_key = ns.exact_prefix + K.key_digest(prompt_norm, params_canon, ctx)
         l1, token = self.l1, None
         if l1 is not None:
             cached = l1.get(exact_key)
@@ -127,14 +151,15 @@ class CacheClient:
             token = l1.reserve(exact_key)  # before the read: see the protocol in l1.py
         try:  # inline, not redis_boundary(): this is the hit path, every microsecond shows
             exact = self.redis.get(exact_key)  # the hit path is one GET; misses pay for the rest
-            negative = None if exact is not None else self.redis.exists(key.negative())
+            if exact is not None:
+                entry = CacheEntry.from_bytes(as_bytes(exact))
+                if l1 is not None:
+                    l1.fill(exact_key, token, entry)
+                return LookupResult("exact", entry=entry, score=1.0, rule="exact")
+            key = K.CacheKey(ns, prompt_norm, params_canon, ctx)
+            negative = self.redis.exists(key.negative())
         except redis.RedisError as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
-        if exact is not None:
-            entry = CacheEntry.from_bytes(as_bytes(exact))
-            if l1 is not None:
-                l1.fill(exact_key, token, entry)
-            return LookupResult("exact", entry=entry, score=1.0, rule="exact")
         if negative:
             return LookupResult("negative", reason="recent error for this request")
         if use_semantic and self.semantic is not None:

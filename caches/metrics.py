@@ -13,7 +13,6 @@ list. No tenant or prompt: the gateway serves any number of tenants.
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from functools import wraps
@@ -120,23 +119,15 @@ class _Stored(Protocol):
 
 
 P = ParamSpec("P")
-L = TypeVar("L", bound=_Looked)
 S = TypeVar("S", bound=_Stored)
 
 
-def observed_lookup(fn: Callable[P, L]) -> Callable[P, L]:
-    """Decorates CacheClient.lookup: time it, tally the outcome (a raise is not tallied)."""
-
-    @wraps(fn)
-    def lookup(*args: P.args, **kwargs: P.kwargs) -> L:
-        t0 = time.perf_counter()
-        res = fn(*args, **kwargs)
-        LOOKUPS.observe(res.outcome, time.perf_counter() - t0)
-        if res.outcome == "semantic" and res.score is not None:
-            SEMANTIC_HIT_SCORE.observe(res.score)
-        return res
-
-    return lookup
+def observe_lookup(res: _Looked, seconds: float) -> None:
+    """Tally one lookup's outcome and latency (CacheClient.lookup calls it inline: a decorator's
+    *args/**kwargs forwarding alone cost ~1 us on the hit path)."""
+    LOOKUPS.observe(res.outcome, seconds)
+    if res.outcome == "semantic" and res.score is not None:
+        SEMANTIC_HIT_SCORE.observe(res.score)
 
 
 def observed_store(fn: Callable[P, S]) -> Callable[P, S]:

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from caches import keys as K
-from schemas.common import DocRef
+from caches.client import CacheRequest
+from schemas.common import DocRef, RequestParams
 
 text = st.text(min_size=1, max_size=24)
 namespaces = st.builds(K.Namespace, text, text, text, text)
@@ -103,3 +104,33 @@ def test_entry_pattern__scan_matches_exactly_one_namespace(redis_client: redis.R
     found = set(redis_client.scan_iter(match=mine.entry_pattern(), count=1000))
     want = {K.build_key(mine, f"p{i}", {}).exact().encode() for i in range(3)}
     assert found == want
+
+
+temperatures = st.floats(0, 2, allow_nan=False) | st.integers(0, 2)
+request_params = st.builds(
+    RequestParams,
+    temperature=temperatures,
+    max_tokens=st.none() | st.integers(1, 5000),
+    top_p=st.none() | st.floats(0, 1, allow_nan=False),
+) | st.builds(lambda t, stop: RequestParams(temperature=t, stop=stop), temperatures, text)
+
+
+@given(ns=namespaces, prompt=st.text(max_size=40), p=request_params, d=docs)
+def test_cache_request_key__same_key_as_build_key(ns, prompt, p, d):
+    # The lookup's memoised path must key exactly like the reference build_key: a drift
+    # would turn every existing entry into a miss (or, worse, merge two requests).
+    req = CacheRequest(*astuple_ns(ns), prompt, params=p, docs=tuple(d))
+    ref = K.build_key(ns, prompt, p.as_dict(), d)
+    assert req.key() == ref
+    assert req.key().exact() == ref.exact() and req.key().negative() == ref.negative()
+    assert K.request_params_canon(p) == K.canonical_params(p.as_dict())
+
+
+def astuple_ns(ns: K.Namespace) -> tuple[str, str, str, str]:
+    return ns.tenant, ns.model_id, ns.model_version, ns.template_version
+
+
+@given(d=docs)
+def test_context_hash__tuple_fast_path_matches_any_iterable(d):
+    assert K.context_hash("m", "t", tuple(d)) == K.context_hash("m", "t", list(d))
+    assert K.context_hash("m", "t", tuple(d)) == K.context_hash("m", "t", iter(d[::-1]))
