@@ -24,7 +24,7 @@ DONE_TTL_S = 7 * 86_400
 # in its grace window is due at the deadline, an unfinished one at 0; a finished job leaves it.
 DEPLOY_TAG = "{deploy}"
 DEPLOY_QUEUE_KEY = f"{C.KEY_ROOT}:jobq:{DEPLOY_TAG}"
-# A newer deploy's verdict on an older pending one (cutover.Supersede), kept apart from the job
+# A newer deploy's verdict on an older pending one (deployjob.Supersede), kept apart from the job
 # document so the runner's whole-document saves can never overwrite it.
 DEPLOY_SUPERSEDE_PREFIX = f"{C.KEY_ROOT}:jobsup:{DEPLOY_TAG}:"
 # Who runs a job now: one runner per job across every deploy worker; see deploy.LEASE_S.

@@ -25,7 +25,8 @@ from confluent_kafka import Message
 
 from caches.boundary import redis_boundary
 from invalidators.checkpoint import DEPLOY_LEASE_PREFIX
-from invalidators.cutover import Cutover, CutoverOptions, Prewarmer
+from invalidators.cutover import Cutover
+from invalidators.deployjob import CutoverOptions, Prewarmer
 from invalidators.publisher import EventPublisher
 from invalidators.purge import PurgeOptions, Purger
 from schemas.errors import BrokerUnavailable, EventDecodeError, RetriableError, StokerError

@@ -97,7 +97,7 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
 
 
 class CutoverPrewarmer:
-    """The deploy cutover's pre-warm step (invalidators.cutover.Prewarmer) on the warmers'
+    """The deploy cutover's pre-warm step (invalidators.deployjob.Prewarmer) on the warmers'
     HotSetPrewarmer: the same hot-set selection and shadow warmer as `stoker warm`."""
 
     def __init__(self, inner: Any) -> None:
@@ -110,7 +110,7 @@ class CutoverPrewarmer:
         previous_version: str | None,
         tenants: tuple[str, ...] | None,
     ) -> Any:
-        from invalidators.cutover import PrewarmResult
+        from invalidators.deployjob import PrewarmResult
 
         r = self.inner.prewarm(model_id, version, previous_version, tenants)
         detail = (

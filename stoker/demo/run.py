@@ -20,8 +20,8 @@ from rich.progress import Progress
 
 from caches.client import CacheClient
 from caches.keys import normalise_prompt
-from invalidators.cutover import NoPrewarmer, Prewarmer
 from invalidators.deploy import build_deploy_handler
+from invalidators.deployjob import NoPrewarmer, Prewarmer
 from invalidators.publisher import EventPublisher
 from schemas.codec import decode_event, encode_event
 from schemas.errors import StokerError

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from caches.client import CacheClient
-from invalidators.cutover import Prewarmer
+from invalidators.deployjob import Prewarmer
 from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
 from stoker.wiring import CutoverPrewarmer

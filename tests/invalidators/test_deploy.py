@@ -17,8 +17,9 @@ from confluent_kafka import Consumer, Producer
 from caches import keys as K
 from caches.client import CacheClient, CacheRequest, LookupResult
 from caches.semantic.edge import EdgeSemanticStore
-from invalidators.cutover import Cutover, CutoverOptions, DeployJob, PrewarmResult
+from invalidators.cutover import Cutover
 from invalidators.deploy import DeployHandler, KafkaStatusSink
+from invalidators.deployjob import CutoverOptions, DeployJob, PrewarmResult
 from invalidators.publisher import EventPublisher
 from invalidators.purge import PurgeOptions, Purger
 from schemas.codec import decode_event, encode_event
