@@ -1,0 +1,72 @@
+"""Every benchmark runs and prints what `make bench` promises: one JSON object per line with a
+name and its figures. Tiny sizes: this guards the scripts, it does not measure anything (speed
+is the benchmarks' job, on a quiet machine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+# script -> (tiny arguments, names it must print). Scripts not listed fail the last test.
+TINY: dict[str, tuple[list[str], set[str]]] = {
+    "bench_cache_exact.py": (["--entries", "40", "--rounds", "1"], {"cache_exact_lookup"}),
+    "bench_metrics_overhead.py": (
+        ["--entries", "40", "--rounds", "1"],
+        {"metrics_overhead_exact_lookup"},
+    ),
+    "bench_cache_semantic.py": (
+        ["--entries", "400", "--tenants", "2", "--queries", "10"],
+        {"cache_semantic_lookup"},
+    ),
+    "bench_ingest.py": (["--events", "40000"], {"ingest_traffic"}),
+    "bench_purge.py": (
+        ["--keys", "3000", "--throttled-keys", "2000", "--rounds", "1", "--rate", "4000"],
+        {"purge_unthrottled", "purge_throttled"},
+    ),
+    "bench_invalidation.py": (
+        ["--seconds", "1", "--rates", "50"],
+        {"invalidation_latency_50"},
+    ),
+    "bench_warm_qps.py": (["--rates", "5", "--seconds", "1"], {"warm_qps_5"}),
+}
+
+
+def _run(script: str, args: list[str]) -> dict[str, dict]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, script, *args],
+        cwd=BENCH,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [orjson.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {r["name"]: r for r in rows}
+
+
+@pytest.mark.parametrize("script", sorted(TINY))
+def test_benchmark__runs_and_prints_named_json(script):
+    args, names = TINY[script]
+    rows = _run(script, args)
+    assert names <= set(rows), f"{script} printed {sorted(rows)}"
+    for name in names:
+        row = rows[name]
+        assert any(isinstance(v, int | float) for k, v in row.items() if k != "name"), row
+
+
+def test_benchmark__every_script_is_guarded_or_named_as_slow():
+    # The slow ones need the whole CLINC150 embedding pass or minutes of wall time; they are
+    # run by `make bench`, and this list keeps a new script from slipping past both.
+    slow = {"bench_hot_set.py", "bench_semantic_quality.py", "bench_backend_protection.py"}
+    scripts = {p.name for p in BENCH.glob("bench_*.py")}
+    assert scripts == set(TINY) | slow
