@@ -1,13 +1,18 @@
-"""Paraphrase clusters: one representative per group of queries the semantic cache serves alike.
+"""Paraphrase clusters: the representatives whose warmed entries serve the most expected traffic.
 
-A cluster is what one warmed entry serves: the semantic cache answers a request from an entry
-when their cosine is >= the tenant's threshold and their context and params hashes are equal.
-So clustering mirrors that rule exactly:
+A representative serves what the semantic cache would answer from its entry: every query with
+cosine >= the threshold and equal context and params hashes. Choosing which to warm is maximum
+coverage (the value served, not the count of entries), solved greedily as usual for it (within
+1 - 1/e of the best set, Nemhauser et al. 1978):
 1. queries are split by scope (canonical params + retrieved docs): across scopes nothing is shared;
-2. inside a scope, in order of value (most valuable first), the best unclaimed query becomes a
-   representative and claims every unclaimed query within cosine >= threshold of it
-   (scikit-learn's radius neighbours, cosine metric): every member is one the cache would serve
-   from the representative, not merely a neighbour of a neighbour as single linkage allows.
+2. each query's neighbourhood is every query of its scope within cosine >= threshold
+   (scikit-learn's radius neighbours, cosine metric), itself included;
+3. repeatedly, the query whose neighbourhood holds the most value not yet served becomes the next
+   representative, and its cluster is that unserved value; until nothing is left unserved.
+So a representative is the centre of its paraphrases, not merely the most asked phrasing (on
+CLINC150 with all-MiniLM-L6-v2 at 0.5, value-order claiming from the most asked phrasing left a
+second entry for the same intent in 44% of a 50-entry hot set; the greedy centre, ~20%), and no
+value is counted twice: a member belongs to the first representative that serves it.
 The threshold is the tenant's semantic threshold unless the caller passes a looser one.
 """
 
@@ -27,58 +32,75 @@ Vectors = npt.NDArray[np.float32]
 
 @dataclass(frozen=True)
 class Cluster:
-    """Indices into the caller's lists; `members[0]` is the representative."""
+    """Indices into the caller's lists: the representative and the queries it serves first
+    (the representative itself among them unless an earlier representative serves it)."""
 
+    rep: int
     members: tuple[int, ...]
 
-    @property
-    def rep(self) -> int:
-        return self.members[0]
 
-
-def cluster_by_radius(
+def cover_greedy(
     vectors: Vectors,
     values: Sequence[float],
     threshold: float,
     scopes: Sequence[Hashable] | None = None,
+    limit: int | None = None,
 ) -> list[Cluster]:
-    """Clusters in order of their representative's value (see the module docstring)."""
+    """Representatives in the greedy order (see the module docstring), at most `limit`; the
+    value of a cluster's members never grows down the list. Ties go to the lower index."""
     n = len(values)
     if vectors.shape[0] != n or (scopes is not None and len(scopes) != n):
         raise ValueError("vectors, values and scopes must have one row per query")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    if any(v < 0 for v in values):
+        raise ValueError("values must not be negative")
+    if n == 0:
+        return []
+    near = _neighbourhoods(vectors, threshold, scopes)
+    value = np.asarray(values, dtype=np.float64)
+    gain = np.array([value[nb].sum() for nb in near])  # unserved value each query would serve
+    served = np.zeros(n, dtype=bool)
+    out: list[Cluster] = []
+    while len(out) < (n if limit is None else limit):
+        rep = int(np.argmax(gain))  # the first maximum: the lower index wins a tie
+        if gain[rep] <= 0.0:
+            break
+        new = near[rep][~served[near[rep]]]
+        gain[rep] = -np.inf  # chosen, or serves nothing new (a rounding residue): never again
+        if not len(new):
+            continue
+        served[new] = True
+        # the newly served value no longer counts for anyone who would serve it
+        # (neighbourhoods are symmetric: who serves i = i's own neighbourhood)
+        np.subtract.at(gain, np.concatenate([near[i] for i in new]),
+                       np.repeat(value[new], [len(near[i]) for i in new]))  # fmt: skip
+        rest = [int(i) for i in new if i != rep]
+        out.append(Cluster(rep, (rep, *rest) if len(rest) < len(new) else tuple(rest)))
+    return out
+
+
+def _neighbourhoods(
+    vectors: Vectors, threshold: float, scopes: Sequence[Hashable] | None
+) -> list[npt.NDArray[np.intp]]:
+    """For each query, the indices within cosine >= threshold of it in its own scope."""
+    n = vectors.shape[0]
     by_scope: dict[Hashable, list[int]] = {}
     for i in range(n):
         by_scope.setdefault(scopes[i] if scopes is not None else None, []).append(i)
-    out: list[Cluster] = []
+    near: list[npt.NDArray[np.intp]] = [np.empty(0, dtype=np.intp)] * n
     for idx in by_scope.values():
-        out += _cluster_scope(vectors, values, threshold, idx)
-    out.sort(key=lambda c: (-values[c.rep], c.rep))
-    return out
-
-
-def _cluster_scope(
-    vectors: Vectors, values: Sequence[float], threshold: float, idx: list[int]
-) -> list[Cluster]:
-    order = sorted(idx, key=lambda i: (-values[i], i))
-    if len(order) == 1:
-        return [Cluster((order[0],))]
-    v = vectors[order]
-    # cosine distance = 1 - cosine; a hair of slack so a pair exactly at the threshold joins,
-    # as the cache's ">=" would serve it.
-    nn = NearestNeighbors(radius=1.0 - threshold + 1e-6, metric="cosine", algorithm="brute")
-    neighbours = nn.fit(v).radius_neighbors(v, return_distance=False)
-    claimed = np.zeros(len(order), dtype=bool)
-    out: list[Cluster] = []
-    for pos in range(len(order)):  # value order: the most valuable unclaimed query leads
-        if claimed[pos]:
+        members = np.asarray(idx, dtype=np.intp)
+        if len(idx) == 1:
+            near[idx[0]] = members
             continue
-        mine = [int(j) for j in sorted(neighbours[pos]) if not claimed[j] and j != pos]
-        claimed[pos] = True
-        claimed[mine] = True
-        out.append(Cluster((order[pos], *(order[j] for j in mine))))
-    return out
+        # cosine distance = 1 - cosine; a hair of slack so a pair exactly at the threshold
+        # joins, as the cache's ">=" would serve it.
+        nn = NearestNeighbors(radius=1.0 - threshold + 1e-6, metric="cosine", algorithm="brute")
+        found = nn.fit(vectors[idx]).radius_neighbors(vectors[idx], return_distance=False)
+        for pos, i in enumerate(idx):
+            near[i] = np.sort(members[found[pos]])
+    return near
 
 
 class TextVectors:
