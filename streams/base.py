@@ -44,6 +44,14 @@ class Decoded:
     poison: list[Poison] = field(default_factory=list)
     # Handler-defined counts for metrics (the traffic worker: cache outcome -> requests).
     tally: dict[str, int] = field(default_factory=dict)
+    # Good events, when items hold a per-batch aggregate instead of one item per event (the
+    # traffic worker counts while it decodes); None: one item per event.
+    aggregated: int | None = None
+
+    @property
+    def good(self) -> int:
+        """Good events in the batch: what the worker applies and counts."""
+        return len(self.items) if self.aggregated is None else self.aggregated
 
 
 def message_value(msg: Message) -> bytes:

@@ -225,7 +225,7 @@ class Worker:
 
     def _process(self, batch: list[Message]) -> None:
         decoded = self._decode(batch)  # 2
-        if decoded.items:
+        if decoded.good:
             self.handler.apply_decoded(decoded)  # 3
         self._settle(batch, decoded)  # 4, 5
 
@@ -237,11 +237,11 @@ class Worker:
         """Steps 4 and 5 of a batch whose effects are applied."""
         self._dead_letter(decoded.poison)  # 4
         self._commit(batch)  # 5
-        self.stats.events += len(decoded.items)
+        self.stats.events += decoded.good
         self.stats.dlq += len(decoded.poison)
         self.stats.batches += 1
         self.stats.last_batch_at = time.time()
-        self.metrics.settled(len(decoded.items), decoded.poison)
+        self.metrics.settled(decoded.good, decoded.poison)
         self.handler.settled(decoded)
 
     def _retry(self, batch: Sequence[Message], exc: RetriableError) -> None:
@@ -263,7 +263,7 @@ class Worker:
                 return
         if batch and decoded is not None:
             assert self._pool is not None
-            done = self._pool.submit(self.handler.apply_decoded, decoded) if decoded.items else None
+            done = self._pool.submit(self.handler.apply_decoded, decoded) if decoded.good else None
             self._inflight = _InFlight(batch, decoded, done)
 
     def _finish_inflight(self) -> None:

@@ -28,7 +28,8 @@ once, whatever the batch boundaries of a redelivery are.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple, Protocol
@@ -174,11 +175,40 @@ class TenantDelta:
 
     tenant: str
     parts: dict[str, list[int]] = field(default_factory=dict)  # part -> [first, last] offset
-    queries: dict[tuple[str, str, int, int], dict[str, int]] = field(default_factory=dict)
+    queries: dict[tuple[str, str, int, int], dict[str, int]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     uncacheable: dict[tuple[str, str, int, int], int] = field(default_factory=dict)
     costs: dict[Where, dict[str, list[int]]] = field(default_factory=dict)  # misses, gpu us, tokens
     reps: dict[Where, dict[str, Representative]] = field(default_factory=dict)
     events: int = 0
+
+    def count(self, where: Where, how: int, qkey: str, cacheable: bool, n: int) -> None:
+        """n requests of one query in one hour of week (aggregate does this inline)."""
+        self.events += n
+        m, t, wk = where
+        if not cacheable:
+            uk = (m, t, wk, how + _UNCACHEABLE)
+            self.uncacheable[uk] = self.uncacheable.get(uk, 0) + n
+            return
+        counts = self.queries[m, t, wk, how]
+        counts[qkey] = counts.get(qkey, 0) + n
+
+    def add_cost(
+        self, where: Where, qkey: str, misses: int, gpu_us: int, tokens: int, rep: Representative
+    ) -> None:
+        """GPU-reaching requests of a query; rep is the latest of them (it replaces older ones)."""
+        per_q = self.costs.get(where)
+        if per_q is None:
+            per_q = self.costs[where] = {}
+            self.reps[where] = {}
+        cost = per_q.get(qkey)
+        if cost is None:
+            cost = per_q[qkey] = [0, 0, 0]
+        cost[0] += misses
+        cost[1] += gpu_us
+        cost[2] += tokens
+        self.reps[where][qkey] = rep
 
     def script_args(
         self, ttl_s: int, memo: RepMemo
@@ -264,25 +294,9 @@ def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
         if counts is None:
             counts = d.queries[hk] = {}
         counts[q] = counts.get(q, 0) + 1
-        if rep is not None:
-            _add_cost(d, (m, t, wk), q, gpu_ms, tokens, rep)
+        if rep is not None:  # integer us: summed exactly, no float drift
+            d.add_cost((m, t, wk), q, 1, round(gpu_ms * 1000), tokens, rep)
     return deltas
-
-
-def _add_cost(
-    d: TenantDelta, where: Where, q: str, gpu_ms: float, tokens: int, rep: Representative
-) -> None:
-    per_q = d.costs.get(where)
-    if per_q is None:
-        per_q = d.costs[where] = {}
-        d.reps[where] = {}
-    cost = per_q.get(q)
-    if cost is None:
-        cost = per_q[q] = [0, 0, 0]
-    cost[0] += 1
-    cost[1] += round(gpu_ms * 1000)  # integer us: summed exactly, no float drift
-    cost[2] += tokens
-    d.reps[where][q] = rep
 
 
 @dataclass(frozen=True)
@@ -324,12 +338,22 @@ class TrafficProfile:
 
     # -- write side --
     def write(self, observations: Sequence[Observation]) -> int:
-        """Apply observations (offset order per partition); returns how many were counted.
+        """Apply observations (offset order per partition); returns how many were counted."""
+        return self.write_deltas(aggregate(observations), lambda: observations)
 
-        One pipelined round trip for the whole batch, plus one per tenant whose watermark
-        already covers part of it (only after a crash or rebalance).
+    def write_deltas(
+        self,
+        deltas: dict[str, TenantDelta],
+        observations: Callable[[], Sequence[Observation]],
+    ) -> int:
+        """Apply a batch aggregated in memory; returns how many events were counted.
+
+        `deltas` must equal aggregate(observations()); observations() is called only when a
+        tenant's watermark already covers part of the batch (after a crash or rebalance), to
+        count what lies above it. One pipelined round trip for the whole batch, plus one per
+        such refusal.
         """
-        pending = aggregate(observations)
+        pending = deltas
         by_tenant: dict[str, list[Observation]] | None = None
         counted = 0
         for _ in range(_MAX_REFUSALS):
@@ -339,7 +363,7 @@ class TrafficProfile:
                 return counted
             if by_tenant is None:
                 by_tenant = {}
-                for o in observations:
+                for o in observations():
                     by_tenant.setdefault(o.tenant, []).append(o)
             pending = {}
             for tenant, marks in stale.items():

@@ -16,8 +16,9 @@ import redis
 
 from stoker.embedded import LOOPBACK, find_redis_server, free_port
 from stoker.settings import StokerSettings
+from streams.observe import query_key
 from streams.topics import ensure_topics
-from streams.traffic import TrafficHandler, query_key
+from streams.traffic import TrafficHandler
 from streams.worker import Worker
 from tests.streams.conftest import encode, produce, request, wait_for
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile

@@ -27,10 +27,11 @@ def _batch(payloads: list[dict], partition: int = 0, first_offset: int = 0) -> l
 
 
 def _ingest(profile: TrafficProfile, messages: list[Message]) -> int:
+    # As the worker does: the batch tally, then one write (per-event replay on a refusal).
     h = TrafficHandler(profile)
     decoded = h.decode_batch(messages)
     assert decoded.poison == []
-    return profile.write(decoded.items)
+    return sum(profile.write_deltas(b.deltas, b.observations) for b in decoded.items)
 
 
 def _total(profile: TrafficProfile, tenant: str = "acme") -> int:

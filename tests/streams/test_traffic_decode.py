@@ -11,7 +11,9 @@ from confluent_kafka import Message
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
-from streams.traffic import FastDecoder, TrafficHandler, observe_event, query_key
+from streams.observe import FastDecoder, observe_event, query_key
+from streams.tally import BatchTally
+from streams.traffic import TrafficHandler
 from tests.streams.conftest import encode, request
 from warmers.profile import week_and_hour
 
@@ -122,7 +124,7 @@ def _msg(value: bytes, offset: int) -> Message:
 
 def test_traffic_handler__poison_gets_decode_event_reason() -> None:
     h = TrafficHandler.__new__(TrafficHandler)
-    h.fast = FastDecoder()
+    h.tally = BatchTally()
     batch = [
         _msg(encode(request(1)), 10),
         _msg(b"{nope", 11),
@@ -132,7 +134,10 @@ def test_traffic_handler__poison_gets_decode_event_reason() -> None:
         _msg(encode(request(4, tenant="a{b")), 15),
     ]
     out = h.decode_batch(batch)
-    assert [o.offset for o in out.items] == [10, 12]
+    assert out.good == 2
+    [counted] = out.items
+    assert counted.deltas["acme"].parts == {"inference.requests:1": [10, 12]}
+    assert [o.offset for o in counted.observations()] == [10, 12]
     reasons = {p.message.offset(): p.error.reason for p in out.poison}
     assert reasons == {
         11: "bad_json",
@@ -144,9 +149,9 @@ def test_traffic_handler__poison_gets_decode_event_reason() -> None:
 
 def test_traffic_handler__valid_event_of_another_type_is_unexpected() -> None:
     h = TrafficHandler.__new__(TrafficHandler)
-    h.fast = FastDecoder()
+    h.tally = BatchTally()
     kb = {"type": "kb_changed", "schema_version": 1, "tenant": "acme", "doc_id": "d"}
     kb |= {"doc_version": 3, "change": "updated"}
     out = h.decode_batch([_msg(encode(kb), 0)])
-    assert out.items == []
+    assert out.items == [] and out.good == 0
     assert [p.error.reason for p in out.poison] == ["unexpected_type"]
