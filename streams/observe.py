@@ -13,6 +13,7 @@ without an Observation per event, and a test holds the two to the same profile d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -176,10 +177,20 @@ def query_key(prompt: str, params: dict[str, Any], doc_ids: Sequence[str]) -> st
     """
     shaped = {k: v for k, v in params.items() if k != "no_cache" and v is not None}
     shaped.setdefault("temperature", 0.0)
-    raw = "\x1f".join(
-        (normalise_prompt(prompt), canonical_params(shaped), "\x1e".join(sorted(set(doc_ids))))
-    )
+    return query_key_canon(prompt, canonical_params(shaped), doc_ids)
+
+
+def query_key_canon(prompt: str, canon_params: str, doc_ids: Sequence[str]) -> str:
+    """query_key with the params already canonical (params_canon for a fast-path request)."""
+    raw = "\x1f".join((normalise_prompt(prompt), canon_params, "\x1e".join(sorted(set(doc_ids)))))
     return "q:" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=4096)
+def params_canon(params: _Params) -> str:
+    """canonical_params of a fast-path request's params, as query_key shapes them; memoised:
+    requests share few params, and rebuilding the sorted JSON is ~4 of a new query's ~12 us."""
+    return canonical_params({"temperature": 0.0} | params.as_dict())
 
 
 class _EventRepresentative:

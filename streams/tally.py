@@ -35,7 +35,8 @@ from streams.observe import (
     Request,
     cluster_query_key,
     observe_slow,
-    query_key,
+    params_canon,
+    query_key_canon,
     tenant_ok,
 )
 from warmers.profile import Observation, TenantDelta, week_and_hour
@@ -133,7 +134,9 @@ class BatchTally:
         qkey = (
             cluster_query_key(r.cluster_key)
             if r.cluster_key is not None
-            else query_key(r.prompt, r.params.as_dict(), [d.doc_id for d in r.context_docs])
+            else query_key_canon(
+                r.prompt, params_canon(r.params), [d.doc_id for d in r.context_docs]
+            )
         )
         found = self._queries[memo_key] = (qkey, r.params.cacheable)
         return found
