@@ -120,6 +120,10 @@ def run_workers(settings: StokerSettings, names: list[str], group: str | None = 
     workers = [Worker(settings, build_handler(n, settings), group) for n in handlers]
     services = [build_service(n, settings) for n in names if is_service(n)]
     errors: list[BaseException] = []
+    # Bound before the handler is installed: a SIGTERM right after the banner (what a test or
+    # an orchestrator sends as soon as it sees it) must find them, not a NameError.
+    runnables: list[_Runnable] = [*workers, *services]
+    labels = [w.handler.name for w in workers] + [sv.name for sv in services]
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         console.print(f"{signal.Signals(signum).name}: finishing the current batches")
@@ -131,8 +135,6 @@ def run_workers(settings: StokerSettings, names: list[str], group: str | None = 
         console.print(f"worker {w.handler.name}: group {w.config.group_id}, topics {w.topics}")
     for sv in services:
         console.print(f"worker {sv.name}: no topics (a leader-elected schedule)")
-    runnables: list[_Runnable] = [*workers, *services]
-    labels = [w.handler.name for w in workers] + [sv.name for sv in services]
     try:
         _run_threads(runnables, labels, errors)
     finally:
