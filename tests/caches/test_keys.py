@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 
 import pytest
@@ -9,6 +10,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from caches import constants as C
 from caches import keys as K
 from caches.client import CacheRequest
 from schemas.common import DocRef, RequestParams
@@ -134,3 +136,12 @@ def astuple_ns(ns: K.Namespace) -> tuple[str, str, str, str]:
 def test_context_hash__tuple_fast_path_matches_any_iterable(d):
     assert K.context_hash("m", "t", tuple(d)) == K.context_hash("m", "t", list(d))
     assert K.context_hash("m", "t", tuple(d)) == K.context_hash("m", "t", iter(d[::-1]))
+
+
+@given(p=st.text(max_size=30), c=st.text(max_size=30), h=st.text(max_size=30))
+def test_key_digest__keeps_the_documented_layout(p, c, h):
+    # Entries already in Redis stay reachable only while the digest's input layout holds:
+    # sha256 of the three parts joined by the unit separator, cut to DIGEST_HEX hex digits.
+    raw = "\x1f".join((p, c, h)).encode()
+    want = hashlib.sha256(raw).hexdigest()[: C.DIGEST_HEX]
+    assert K.key_digest(p, c, h) == want
