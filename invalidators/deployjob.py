@@ -7,6 +7,7 @@ this module holds the data they act on, so the runner there stays about the phas
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,9 +20,22 @@ Phase = Literal["prewarm", "grace", "retire", "purge", "done", "failed"]
 TERMINAL = ("done", "failed")
 
 
+class PrewarmReport(Protocol):
+    """What the cutover reads of a pre-warm (warmers.prewarm.PrewarmResult has more)."""
+
+    @property
+    def warmed(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
+
+    @property
+    def detail(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class PrewarmResult:
-    """What a pre-warm did; `skipped` with a detail when there was nothing to do it with."""
+    """The smallest PrewarmReport; `skipped` with a detail when there was nothing to warm with."""
 
     warmed: int = 0
     failed: int = 0
@@ -30,16 +44,16 @@ class PrewarmResult:
 
 
 class Prewarmer(Protocol):
-    """Warms V's namespace with the hot set of the coming window (implemented in warmers/).
-    Must be safe to run twice: a restart during the pre-warm runs it again."""
+    """Warms V's namespace with the hot set of the coming window (warmers.prewarm's
+    HotSetPrewarmer). Must be safe to run twice: a restart during the pre-warm runs it again."""
 
     def prewarm(
         self,
         model_id: str,
         version: str,
         previous_version: str | None,
-        tenants: tuple[str, ...] | None,
-    ) -> PrewarmResult: ...
+        tenants: Sequence[str] | None,
+    ) -> PrewarmReport: ...
 
 
 class NoPrewarmer:
@@ -50,7 +64,7 @@ class NoPrewarmer:
         model_id: str,
         version: str,
         previous_version: str | None,
-        tenants: tuple[str, ...] | None,
+        tenants: Sequence[str] | None,
     ) -> PrewarmResult:
         return PrewarmResult(skipped=True, detail="skipped: no warmer configured")
 

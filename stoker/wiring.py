@@ -96,33 +96,9 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
     )
 
 
-class CutoverPrewarmer:
-    """The deploy cutover's pre-warm step (invalidators.deployjob.Prewarmer) on the warmers'
-    HotSetPrewarmer: the same hot-set selection and shadow warmer as `stoker warm`."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: tuple[str, ...] | None,
-    ) -> Any:
-        from invalidators.deployjob import PrewarmResult
-
-        r = self.inner.prewarm(model_id, version, previous_version, tenants)
-        detail = (
-            f"pre-warmed {r.cached} of {r.planned} planned for {r.window} "
-            f"({r.gpu_seconds:.1f} GPU-s, {r.failed} failed)"
-        )
-        return PrewarmResult(warmed=r.cached, failed=r.failed, detail=detail)
-
-
 def build_deploy_worker(settings: StokerSettings) -> Any:
     """Registry factory for `stoker worker deploy`: the cutover with the hot-set pre-warm."""
     from invalidators.deploy import build_deploy_handler
     from warmers.prewarm import build_prewarmer
 
-    return build_deploy_handler(settings, CutoverPrewarmer(build_prewarmer(settings)))
+    return build_deploy_handler(settings, build_prewarmer(settings))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from stoker.settings import StokerSettings
 from warmers.budget import Budget
@@ -56,20 +55,9 @@ class PrewarmResult:
         return self.planned == 0 or self.cached > 0 or self.sent == 0
 
 
-class Prewarmer(Protocol):
-    """The shape the deploy cutover job calls (invalidators/cutover.py's pluggable pre-warm)."""
-
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> PrewarmResult: ...
-
-
 class HotSetPrewarmer:
-    """A Prewarmer on a WarmRunner: the same selection and shadow warmer as `stoker warm`."""
+    """The deploy cutover's pre-warm step (invalidators.deployjob.Prewarmer) on a WarmRunner:
+    the same selection and shadow warmer as `stoker warm`."""
 
     def __init__(
         self,

@@ -15,7 +15,6 @@ from caches.client import CacheClient
 from invalidators.deployjob import Prewarmer
 from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
-from stoker.wiring import CutoverPrewarmer
 from warmers.budget import Budget
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import build_runner
@@ -66,4 +65,4 @@ class DemoWarming:
     def prewarmer(self) -> Prewarmer:
         """The deploy job's pre-warm: the hot set of the current window, for the new version."""
         budget = Budget(requests=3 * self.sc.warm_budget)
-        return CutoverPrewarmer(HotSetPrewarmer(self.runner, budget, window=lambda: self.window))
+        return HotSetPrewarmer(self.runner, budget, window=lambda: self.window)

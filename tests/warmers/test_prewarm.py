@@ -15,7 +15,7 @@ from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.prewarm import HotSetPrewarmer, Prewarmer
+from warmers.prewarm import HotSetPrewarmer
 from warmers.profile import TrafficProfile
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
@@ -40,7 +40,7 @@ def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(
         progress=False,
     )  # fmt: skip
     start = MONDAY + timedelta(days=7, hours=10)
-    pw: Prewarmer = HotSetPrewarmer(
+    pw = HotSetPrewarmer(  # the cutover's Prewarmer (mypy checks it where demo/ wires it)
         runner, Budget(requests=2), window=lambda: Window(start, start + timedelta(hours=1))
     )
     res = pw.prewarm("m", "v2", "v1", ["acme"])
