@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import orjson
 import redis
@@ -14,17 +12,11 @@ from caches import keys as K
 from schemas.codec import decode_event
 from schemas.events import KnowledgeBaseChanged
 from streams.topics import consumer_config, topic_name
+from tests.cli import run_stoker
 
 
 def stoker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stoker.cli", *args],
-        env=clean | env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stoker(*args, env=env)
 
 
 def put(r: redis.Redis, tenant: str, version: str, n: int) -> list[str]:

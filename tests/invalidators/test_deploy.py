@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from schemas.events import JobStatus, ModelDeployed
 from stoker.settings import StokerSettings
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker, WorkerConfig
+from tests.cli import run_stoker
 from tests.waiting import wait_for
 
 TENANTS = ("acme", "globex")
@@ -312,14 +311,7 @@ def test_deploy_worker__stopped_mid_purge_resumes_without_rescanning(
 def stoker(
     *args: str, env: dict[str, str], timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stoker.cli", *args],
-        env=clean | env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_stoker(*args, env=env, timeout=timeout)
 
 
 def cli_env(s: StokerSettings) -> dict[str, str]:

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-STOKER = [sys.executable, "-m", "stoker.cli"]
+from tests.cli import run_stoker
 
 
 def run(*args: str, timeout: float = 240, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
-    env |= {"HF_HUB_OFFLINE": "1", **extra_env}
-    return subprocess.run(
-        [*STOKER, *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return run_stoker(*args, env=extra_env, timeout=timeout)
 
 
 @pytest.mark.parametrize("data", ["shared", "absent"])

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 
 import orjson
@@ -15,6 +13,7 @@ from invalidators.cutover import Cutover
 from invalidators.jobs import JobRecord, JobRecords, RecordingStatusSink, all_jobs
 from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
 from schemas.events import JobStatus, ModelDeployed
+from tests.cli import run_stoker
 from warmers.runs import record_warm_run
 from warmers.shadow import WarmSummary
 
@@ -33,14 +32,7 @@ class Statuses:
 
 
 def stoker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stoker.cli", *args],
-        env=clean | env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_stoker(*args, env=env)
 
 
 def _jobs(r: redis.Redis) -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ import httpx
 import orjson
 
 from stoker.embedded import free_port
+from tests.cli import STOKER, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +26,7 @@ def _metrics(port: int) -> str | None:
 
 def test_worker_cli__serves_metrics_and_logs_json(kafka_bootstrap: str, redis_url: str, unique):
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")} | {
+    env = clean_env() | {
         "STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap,
         "STOKER_KAFKA_BROKER": "tansu",
         "STOKER_REDIS_URL": redis_url,
@@ -36,7 +35,7 @@ def test_worker_cli__serves_metrics_and_logs_json(kafka_bootstrap: str, redis_ur
         "STOKER_LOG_FORMAT": "json",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stoker.cli", "worker", "traffic"],
+        [*STOKER, "worker", "traffic"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

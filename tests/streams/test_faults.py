@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from streams.observe import query_key
 from streams.topics import ensure_topics
 from streams.traffic import TrafficHandler
 from streams.worker import Worker
+from tests.cli import STOKER, clean_env
 from tests.streams.conftest import encode, produce, request, wait_for
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile
 
@@ -124,7 +124,7 @@ def test_worker__redis_restart_stops_commits_then_resumes_exactly(
 
 def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "stoker.cli", "worker", "traffic"],
+        [*STOKER, "worker", "traffic"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -201,11 +201,10 @@ def test_worker__sigkill_mid_stream_then_restart_counts_exactly(
 
 
 def test_worker_cli__all_on_embedded_stack_says_so_and_sigterm_exits_0(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stoker.cli", "worker", "all"],
+        [*STOKER, "worker", "all"],
         cwd=ROOT,
-        env=env,
+        env=clean_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -1,0 +1,26 @@
+"""Running the real `stoker` CLI from tests: a subprocess with no STOKER_* from the caller."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+
+STOKER = [sys.executable, "-m", "stoker.cli"]
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without STOKER_* (a developer's shell must not leak into a
+    test), offline for the embedder, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
+    return env | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} | dict(extra or {})
+
+
+def run_stoker(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`stoker ARGS` to completion (bounded by timeout), output captured as text."""
+    return subprocess.run(
+        [*STOKER, *args], env=clean_env(env), capture_output=True, text=True, timeout=timeout
+    )
