@@ -89,6 +89,23 @@ def test_profile__miss_cost_and_representative(redis_client: redis.Redis) -> Non
     assert rep["prompt"] == same and rep["context_docs"] == [{"doc_id": "kb-1", "version": 3}]
 
 
+def test_profile__counts_and_costs_add_up_across_batches_and_weeks(
+    redis_client: redis.Redis,
+) -> None:
+    # The second batch adds to what the first wrote (the read-modify-write of APPLY_LUA), and a
+    # week later the reads sum both weeks.
+    profile = TrafficProfile(redis_client)
+    miss = {"prompt": "same question", "gpu_ms": 250.5, "tokens_in": 7, "tokens_out": 8}
+    _ingest(profile, _batch([request(i, **miss) for i in range(3)]))
+    _ingest(profile, _batch([request(i, **miss) for i in range(3, 5)], first_offset=3))
+    next_week = request(9, ts="2025-03-10T10:15:00Z", **miss)
+    _ingest(profile, _batch([next_week], first_offset=5))
+    [top] = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    assert (top.count, top.weeks) == (6, 2)
+    cost = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
+    assert (cost.misses, cost.gpu_ms, cost.tokens) == (6, 6 * 250.5, 6 * 15)
+
+
 def test_profile__cluster_key_groups_paraphrases(redis_client: redis.Redis) -> None:
     profile = TrafficProfile(redis_client)
     payloads = [
