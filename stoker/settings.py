@@ -66,10 +66,12 @@ class StokerSettings(BaseSettings):
     # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings
     # (2 s session, 500 ms heartbeat, 10 ms fetch wait), which real Kafka must not get.
     kafka_broker: Literal["kafka", "tansu"] = "kafka"
-    # Messages per consume() call; one Redis round trip and one offset commit per batch.
-    # 20k: more aggregation per round trip and fewer commits per event for the traffic worker;
-    # at low rates worker_poll_s, not the size, bounds the wait.
-    worker_batch_size: int = Field(default=20_000, ge=1, le=100_000)
+    # Messages per consume() call; one Redis round trip and one offset commit per batch. Unset:
+    # each handler's own default (Handler.batch_size): 50k for the traffic worker, whose Redis
+    # writes shrink per event as a batch aggregates more, 20k for the others, whose batches
+    # must apply well inside a SIGTERM grace period. At low rates worker_poll_s, not the
+    # size, bounds the wait.
+    worker_batch_size: int | None = Field(default=None, ge=1, le=100_000)
     # How long consume() waits for a batch to fill; also how fast stop() is noticed.
     worker_poll_s: float = Field(default=0.25, gt=0, le=5)
     # Outage back-off: doubles from base to max, re-reading the same offsets every time.

@@ -68,6 +68,8 @@ class Handler(ABC):
     # True: the worker applies batch N in a background thread while it decodes batch N+1
     # (decode_batch and apply_decoded must then not share unsynchronised state).
     pipelined: bool = False
+    # Messages per batch unless StokerSettings.worker_batch_size says otherwise.
+    batch_size: int = 20_000
 
     @abstractmethod
     def apply(self, events: list[Event]) -> None:

@@ -78,7 +78,9 @@ class WorkerConfig:
     create_topics: bool = True
 
     @classmethod
-    def from_settings(cls, s: StokerSettings, group_id: str) -> WorkerConfig:
+    def from_settings(
+        cls, s: StokerSettings, group_id: str, default_batch_size: int = 20_000
+    ) -> WorkerConfig:
         if not s.kafka_bootstrap:
             raise ValueError("kafka_bootstrap is not set (STOKER_KAFKA_BOOTSTRAP)")
         return cls(
@@ -86,7 +88,7 @@ class WorkerConfig:
             group_id=group_id,
             embedded=s.kafka_broker == "tansu",
             topic_prefix=s.topic_prefix,
-            batch_size=s.worker_batch_size,
+            batch_size=s.worker_batch_size or default_batch_size,
             poll_s=s.worker_poll_s,
             backoff_base_s=s.worker_backoff_base_s,
             backoff_max_s=s.worker_backoff_max_s,
@@ -114,10 +116,15 @@ class Worker:
         if config is None:
             if isinstance(source, StokerSettings):
                 group = group_id or default_group_id(handler.name, source.topic_prefix)
-                config = WorkerConfig.from_settings(source, group)
+                config = WorkerConfig.from_settings(source, group, handler.batch_size)
             else:
                 group = group_id or default_group_id(handler.name)
-                config = WorkerConfig(bootstrap=source, group_id=group, embedded=embedded)
+                config = WorkerConfig(
+                    bootstrap=source,
+                    group_id=group,
+                    embedded=embedded,
+                    batch_size=handler.batch_size,
+                )
         self.config = config
         self.handler = handler
         self.stats = WorkerStats()
