@@ -25,7 +25,10 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         ["--entries", "400", "--tenants", "2", "--queries", "10"],
         {"cache_semantic_lookup"},
     ),
-    "bench_ingest.py": (["--events", "40000", "--rounds", "1"], {"ingest_traffic"}),
+    "bench_ingest.py": (
+        ["--events", "40000", "--rounds", "1"],
+        {"ingest_traffic", "ingest_traffic_replay"},
+    ),
     "bench_purge.py": (
         ["--keys", "3000", "--throttled-keys", "2000", "--rounds", "1", "--rate", "4000"],
         {"purge_unthrottled", "purge_throttled"},
