@@ -13,6 +13,7 @@ All keys of one call share the tenant hash tag, so this holds on Redis Cluster t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -70,6 +71,21 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return gen
 """
 
+# Reinstate retired namespaces (a rollback to a retired version): each KEYS[i] that says
+# "retired" gets ARGV[1], a generation no snapshot can hold (INCR counters never get near it),
+# so a write that read the generation before or during the retirement is still refused.
+# Returns how many were reinstated.
+REINSTATE_LUA = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == 'retired' then
+    redis.call('SET', KEYS[i], ARGV[1], 'EX', ARGV[2])
+    n = n + 1
+  end
+end
+return n
+"""
+
 
 @dataclass(frozen=True)
 class WriteTicket:
@@ -114,6 +130,7 @@ class Generations:
         self._write = r.register_script(WRITE_LUA)
         self._raise_floor = r.register_script(RAISE_FLOOR_LUA)
         self._bump = r.register_script(BUMP_LUA)
+        self._reinstate = r.register_script(REINSTATE_LUA)
         self._known_tenants: set[str] = set()
 
     def snapshot(self, key: K.CacheKey, docs: Sequence[DocRef]) -> WriteTicket:
@@ -183,6 +200,33 @@ class Generations:
                 pipe.set(K.model_gen_key(ns), C.RETIRED)
             pipe.execute()
         return tenants
+
+    def is_retired(self, model_id: str, model_version: str, tenants: Sequence[str] | None) -> bool:
+        """Whether writes to the version are refused: everywhere (the global marker), or for
+        any of `tenants`."""
+        with redis_boundary("read retirement"):
+            if self._r.exists(retired_marker_key(model_id, model_version)):
+                return True
+            if not tenants:
+                return False
+            keys = [K.model_gen_key(K.Namespace(t, model_id, model_version, "")) for t in tenants]
+            return any(v == C.RETIRED for v in self._r.mget(keys))
+
+    def reinstate_model_version(
+        self, model_id: str, model_version: str, tenants: Sequence[str] | None = None
+    ) -> int:
+        """Undo retire_model_version (all tenants) or retire_tenant_version (`tenants`): writes
+        land again from now on. A tenant list also lifts the global marker; the other tenants
+        that ever wrote stay retired through their own generations (retire_model_version set
+        them). Returns how many tenant namespaces were reinstated."""
+        with redis_boundary("reinstate model version"):
+            if tenants is None:
+                tenants = sorted(as_bytes(t).decode() for t in self._r.smembers(C.TENANT_REGISTRY))
+            keys = [K.model_gen_key(K.Namespace(t, model_id, model_version, "")) for t in tenants]
+            fresh = int(time.time() * 1000)
+            n = int(self._reinstate(keys=keys, args=[fresh, C.GENERATION_TTL_S])) if keys else 0
+            self._r.delete(retired_marker_key(model_id, model_version))
+        return n
 
     def retire_template(self, tenant: str, model_id: str, template_version: str) -> None:
         ns = K.Namespace(tenant, model_id, "", template_version)

@@ -20,8 +20,12 @@ Duplicates and newer deploys (decided here, in `accept`):
   U is two versions back and no longer the rollback target, so it is retired and purged now
   (and its pre-warm is skipped if it had not run: V is no longer the live version);
 - a newer deploy *to* an older job's U is a rollback: that job is cancelled (FAILED, "rolled
-  back") before it retires U. Once U is retired it stays retired (retirement markers never
-  expire), so a rollback after the retire phase serves U uncached; `accept` logs that.
+  back"). Before its retire phase it never retires U; in its purge phase it stops at its next
+  progress report (status_every_s), leaving what it had not deleted of U.
+Rollback to a retired version (the deploy of V finds V retired, by a cancelled job or by one
+that finished long ago): its pre-warm first waits until no unfinished job is still retiring V,
+then reinstates V (Generations.reinstate_model_version: writes land again, and a write that read
+the generations before the reinstatement is still refused), then warms V as any deploy does.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
 end
 return 0
 """
+
+# How often a rollback's pre-warm looks again whether the cancelled job retiring its version
+# has stopped (that job stops within one status_every_s of its purge).
+_WAIT_RETIRING_S = 1.0
 
 # Progress shares of the whole job, for the bar `stoker deploy --wait` draws: the pre-warm is
 # the first 20 %, the purge the rest (the grace window is waiting, not work).
@@ -178,11 +186,12 @@ class Cutover:
             if action.action == "cancel" and older.phase in ("retire", "purge"):
                 log.warning(
                     "deploy %s rolls %s back to %s, which deploy %s is already retiring: "
-                    "it is served uncached from now on",
+                    "that retirement stops, and %s is reinstated before it is warmed",
                     newer.deploy_id,
                     newer.model_id,
                     newer.version,
                     deploy_id,
+                    newer.version,
                 )
             with redis_boundary("supersede deploy"):
                 pipe = self.redis.pipeline(transaction=True)
@@ -213,9 +222,11 @@ class Cutover:
 
     def _advance(self, job: DeployJob, stop: threading.Event, keep: Callable[[], bool]) -> None:
         verdict = self._verdict(job.deploy_id)
-        if verdict is not None and verdict.action == "cancel" and job.phase in ("prewarm", "grace"):
-            raise JobFailed(f"cancelled: deploy {verdict.by} rolled back to {job.previous_version}")
+        if verdict is not None and verdict.action == "cancel":
+            raise JobFailed(_cancelled(job, verdict))
         if job.phase == "prewarm":
+            if verdict is None and not self._reinstated(job):
+                return  # re-queued: an older job is still retiring this version
             self._prewarm(job, skip=verdict is not None)
         if job.phase == "grace":
             now = time.time()
@@ -234,6 +245,36 @@ class Cutover:
         job.phase = "done"
         self._save(job)
         self.publish(job)
+
+    def _reinstated(self, job: DeployJob) -> bool:
+        """Make V writable before warming it (a rollback to a retired version); False (and
+        re-queued shortly) while a cancelled older job has not yet stopped retiring V."""
+        blocker = self._retiring(job)
+        if blocker is not None:
+            job.detail = f"waiting for deploy {blocker} to stop retiring {job.version}"
+            self._save(job, due=time.time() + _WAIT_RETIRING_S)
+            self.publish(job)
+            return False
+        if self.generations.is_retired(job.model_id, job.version, job.tenants):
+            n = self.generations.reinstate_model_version(job.model_id, job.version, job.tenants)
+            job.counts["tenants_reinstated"] = n
+            log.info("deploy %s reinstated %s@%s", job.deploy_id, job.model_id, job.version)
+        return True
+
+    def _retiring(self, job: DeployJob) -> str | None:
+        """An unfinished job of the model that retires (or is about to retire) job's version."""
+        with redis_boundary("list deploy jobs"):
+            raw: list[bytes] = self.redis.zrange(DEPLOY_QUEUE_KEY, 0, -1)  # type: ignore[assignment]
+        for deploy_id in (as_bytes(i).decode() for i in raw):
+            other = None if deploy_id == job.deploy_id else self.load(deploy_id)
+            if (
+                other is not None
+                and other.model_id == job.model_id
+                and other.previous_version == job.version
+                and other.phase in ("retire", "purge")
+            ):
+                return deploy_id
+        return None
 
     def _prewarm(self, job: DeployJob, *, skip: bool) -> None:
         if skip:
@@ -257,6 +298,9 @@ class Cutover:
 
     def _retire(self, job: DeployJob) -> None:
         assert job.previous_version is not None
+        verdict = self._verdict(job.deploy_id)  # again: a rollback may have come since _advance
+        if verdict is not None and verdict.action == "cancel":
+            raise JobFailed(_cancelled(job, verdict))
         if job.tenants is None:
             tenants = self.generations.retire_model_version(job.model_id, job.previous_version)
         else:
@@ -279,6 +323,11 @@ class Cutover:
             job.purge_runs.append(watch.run)
             halt = _Either(stop, watch.lost)
             prog = self.purger.run(spec, self.opts.purge, on_progress=watch, stop=halt)
+            verdict = self._verdict(job.deploy_id) if prog.state != "done" else None
+            if verdict is not None and verdict.action == "cancel":  # a rollback stopped it
+                raise JobFailed(
+                    f"{_cancelled(job, verdict)}; purge stopped at {job.counts.get('deleted', 0)} keys"
+                )
             if prog.state != "done":
                 job.detail = f"purge interrupted at {job.counts.get('deleted', 0)} keys"
                 self._save(job)
@@ -334,6 +383,10 @@ class Cutover:
         )
 
 
+def _cancelled(job: DeployJob, verdict: Supersede) -> str:
+    return f"cancelled: deploy {verdict.by} rolled back to {job.previous_version}"
+
+
 def _state_of(phase: Phase) -> Literal["running", "ready", "done", "failed"]:
     if phase in ("grace", "retire", "purge"):
         return "ready" if phase == "grace" else "running"
@@ -379,6 +432,9 @@ class _PurgeWatch:
         now = time.monotonic()
         if now - self._last >= self.cutover.opts.status_every_s:
             self._last = now
+            verdict = self.cutover._verdict(job.deploy_id)
+            if verdict is not None and verdict.action == "cancel":
+                self.lost.set()  # rolled back: stop deleting the version now live again
             self.cutover._save(job)
             share = (self.spec_i + p.fraction) / self.n_specs
             self.cutover.publish(job, progress=_PREWARM_SHARE + (1 - _PREWARM_SHARE) * share)

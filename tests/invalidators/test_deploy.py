@@ -159,6 +159,49 @@ def test_cutover__newer_deploy_ends_older_grace_and_rollback_cancels(
     assert client.store(miss(client, "v2", "still live"), "x").landed
 
 
+def test_cutover__rollback_after_retirement_reinstates_the_version(
+    client: CacheClient, cutover: Cutover
+):
+    fill(client, "v1", 3)
+    cutover.accept(deployed("a", grace_s=0))  # v1 -> v2: v1 retired and purged
+    assert drive(cutover, "a").phase == "done"
+    assert not client.store(miss(client, "v1", "late write"), "x").landed
+    # Taken while v1 is retired: this write must stay refused after the reinstatement.
+    in_flight = miss(client, "v1", "in flight across the rollback")
+
+    cutover.accept(deployed("b", version="v1", previous_version="v2", grace_s=3600))
+    b = drive(cutover, "b")
+    assert b.phase == "grace" and b.counts["tenants_reinstated"] == len(TENANTS)
+    for tenant in TENANTS:
+        req = CacheRequest(tenant, "llama", "v1", "t1", "after the rollback")
+        assert client.store(client.lookup(req, use_semantic=False), "y").landed
+    assert not client.store(in_flight, "stale").landed
+
+
+def test_cutover__rollback_during_the_purge_stops_it_then_reinstates(
+    client: CacheClient, edge_store: EdgeSemanticStore
+):
+    keys = fill(client, "v1", 400)
+    slow = CutoverOptions(purge=PurgeOptions(rate=400, batch=20), status_every_s=0.05)
+    cut = Cutover(client.redis, Purger(client.redis, edge_store), Statuses(), options=slow)
+    cut.accept(deployed("a", grace_s=0))
+    running = threading.Thread(target=drive, args=(cut, "a"))
+    running.start()
+    try:
+        wait_for(lambda: cut.load("a").counts.get("deleted", 0) > 0, 20)  # type: ignore[union-attr]
+        cut.accept(deployed("b", version="v1", previous_version="v2", grace_s=3600))
+        b = drive(cut, "b")  # a is still purging v1: b waits before it reinstates
+        assert b.phase == "prewarm" and "waiting for deploy a" in b.detail
+    finally:
+        running.join(20)
+    a = cut.load("a")
+    assert a is not None and a.phase == "failed" and "purge stopped at" in a.detail
+    assert 0 < client.redis.exists(*keys) < len(keys)  # stopped part-way: the rest is kept
+    b = drive(cut, "b")
+    assert b.phase == "grace" and b.counts["tenants_reinstated"] == len(TENANTS)
+    assert client.store(miss(client, "v1", "after the rollback"), "y").landed
+
+
 def fill_keys(version: str, n: int) -> list[str]:
     return [
         CacheRequest(t, "llama", version, "t1", f"question {i}").key().exact()
