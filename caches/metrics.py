@@ -22,6 +22,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from caches.matching.base import MATCH_TOTALS
+
 OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Seconds. An exact hit sits near 0.1-0.5 ms, a semantic lookup (embed + search + MGET) near
 # 2-20 ms, so the buckets are dense below 25 ms.
@@ -100,6 +102,51 @@ def _fmt(bound: float) -> str:
 
 LOOKUPS: Final = _LookupTally()
 REGISTRY.register(LOOKUPS)
+
+
+class _MatchTally(Collector):
+    """The semantic matchers' decisions (caches.matching.MATCH_TOTALS), read at scrape time.
+
+    Labels stay bounded: a rule names the matcher and its configured threshold or vote count
+    (one series per configured threshold, not per score), a guard is one of a fixed few."""
+
+    def collect(self) -> Iterator[Metric]:
+        totals = MATCH_TOTALS
+        decisions = CounterMetricFamily(
+            "stoker_semantic_match_decisions", "Semantic lookups that reached the matcher"
+        )
+        decisions.add_metric([], float(totals.lookups))
+        hits = CounterMetricFamily(
+            "stoker_semantic_match_hits",
+            "Semantic hits by the rule that accepted them",
+            labels=["rule"],
+        )
+        for rule, n in sorted(totals.hits.items()):
+            hits.add_metric([rule], float(n))
+        guards = CounterMetricFamily(
+            "stoker_semantic_guard_rejections",
+            "Candidates a lexical guard refused",
+            labels=["guard"],
+        )
+        for guard, n in sorted(totals.rejected_by_guard.items()):
+            guards.add_metric([guard], float(n))
+        verified = CounterMetricFamily(
+            "stoker_semantic_match_verifications",
+            "Learned matchers' checks of a candidate by outcome",
+            labels=["outcome"],
+        )
+        for outcome, n in sorted(totals.verification.items()):
+            verified.add_metric([outcome], float(n))
+        yield from (decisions, hits, guards, verified)
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("stoker_semantic_match_decisions", "")
+        yield CounterMetricFamily("stoker_semantic_match_hits", "", labels=["rule"])
+        yield CounterMetricFamily("stoker_semantic_guard_rejections", "", labels=["guard"])
+        yield CounterMetricFamily("stoker_semantic_match_verifications", "", labels=["outcome"])
+
+
+REGISTRY.register(_MatchTally())
 
 
 class _Looked(Protocol):

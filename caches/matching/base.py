@@ -49,13 +49,31 @@ class Accepted:
 
 @dataclass
 class MatchStats:
-    """Plain counters (exported to Prometheus later): hits per rule, guard rejections per guard,
-    verification outcomes (agree / disagree / unsure) of learned matchers."""
+    """Plain counters: hits per rule, guard rejections per guard, verification outcomes (agree /
+    disagree / unsure) of learned matchers. Every matcher's counts also go into the process-wide
+    MATCH_TOTALS, which caches.metrics exports to Prometheus at scrape time (so the lookup path
+    pays a Counter increment, not a labelled prometheus-client call)."""
 
     hits: Counter[str] = field(default_factory=Counter)
     rejected_by_guard: Counter[str] = field(default_factory=Counter)
     verification: Counter[str] = field(default_factory=Counter)
     lookups: int = 0
+
+    def looked(self) -> None:
+        self.lookups += 1
+        MATCH_TOTALS.lookups += 1
+
+    def hit(self, rule: str) -> None:
+        self.hits[rule] += 1
+        MATCH_TOTALS.hits[rule] += 1
+
+    def rejected(self, guard: str) -> None:
+        self.rejected_by_guard[guard] += 1
+        MATCH_TOTALS.rejected_by_guard[guard] += 1
+
+    def verified(self, outcome: str) -> None:
+        self.verification[outcome] += 1
+        MATCH_TOTALS.verification[outcome] += 1
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,6 +83,10 @@ class MatchStats:
             "rejected_by_guard": dict(self.rejected_by_guard),
             "verification": dict(self.verification),
         }
+
+
+# Every matcher of the process, summed (never reset: Prometheus counters only grow).
+MATCH_TOTALS = MatchStats()
 
 
 class Matcher(ABC):
@@ -86,7 +108,7 @@ class Matcher(ABC):
         """Pick one of `cands` (best score first) or none."""
 
     def decide(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
-        self.stats.lookups += 1
+        self.stats.looked()
         floor = self.floor_for(q)
         keep = [i for i, c in enumerate(cands) if c.score >= floor]
         if q.conservative:
@@ -96,7 +118,7 @@ class Matcher(ABC):
         if got is None:
             return None
         rule = f"conservative:{got.rule}" if q.conservative else got.rule
-        self.stats.hits[rule] += 1
+        self.stats.hit(rule)
         return Accepted(keep[got.index], rule)
 
     def _guard_ok(self, query: str, cached: str) -> bool:
@@ -104,7 +126,7 @@ class Matcher(ABC):
 
         hit = first_violation(query, cached)
         if hit is not None:
-            self.stats.rejected_by_guard[hit] += 1
+            self.stats.rejected(hit)
         return hit is None
 
 

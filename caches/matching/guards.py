@@ -107,6 +107,6 @@ class Guarded(Matcher):
             if hit is None:
                 keep.append(i)
             else:
-                self.stats.rejected_by_guard[hit] += 1
+                self.stats.rejected(hit)
         got = self.inner.choose(q, [cands[i] for i in keep])
         return None if got is None else Accepted(keep[got.index], f"{got.rule}+guards")

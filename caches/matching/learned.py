@@ -106,13 +106,13 @@ class AnswerAgreement(Matcher):
         vecs = np.vstack([q.vector, *[_vector(c) for c in cands]])
         qv, *cv = self.bank.votes(vecs)
         if qv.count < self.min_votes:
-            self.stats.verification["unsure"] += 1
+            self.stats.verified("unsure")
             return None
         for i, v in enumerate(cv):
             if v.count >= self.min_votes and v.answer == qv.answer:
-                self.stats.verification["agree"] += 1
+                self.stats.verified("agree")
                 return Accepted(i, f"{self.name},cos>={self.floor:.2f}")
-            self.stats.verification["disagree" if v.count >= self.min_votes else "unsure"] += 1
+            self.stats.verified("disagree" if v.count >= self.min_votes else "unsure")
         return None
 
 
@@ -143,9 +143,9 @@ class EntryRadius(Matcher):
         for i, (c, v) in enumerate(zip(cands, votes, strict=True)):
             radius = v.other if v.other >= 0 else self.floor
             if c.score >= min(max(radius + self.margin, self.floor), self.cap):
-                self.stats.verification["inside"] += 1
+                self.stats.verified("inside")
                 return Accepted(i, self.name)  # the radius itself varies per entry: not a rule name
-            self.stats.verification["outside"] += 1
+            self.stats.verified("outside")
         return None
 
 

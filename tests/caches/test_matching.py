@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import SentenceTransformerEmbedder
@@ -93,6 +94,27 @@ def test_guarded__vetoes_a_flip_static_serves_and_counts_it(embedder):
     m = Guarded(StaticThreshold())
     assert m.decide(Query(F2C, vec, 0.92), cands) is None
     assert m.stats.rejected_by_guard == {"order": 1}
+
+
+def test_match_stats__reach_prometheus_summed_over_matchers(embedder):
+    def sample(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    vec, cands = _cands(embedder, F2C, [C2F])
+    before = (
+        sample("stoker_semantic_match_decisions_total"),
+        sample("stoker_semantic_match_hits_total", {"rule": "cosine>=0.900"}),
+        sample("stoker_semantic_guard_rejections_total", {"guard": "order"}),
+    )
+    for _ in range(2):  # two matchers, one process-wide sum
+        StaticThreshold().decide(Query(F2C, vec, 0.9), cands)
+        Guarded(StaticThreshold()).decide(Query(F2C, vec, 0.9), cands)
+    after = (
+        sample("stoker_semantic_match_decisions_total"),
+        sample("stoker_semantic_match_hits_total", {"rule": "cosine>=0.900"}),
+        sample("stoker_semantic_guard_rejections_total", {"guard": "order"}),
+    )
+    assert [a - b for a, b in zip(after, before, strict=True)] == [4, 2, 2]
 
 
 def test_answer_bank__votes_for_the_answer_of_the_nearest_phrasings(embedder):
