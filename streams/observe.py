@@ -26,7 +26,8 @@ from caches.keys import canonical_params, normalise_prompt
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
-from warmers.profile import Observation, observation, week_and_hour
+from warmers.profile import week_and_hour
+from warmers.profile_delta import Observation, observation
 
 _Id = Annotated[str, Meta(min_length=1, max_length=256)]
 _Short = Annotated[str, Meta(max_length=256)]

@@ -39,7 +39,8 @@ from streams.observe import (
     query_key_canon,
     tenant_ok,
 )
-from warmers.profile import Observation, TenantDelta, week_and_hour
+from warmers.profile import week_and_hour
+from warmers.profile_delta import Observation, TenantDelta
 
 _HOUR: Final = timedelta(hours=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

@@ -19,7 +19,8 @@ from streams.base import Decoded, Handler
 from streams.metrics import count_gateway_outcomes
 from streams.observe import OUTCOMES, observe_event
 from streams.tally import BatchTally, observe_batch
-from warmers.profile import Observation, TenantDelta, TrafficProfile
+from warmers.profile import TrafficProfile
+from warmers.profile_delta import Observation, TenantDelta
 
 __all__ = ["TrafficBatch", "TrafficHandler", "build_traffic_handler", "observe_event"]
 

@@ -14,7 +14,7 @@ from streams.base import Decoded
 from streams.observe import OUTCOMES
 from streams.tally import BatchTally, observe_batch
 from tests.streams.conftest import encode, request
-from warmers.profile import TenantDelta, aggregate
+from warmers.profile_delta import TenantDelta, aggregate
 
 TOPIC = "inference.requests"
 # Values chosen to hit every branch of the tally: hour boundaries (1 us apart), naive and
