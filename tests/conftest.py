@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import uuid
@@ -22,6 +23,20 @@ import pytest  # noqa: E402
 import redis  # noqa: E402
 
 from stoker.embedded import EmbeddedStack  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_left_clean() -> Iterator[None]:
+    """A CLI command run in-process (typer's CliRunner) points the root logger at that run's
+    stderr (stoker.logs.configure), which closes with the run; any later record, from any
+    thread, then fails with "I/O operation on closed file". Drop such handlers afterwards."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in before and type(h) is logging.StreamHandler:
+            root.removeHandler(h)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
