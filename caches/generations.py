@@ -201,24 +201,14 @@ class Generations:
             pipe.execute()
         return tenants
 
-    def is_retired(self, model_id: str, model_version: str, tenants: Sequence[str] | None) -> bool:
-        """Whether writes to the version are refused: everywhere (the global marker), or for
-        any of `tenants`."""
-        with redis_boundary("read retirement"):
-            if self._r.exists(retired_marker_key(model_id, model_version)):
-                return True
-            if not tenants:
-                return False
-            keys = [K.model_gen_key(K.Namespace(t, model_id, model_version, "")) for t in tenants]
-            return any(v == C.RETIRED for v in self._r.mget(keys))
-
     def reinstate_model_version(
         self, model_id: str, model_version: str, tenants: Sequence[str] | None = None
     ) -> int:
         """Undo retire_model_version (all tenants) or retire_tenant_version (`tenants`): writes
         land again from now on. A tenant list also lifts the global marker; the other tenants
         that ever wrote stay retired through their own generations (retire_model_version set
-        them). Returns how many tenant namespaces were reinstated."""
+        them). A no-op for a version that is not retired. Returns how many tenant namespaces
+        were reinstated."""
         with redis_boundary("reinstate model version"):
             if tenants is None:
                 tenants = sorted(as_bytes(t).decode() for t in self._r.smembers(C.TENANT_REGISTRY))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any, Literal, Protocol
 
@@ -154,6 +154,20 @@ class Cutover:
             raw = self.redis.get(DEPLOY_SUPERSEDE_PREFIX + deploy_id)
         return None if raw is None else Supersede(**orjson.loads(as_bytes(raw)))
 
+    def _rolled_back(self, job: DeployJob) -> Supersede | None:
+        """The verdict of a newer deploy that rolls back to this job's previous version."""
+        verdict = self._verdict(job.deploy_id)
+        return verdict if verdict is not None and verdict.action == "cancel" else None
+
+    def _queued(self) -> Iterator[tuple[str, DeployJob]]:
+        """The unfinished jobs, as (deploy_id, job)."""
+        with redis_boundary("list deploy jobs"):
+            raw: list[bytes] = self.redis.zrange(DEPLOY_QUEUE_KEY, 0, -1)  # type: ignore[assignment]
+        for deploy_id in [as_bytes(i).decode() for i in raw]:
+            job = self.load(deploy_id)
+            if job is not None:
+                yield deploy_id, job
+
     # -- accepting deploys (the consuming thread) --
 
     def accept(self, ev: ModelDeployed) -> bool:
@@ -175,13 +189,9 @@ class Cutover:
         return True
 
     def _supersede_older(self, newer: DeployJob) -> None:
-        with redis_boundary("list deploy jobs"):
-            raw: list[bytes] = self.redis.zrange(DEPLOY_QUEUE_KEY, 0, -1)  # type: ignore[assignment]
-        ids = [as_bytes(i).decode() for i in raw]
-        for deploy_id in ids:
-            older = self.load(deploy_id)
-            action = None if older is None else supersede_action(older, newer)
-            if older is None or action is None:
+        for deploy_id, older in self._queued():
+            action = supersede_action(older, newer)
+            if action is None:
                 continue
             if action.action == "cancel" and older.phase in ("retire", "purge"):
                 log.warning(
@@ -255,20 +265,18 @@ class Cutover:
             self._save(job, due=time.time() + _WAIT_RETIRING_S)
             self.publish(job)
             return False
-        if self.generations.is_retired(job.model_id, job.version, job.tenants):
-            n = self.generations.reinstate_model_version(job.model_id, job.version, job.tenants)
+        # A no-op unless V was retired: only "retired" generations and the marker change.
+        n = self.generations.reinstate_model_version(job.model_id, job.version, job.tenants)
+        if n:
             job.counts["tenants_reinstated"] = n
             log.info("deploy %s reinstated %s@%s", job.deploy_id, job.model_id, job.version)
         return True
 
     def _retiring(self, job: DeployJob) -> str | None:
         """An unfinished job of the model that retires (or is about to retire) job's version."""
-        with redis_boundary("list deploy jobs"):
-            raw: list[bytes] = self.redis.zrange(DEPLOY_QUEUE_KEY, 0, -1)  # type: ignore[assignment]
-        for deploy_id in (as_bytes(i).decode() for i in raw):
-            other = None if deploy_id == job.deploy_id else self.load(deploy_id)
+        for deploy_id, other in self._queued():
             if (
-                other is not None
+                deploy_id != job.deploy_id
                 and other.model_id == job.model_id
                 and other.previous_version == job.version
                 and other.phase in ("retire", "purge")
@@ -298,9 +306,8 @@ class Cutover:
 
     def _retire(self, job: DeployJob) -> None:
         assert job.previous_version is not None
-        verdict = self._verdict(job.deploy_id)  # again: a rollback may have come since _advance
-        if verdict is not None and verdict.action == "cancel":
-            raise JobFailed(_cancelled(job, verdict))
+        if (back := self._rolled_back(job)) is not None:  # again: it may have come since
+            raise JobFailed(_cancelled(job, back))
         if job.tenants is None:
             tenants = self.generations.retire_model_version(job.model_id, job.previous_version)
         else:
@@ -323,11 +330,10 @@ class Cutover:
             job.purge_runs.append(watch.run)
             halt = _Either(stop, watch.lost)
             prog = self.purger.run(spec, self.opts.purge, on_progress=watch, stop=halt)
-            verdict = self._verdict(job.deploy_id) if prog.state != "done" else None
-            if verdict is not None and verdict.action == "cancel":  # a rollback stopped it
-                raise JobFailed(
-                    f"{_cancelled(job, verdict)}; purge stopped at {job.counts.get('deleted', 0)} keys"
-                )
+            back = self._rolled_back(job) if prog.state != "done" else None
+            if back is not None:  # a rollback stopped it
+                deleted = job.counts.get("deleted", 0)
+                raise JobFailed(f"{_cancelled(job, back)}; purge stopped at {deleted} keys")
             if prog.state != "done":
                 job.detail = f"purge interrupted at {job.counts.get('deleted', 0)} keys"
                 self._save(job)
@@ -432,8 +438,7 @@ class _PurgeWatch:
         now = time.monotonic()
         if now - self._last >= self.cutover.opts.status_every_s:
             self._last = now
-            verdict = self.cutover._verdict(job.deploy_id)
-            if verdict is not None and verdict.action == "cancel":
+            if self.cutover._rolled_back(job) is not None:
                 self.lost.set()  # rolled back: stop deleting the version now live again
             self.cutover._save(job)
             share = (self.spec_i + p.fraction) / self.n_specs
