@@ -237,13 +237,10 @@ class Worker:
             self._backoff_s = 0.0
 
     def _process(self, batch: list[Message]) -> None:
-        decoded = self._decode(batch)  # 2
+        decoded = self.handler.decode_batch(batch)  # 2
         if decoded.good:
             self.handler.apply_decoded(decoded)  # 3
         self._settle(batch, decoded)  # 4, 5
-
-    def _decode(self, batch: list[Message]) -> Decoded:
-        return self.handler.decode_batch(batch)
 
     def _settle(self, batch: list[Message], decoded: Decoded) -> None:
         """Steps 4 and 5 of a batch whose effects are applied."""
@@ -265,7 +262,7 @@ class Worker:
 
     def _step_pipelined(self, batch: list[Message]) -> None:
         """Decode batch N+1 while batch N applies in the background; then settle N, submit N+1."""
-        decoded = self._decode(batch) if batch else None  # 2 (N+1), overlapping 3 (N)
+        decoded = self.handler.decode_batch(batch) if batch else None  # 2 (N+1), overlapping 3 (N)
         prior = self._inflight
         if prior is not None:
             try:
