@@ -110,40 +110,44 @@ class _MatchTally(Collector):
     Labels stay bounded: a rule names the matcher and its configured threshold or vote count
     (one series per configured threshold, not per score), a guard is one of a fixed few."""
 
-    def collect(self) -> Iterator[Metric]:
-        totals = MATCH_TOTALS
-        decisions = CounterMetricFamily(
-            "stoker_semantic_match_decisions", "Semantic lookups that reached the matcher"
-        )
-        decisions.add_metric([], float(totals.lookups))
-        hits = CounterMetricFamily(
+    # (name, help, label, the counts by label value; label None: one unlabelled count)
+    FAMILIES: Final = (
+        (
+            "stoker_semantic_match_decisions",
+            "Semantic lookups that reached the matcher",
+            None,
+            lambda t: {"": t.lookups},
+        ),
+        (
             "stoker_semantic_match_hits",
             "Semantic hits by the rule that accepted them",
-            labels=["rule"],
-        )
-        for rule, n in sorted(totals.hits.items()):
-            hits.add_metric([rule], float(n))
-        guards = CounterMetricFamily(
+            "rule",
+            lambda t: t.hits,
+        ),
+        (
             "stoker_semantic_guard_rejections",
             "Candidates a lexical guard refused",
-            labels=["guard"],
-        )
-        for guard, n in sorted(totals.rejected_by_guard.items()):
-            guards.add_metric([guard], float(n))
-        verified = CounterMetricFamily(
+            "guard",
+            lambda t: t.rejected_by_guard,
+        ),
+        (
             "stoker_semantic_match_verifications",
             "Learned matchers' checks of a candidate by outcome",
-            labels=["outcome"],
-        )
-        for outcome, n in sorted(totals.verification.items()):
-            verified.add_metric([outcome], float(n))
-        yield from (decisions, hits, guards, verified)
+            "outcome",
+            lambda t: t.verification,
+        ),
+    )
+
+    def collect(self) -> Iterator[Metric]:
+        for name, doc, label, counts in self.FAMILIES:
+            family = CounterMetricFamily(name, doc, labels=[label] if label else None)
+            for value, n in sorted(counts(MATCH_TOTALS).items()):
+                family.add_metric([value] if label else [], float(n))
+            yield family
 
     def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("stoker_semantic_match_decisions", "")
-        yield CounterMetricFamily("stoker_semantic_match_hits", "", labels=["rule"])
-        yield CounterMetricFamily("stoker_semantic_guard_rejections", "", labels=["guard"])
-        yield CounterMetricFamily("stoker_semantic_match_verifications", "", labels=["outcome"])
+        for name, _, label, _ in self.FAMILIES:
+            yield CounterMetricFamily(name, "", labels=[label] if label else None)
 
 
 REGISTRY.register(_MatchTally())
