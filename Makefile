@@ -4,13 +4,28 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: help setup demo test bench lint format typecheck clean
+.PHONY: help setup lock demo test bench lint format typecheck clean
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 setup:  ## create .venv and install stoker (idempotent)
 	@bash scripts/bootstrap.sh
+
+# pip-compile (pip-tools) uses pip and its config, so the CPU torch comes from find-links
+# (/opt/wheels) or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu. Pins already in the
+# lock are kept when they still fit pyproject.toml; `make lock UPGRADE=1` moves all to the newest.
+LOCK_FLAGS := --generate-hashes --extra dev --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+
+lock:  ## refresh requirements.lock from pyproject.toml
+	@[ -x $(BIN)/pip-compile ] || bash scripts/bootstrap.sh --lock-only
+	CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile -q $(LOCK_FLAGS) \
+		$(if $(UPGRADE),--upgrade) -o requirements.lock pyproject.toml
+	@grep -q '^torch==[^ ]*+cpu ' requirements.lock && ! grep -qiE '^(nvidia-|triton)' requirements.lock || { \
+		echo "lock: pip found the CUDA torch, not the CPU one: set" \
+			"PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, git checkout requirements.lock" \
+			"and run make lock again" >&2; exit 1; }
 
 demo: setup  ## run the main job on the embedded stack
 	$(BIN)/stoker demo

