@@ -10,10 +10,18 @@ connection pool: the server need not have seen the read on the tracking connecti
 Protocol (why a fill can never resurrect a deleted entry):
 1. the listener connection turns tracking on for the exact-entry prefixes; until the server
    says OK (and after any disconnect, which clears everything) the L1 is off: get/reserve miss;
-2. before reading Redis, a lookup `reserve`s the key (a token per reservation);
+2. before reading Redis, a lookup `reserve`s the key and gets the key's reservation token;
+   lookups of the same key that overlap share one token, so concurrent readers of a hot key
+   never cancel each other (one token per reader did: each new reader's token made the
+   previous reader's fill fail, so under steady concurrency no fill ever landed);
 3. an invalidation message for the key drops its entry *and* its reservation;
-4. `fill` lands only if the reservation is still the lookup's own: a change after the read
+4. `fill` lands only if the key's reservation is still that token: a change after the read
    produced a message that removed it (the read saw a change before it; never both missed).
+A message can arrive late, after the reserve, for a change that came before the read: that
+fill is refused although the value was fresh. It costs one more Redis read and nothing else:
+the refused reservation is gone, so the next lookup's reservation is new and fills.
+`sync()` is a round trip on the tracking connection: once it returns, every message for a
+change made before the call has been applied (tests and benchmarks use it instead of sleeps).
 The TTL (default 5 s) bounds staleness if the server ever drops the tracking state silently.
 Standalone Redis only: on a cluster, tracking is per node (one listener per primary; not built).
 """
@@ -24,6 +32,7 @@ import itertools
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -42,10 +51,15 @@ DEFAULT_MAX_ENTRIES = 10_000
 # A safety net, not the mechanism: invalidation messages drop entries within a millisecond on
 # loopback; the TTL only bounds what a silently lost tracking session could leave behind.
 DEFAULT_TTL_S = 5.0
-# How long the listener blocks for a message before checking stop(): stop() takes at most this.
-_READ_S = 0.1
+# How long the listener blocks for a message before checking stop() and sync requests: stop()
+# takes at most this, and a sync() one round trip more.
+_READ_S = 0.05
 # Reconnect back-off after the listener connection dropped (the L1 is off meanwhile).
 _RECONNECT_S = 0.5
+# Reservations outstanding at most, as a multiple of max_entries: a lookup that missed and was
+# never followed by a write leaves one behind; past the cap they are all dropped (safe: a fill
+# without its reservation is refused, which costs only a Redis read).
+_PENDING_FACTOR = 4
 
 
 class L1Cache:
@@ -79,8 +93,12 @@ class L1Cache:
         self._tracking = False
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._syncs: list[_Sync] = []  # round trips asked for, not yet sent
         self._thread = threading.Thread(target=self._listen, name="l1-invalidations", daemon=True)
-        self.invalidations = 0  # keys dropped by messages, for tests and metrics
+        # For tests and metrics: keys dropped by messages, fills kept and refused.
+        self.invalidations = 0
+        self.fills = 0
+        self.refused_fills = 0
 
     # -- lifecycle --
 
@@ -107,6 +125,17 @@ class L1Cache:
     def tracking(self) -> bool:
         return self._tracking
 
+    def sync(self, timeout_s: float = 5.0) -> bool:
+        """A PING round trip on the tracking connection: True once every invalidation message
+        the server queued for us before this call has been applied; False if tracking is off
+        or the round trip did not complete within timeout_s."""
+        if not self._tracking:
+            return False
+        ask = _Sync(f"l1-sync-{uuid.uuid4().hex}")
+        with self._lock:
+            self._syncs.append(ask)
+        return ask.done.wait(timeout_s) and ask.ok
+
     # -- the read path --
 
     def get(self, key: str) -> CacheEntry | None:
@@ -121,31 +150,48 @@ class L1Cache:
             return hit[1]
 
     def reserve(self, key: str) -> int | None:
-        """Call before reading Redis; None while tracking is off (then never fill)."""
+        """Call before reading Redis; None while tracking is off (then never fill). Overlapping
+        reservations of one key share its token (see the protocol, step 2)."""
         with self._lock:
             if not self._tracking:
                 return None
-            token = next(self._tokens)
-            self._pending[key] = token
+            token = self._pending.get(key)
+            if token is None:
+                if len(self._pending) >= _PENDING_FACTOR * self.max_entries:
+                    self._pending.clear()
+                token = self._pending[key] = next(self._tokens)
             return token
 
     def fill(self, key: str, token: int | None, entry: CacheEntry) -> bool:
         """Keep what Redis returned, unless a change of the key was reported since reserve()."""
         with self._lock:
             if token is None or self._pending.get(key) != token:
+                self.refused_fills += token is not None
                 return False
             del self._pending[key]
             self._entries[key] = (time.monotonic() + self.ttl_s, entry)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
+            self.fills += 1
             return True
+
+    def release(self, key: str, token: int | None) -> None:
+        """The read found nothing to fill: drop the reservation (if it is still this one)."""
+        with self._lock:
+            if token is not None and self._pending.get(key) == token:
+                del self._pending[key]
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def pending(self) -> int:
+        """Reservations outstanding (lookups between reserve and fill or release)."""
+        return len(self._pending)
 
     # -- invalidation --
 
@@ -168,21 +214,47 @@ class L1Cache:
             if not on:  # messages may have been lost: nothing cached can be trusted
                 self._entries.clear()
                 self._pending.clear()
+                asked, self._syncs = self._syncs, []
+                for ask in asked:
+                    ask.finish(ok=False)
 
     def _listen(self) -> None:
         while not self._stop.is_set():
             conn = Connection(**self._conn_kwargs)  # type: ignore[no-untyped-call]
+            sent: dict[str, _Sync] = {}
             try:
                 self._track(conn)
                 while not self._stop.is_set():
+                    self._send_syncs(conn, sent)
                     if conn.can_read(timeout=_READ_S):
-                        conn.read_response(push_request=True)  # calls _on_push
+                        reply = conn.read_response(push_request=True)  # pushes call _on_push
+                        self._on_reply(reply, sent)
             except redis.RedisError as exc:
                 log.warning("L1: tracking connection lost (%s); L1 off until it is back", exc)
             finally:
                 self._set_tracking(False)
+                for ask in sent.values():  # their answers are lost with the connection
+                    ask.finish(ok=False)
                 conn.disconnect()  # type: ignore[no-untyped-call]
             self._stop.wait(_RECONNECT_S)
+
+    def _send_syncs(self, conn: Connection, sent: dict[str, _Sync]) -> None:
+        with self._lock:
+            asked, self._syncs = self._syncs, []
+        for ask in asked:
+            sent[ask.payload] = ask
+            conn.send_command("PING", ask.payload)  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    def _on_reply(reply: Any, sent: dict[str, _Sync]) -> None:
+        """A non-push reply on the tracking connection can only answer a sync PING: the server
+        wrote every message it queued for us before it."""
+        if reply is None:
+            return
+        payload = reply.decode() if isinstance(reply, bytes) else str(reply)
+        ask = sent.pop(payload, None)
+        if ask is not None:
+            ask.finish(ok=True)
 
     def _track(self, conn: Connection) -> None:
         conn.connect()  # type: ignore[no-untyped-call]
@@ -194,6 +266,21 @@ class L1Cache:
             raise redis.ResponseError(f"CLIENT TRACKING answered {reply!r}")
         self._set_tracking(True)
         self._ready.set()
+
+
+class _Sync:
+    """One sync() round trip: the PING payload, and whether its answer came back."""
+
+    __slots__ = ("done", "ok", "payload")
+
+    def __init__(self, payload: str) -> None:
+        self.payload = payload
+        self.ok = False
+        self.done = threading.Event()
+
+    def finish(self, *, ok: bool) -> None:
+        self.ok = ok
+        self.done.set()
 
 
 def _prefix_args(prefixes: Sequence[str]) -> list[str]:

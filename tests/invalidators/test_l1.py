@@ -41,8 +41,12 @@ def writer(redis_url: str) -> Iterator[CacheClient]:
 
 
 def cached(serving: CacheClient, writer: CacheClient, req: CacheRequest) -> str:
-    """Land an answer through the writer and read it twice through the serving client."""
+    """Land an answer through the writer and read it twice through the serving client.
+
+    The write's own invalidation message may reach the L1 after the first read reserved the
+    key, and would then (rightly) refuse that fill; sync() waits until it has arrived."""
     assert writer.store(writer.lookup(req, use_semantic=False), "answer").landed
+    assert serving.l1 is not None and serving.l1.sync()
     assert serving.lookup(req).rule == "exact"  # from Redis, now in the L1
     assert serving.lookup(req).rule == "exact:l1"
     return req.key().exact()
@@ -92,7 +96,63 @@ def test_l1__lost_tracking_connection_empties_and_disables_then_recovers(serving
     for cid in tracking_ids:
         admin.client_kill_filter(_id=cid)
     wait_for(lambda: len(l1) == 0, 5, "the L1 to empty on a lost connection")
+    assert not l1.sync(0.5) or l1.tracking  # a round trip needs a tracking connection
     assert key not in l1
     wait_for(lambda: l1.tracking, 5, "tracking to come back")
     req = CacheRequest("acme", "llama", "v1", "t1", "x?")
     assert serving.lookup(req).rule == "exact" and serving.lookup(req).rule == "exact:l1"
+
+
+def test_l1__a_late_message_refuses_one_fill_and_the_next_lookup_fills(serving, writer, l1):
+    """A message for a change made before the read, arriving after the reserve, costs one
+    Redis read: the next lookup reserves afresh and fills."""
+    req = CacheRequest("acme", "llama", "v1", "t1", "late?")
+    key = req.key().exact()
+    token = l1.reserve(key)  # a lookup reserved ...
+    assert writer.store(writer.lookup(req, use_semantic=False), "answer").landed  # ... a write
+    assert l1.sync()  # ... whose message arrives before the fill
+    entry = CacheClient(writer.redis).lookup(req).entry
+    assert entry is not None
+    assert not l1.fill(key, token, entry)
+    assert serving.lookup(req).rule == "exact"
+    assert serving.lookup(req).rule == "exact:l1"
+
+
+def test_l1__overlapping_readers_of_a_key_share_a_reservation(writer, l1):
+    """Each reader used to get its own token, so a new reader voided the previous one's fill:
+    under steady concurrency on a hot key no fill ever landed."""
+    req = CacheRequest("acme", "llama", "v1", "t1", "hot?")
+    key = req.key().exact()
+    assert writer.store(writer.lookup(req, use_semantic=False), "answer").landed
+    assert l1.sync()
+    entry = CacheClient(writer.redis).lookup(req).entry
+    assert entry is not None
+    first, second = l1.reserve(key), l1.reserve(key)
+    assert first is not None and first == second
+    assert l1.fill(key, first, entry)
+    assert key in l1 and l1.pending == 0
+
+
+def test_l1__steady_writes_of_other_keys_never_stop_fills(serving, writer, l1):
+    """Under a write mix (other keys landing all the time, each a message), reads of a key
+    that does not change keep filling: messages cancel only their own key."""
+    reqs = [CacheRequest("acme", "llama", "v1", "t1", f"other {i}?") for i in range(200)]
+    hot = CacheRequest("acme", "llama", "v1", "t1", "steady?")
+    assert writer.store(writer.lookup(hot, use_semantic=False), "answer").landed
+    assert l1.sync()
+    served = []
+    for i, other in enumerate(reqs):
+        assert writer.store(writer.lookup(other, use_semantic=False), "x").landed
+        served.append(serving.lookup(hot).rule)
+        if i % 20 == 0:  # the TTL-less way to force a refill: drop the entry locally
+            l1._entries.pop(hot.key().exact(), None)
+    assert served.count("exact:l1") >= len(served) - 2 * (len(served) // 20 + 1)
+    assert l1.refused_fills == 0
+
+
+def test_l1__a_miss_leaves_no_reservation_behind(serving, l1):
+    for i in range(50):
+        assert serving.lookup(
+            CacheRequest("acme", "llama", "v1", "t1", f"nothing {i}?")
+        ).outcome == ("miss")
+    assert l1.pending == 0
