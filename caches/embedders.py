@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -17,7 +18,9 @@ import redis
 
 from caches import keys as K
 from caches.boundary import as_bytes, http_boundary, redis_boundary
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, RetriableError
+
+log = logging.getLogger(__name__)
 
 Vectors = npt.NDArray[np.float32]
 
@@ -78,13 +81,18 @@ class SentenceTransformerEmbedder(Embedder):
 
 
 class OpenAIEmbedder(Embedder):
-    """Any OpenAI-compatible /v1/embeddings server (TEI, vLLM, OpenAI)."""
+    """Any OpenAI-compatible /v1/embeddings server (TEI, vLLM, OpenAI).
+
+    The dimension is asked of the server at start (one probe embedding): `dim`, when given,
+    must agree with it, so a model that does not fit the vector store fails at start, not on
+    every call. With `dim` given and the server down at start, the probe is skipped with a
+    warning and every answer is checked instead."""
 
     def __init__(
         self,
         base_url: str,
         model: str,
-        dim: int,
+        dim: int | None = None,
         api_key: str | None = None,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
@@ -95,17 +103,46 @@ class OpenAIEmbedder(Embedder):
         )
         self._model = model
         self.id = f"openai:{model}"
-        self.dim = dim
+        self.dim = self._probe_dim(dim)
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
+    def _probe_dim(self, want: int | None) -> int:
+        try:
+            got = self._post(["dimension probe"]).shape[1]
+        except RetriableError as e:
+            if want is None:
+                raise ConfigError(
+                    f"embedder {self.id}: cannot ask its dimension ({e}); start it first "
+                    "or set STOKER_EMBEDDER_DIM"
+                ) from e
+            log.warning("embedder %s unreachable at start (%s); assuming dim %d", self.id, e, want)
+            return want
+        if want is not None and got != want:
+            raise ConfigError(
+                f"embedder {self.id} returns {got}-dimensional vectors, but "
+                f"STOKER_EMBEDDER_DIM says {want}"
+            )
+        return int(got)
+
+    def _post(self, texts: Sequence[str]) -> Vectors:
         with http_boundary("embeddings"):
             resp = self._http.post(
                 "/v1/embeddings", json={"model": self._model, "input": list(texts)}
             )
             resp.raise_for_status()
-        body: dict[str, Any] = resp.json()
-        rows = sorted(body["data"], key=lambda d: d["index"])
-        v = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        try:
+            body: dict[str, Any] = resp.json()
+            rows = sorted(body["data"], key=lambda d: d["index"])
+            v = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(
+                f"embedder {self.id} answered something that is not embeddings: {e}"
+            ) from e
+        if v.ndim != 2 or v.shape[0] != len(texts):
+            raise ConfigError(f"embedder {self.id} returned shape {v.shape} for {len(texts)} texts")
+        return v
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        v = self._post(texts)
         if v.shape != (len(texts), self.dim):
             raise ConfigError(
                 f"embedder {self.id} returned shape {v.shape}, want ({len(texts)}, {self.dim})"

@@ -47,7 +47,8 @@ def test_openai_embedder__posts_batch_and_returns_unit_vectors_in_order():
         "http://tei:8080/", "bge-small", dim=4, api_key="sk-1", transport=_openai_server(4, seen)
     )
     v = e.embed(["a", "abcd"])
-    assert seen == [
+    assert seen[0]["input"] == ["dimension probe"]  # asked once, at start
+    assert seen[1:] == [
         {
             "path": "/v1/embeddings",
             "auth": "Bearer sk-1",
@@ -68,8 +69,32 @@ def test_openai_embedder__server_errors_become_backend_unavailable():
         e.embed(["x"])
 
 
-def test_openai_embedder__wrong_dimension_is_a_config_error():
-    e = OpenAIEmbedder("http://tei", "m", dim=8, transport=_openai_server(4, []))
+def test_openai_embedder__dimension_is_asked_of_the_server_at_start():
+    e = OpenAIEmbedder("http://tei", "m", transport=_openai_server(768, []))
+    assert e.dim == 768
+    assert e.embed(["x"]).shape == (1, 768)
+
+
+def test_openai_embedder__a_dimension_the_server_contradicts_fails_at_start():
+    with pytest.raises(ConfigError, match=r"returns 4-dimensional vectors.*says 8"):
+        OpenAIEmbedder("http://tei", "m", dim=8, transport=_openai_server(4, []))
+
+
+def test_openai_embedder__server_down_at_start_without_a_dimension_is_a_config_error():
+    down = httpx.MockTransport(lambda r: httpx.Response(503))
+    with pytest.raises(ConfigError, match="STOKER_EMBEDDER_DIM"):
+        OpenAIEmbedder("http://tei", "m", transport=down)
+
+
+def test_openai_embedder__answers_of_another_dimension_later_are_a_config_error():
+    dims = iter([4, 8])
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        n, body = next(dims), json.loads(request.content)
+        data = [{"index": i, "embedding": [1.0] * n} for i, _ in enumerate(body["input"])]
+        return httpx.Response(200, json={"data": data})
+
+    e = OpenAIEmbedder("http://tei", "m", transport=httpx.MockTransport(handle))
     with pytest.raises(ConfigError, match="shape"):
         e.embed(["x"])
 
