@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from caches.matching.lexical import first_violation
+
 Vector = npt.NDArray[np.float32]
 
 
@@ -122,8 +124,6 @@ class Matcher(ABC):
         return Accepted(keep[got.index], rule)
 
     def _guard_ok(self, query: str, cached: str) -> bool:
-        from caches.matching.guards import first_violation
-
         hit = first_violation(query, cached)
         if hit is not None:
             self.stats.rejected(hit)

@@ -1,10 +1,12 @@
-"""Matchers learned from answer agreement: what the backend answered to prompts the warmer sent.
+"""Matchers learned from answer agreement: what the backend answered to prompts near the query.
 
-The warmer, while it warms, also sends a few members of each paraphrase cluster to the backend
-and records (prompt vector, answer) in an `AnswerBank`. Two answers are the same when their
-normalised text is (lower case, punctuation and extra spaces dropped). Nothing here reads an
-intent or a label: only vectors, prompts and backend answers. A real backend's answers depend on
-what a question means, which is exactly the information a cosine lacks.
+An `AnswerBank` holds (prompt vector, answer) pairs. Today only the evaluation harness
+(stoker/semantic_eval.py) fills it, from the simulated backend's answers to the stream's
+earlier prompts; no warmer or gateway feeds it yet, so production serves the static threshold.
+Two answers are the same when their normalised text is (lower case, punctuation and extra
+spaces dropped). Nothing here reads an intent or a label: only vectors, prompts and backend
+answers. A real backend's answers depend on what a question means, which is exactly the
+information a cosine lacks.
 
 Two ways to use the bank, both measured by `stoker eval-semantic`:
 - `AnswerAgreement` (the default): the k nearest banked prompts of the query vote on its answer,
