@@ -10,10 +10,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# torch first, from the CPU index: a bare requirement pulls a multi-GB CUDA build. Its own layer,
-# so code changes do not reinstall it.
+# Exactly the pinned, hash-checked set of requirements.lock (its torch is the CPU build
+# 2.13.0+cpu, taken from the CPU index; a bare requirement pulls a multi-GB CUDA build). Its
+# own layer, so code changes do not reinstall it.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "$TORCH_INDEX_URL" "torch==2.13.0"
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps --extra-index-url "$TORCH_INDEX_URL" \
+        -r requirements.lock
 
 COPY pyproject.toml README.md ./
 COPY schemas schemas
@@ -23,7 +26,9 @@ COPY invalidators invalidators
 COPY caches caches
 COPY stoker stoker
 COPY data data
-RUN pip install . && useradd --create-home --uid 10001 stoker
+# stoker itself, without dependencies: the lock brought all of them.
+RUN pip install --no-deps --no-build-isolation . && pip check \
+    && useradd --create-home --uid 10001 stoker
 
 USER stoker
 # Prometheus scrapes each worker here (STOKER_METRICS_PORT); the simulated backend listens on 8000.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from streams.registry import WORKER_NAMES
+from stoker.registry import WORKER_NAMES
 from tests.deploy.conftest import DEPLOY, ROOT, load_yaml, settings_from, unknown_settings
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -97,11 +97,12 @@ def test_compose__grafana_provisions_the_dashboard(compose: dict[str, Any]):
     assert ds["datasources"][0]["url"] == "http://prometheus:9090"
 
 
-def test_dockerfile__slim_python_cpu_torch_first_then_the_package():
+def test_dockerfile__slim_python_the_lock_with_hashes_then_the_package():
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
-    torch, package = text.index('"torch==2.13.0"'), text.index("pip install .")
-    assert torch < package
+    lock = text.index("--require-hashes --no-deps")
+    assert "-r requirements.lock" in text and "download.pytorch.org/whl/cpu" in text
+    assert lock < text.index("pip install --no-deps --no-build-isolation .")
     assert 'ENTRYPOINT ["stoker"]' in text
 
 
