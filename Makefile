@@ -36,8 +36,8 @@ test: setup  ## run the test suite against real Kafka (Tansu), redis-server and 
 bench: setup  ## run benchmarks/, one JSON object per line
 	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
-lint: setup  ## ruff check + format check
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+lint: setup  ## ruff check + format check + the import-linter layer contract
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports
 
 format: setup  ## ruff format + autofix
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
