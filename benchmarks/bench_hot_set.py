@@ -44,11 +44,11 @@ from caches.policy import CachePolicy
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 from streams.replay import to_event
-from streams.traffic import observe_event
 from warmers.budget import Budget
 from warmers.hotset import HotSetConfig, HotSetSelector
 from warmers.paraphrase import TextVectors
 from warmers.profile import TrafficProfile
+from warmers.traffic import observe_event
 from warmers.window import Window
 
 SAMPLE = ROOT / "data" / "sample" / "requests-2w.parquet"

@@ -24,11 +24,11 @@ from confluent_kafka import Consumer, Producer
 from schemas.codec import decode_event
 from stoker.embedded import EmbeddedStack
 from stoker.settings import StokerSettings
-from stoker.wiring import build_redis
+from stoker.wiring import build_redis, worker_config
 from streams.topics import consumer_config, ensure_topics, producer_config
-from streams.traffic import TrafficHandler
 from streams.worker import Worker, WorkerStats
 from warmers.profile import TrafficProfile
+from warmers.traffic import TrafficHandler
 
 # The same batch size for both sides: the traffic worker's (STOKER_WORKER_BATCH_SIZE overrides).
 BATCH = StokerSettings().worker_batch_size or TrafficHandler.batch_size
@@ -113,7 +113,8 @@ def stoker_rate(stack: EmbeddedStack, topic_prefix: str, n: int, batch: int) -> 
         kafka_broker="tansu", topic_prefix=topic_prefix, worker_batch_size=batch
     )
     handler = TrafficHandler(TrafficProfile(build_redis(settings)))
-    worker = Worker(settings, handler, f"stoker-bench-{uuid.uuid4().hex[:6]}")  # fresh per round
+    group = f"stoker-bench-{uuid.uuid4().hex[:6]}"  # fresh per round
+    worker = Worker(handler, worker_config(settings, handler, group))
     marks: dict[str, float] = {}
 
     def done(s: WorkerStats) -> bool:

@@ -89,7 +89,7 @@ def run_rate(
     handler = TimedHandler(inv)
     boot = stack.kafka_bootstrap
     cfg = WorkerConfig(boot, f"g{prefix}", embedded=True, topic_prefix=prefix, poll_s=poll_s)
-    worker = Worker(boot, handler, config=cfg)
+    worker = Worker(handler, cfg)
     thread = threading.Thread(target=worker.run_until, args=(lambda s: s.events >= n + 1, 120))
     producer = Producer(producer_config(boot, embedded=True, **{"linger.ms": 0}))
     topic = topic_name("inference.kb-changes", prefix)

@@ -1,6 +1,6 @@
 """Served-answer correctness on CLINC150: the static-threshold curve and stoker's matcher, same run.
 
-Protocol in caches/matching/evaluate.py (test + oos_test shuffled, streamed through a Qdrant Edge
+Protocol in stoker/semantic_eval.py (test + oos_test shuffled, streamed through a Qdrant Edge
 store, misses stored, labels only score). Figures per configuration: hit_rate, wrong_share,
 oos_hit_rate, ceiling; ratio = hit rate / static 0.92's hit rate, meaningful only when the wrong
 share is not above static 0.92's (`wrong_share_ok`).
@@ -13,7 +13,7 @@ import argparse
 from _common import emit
 
 from caches.embedders import SentenceTransformerEmbedder
-from caches.matching.evaluate import BASELINE, evaluate
+from stoker.semantic_eval import BASELINE, evaluate
 
 
 def main() -> None:

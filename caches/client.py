@@ -2,7 +2,8 @@
 
 Read path, per request:
 1. refuse oversized prompts; bypass what must never be cached (temperature > 0, no-cache);
-2. exact + negative keys in one MGET (one round trip, one slot);
+2. the exact key (the in-process L1 first, when there is one), then the negative key: a hit
+   costs one GET, a miss one EXISTS more;
 3. semantic: embed (cached in Redis), filtered top-k over the tenant's namespace, then one MGET
    of the candidates' entries: a candidate whose entry is gone was invalidated, never served;
 4. on a miss, snapshot the generations into a WriteTicket; `store` lands the answer only if no
@@ -118,6 +119,12 @@ class CacheClient:
         self.generations = Generations(r)
         self.l1 = l1  # opt-in in-process L1 for exact hits (caches/l1.py); started by the caller
 
+    def close(self) -> None:
+        """Stop the L1's listener (if any) and release the Redis connections."""
+        if self.l1 is not None:
+            self.l1.close()
+        self.redis.close()
+
     # -- read path --
 
     def lookup(
@@ -156,6 +163,8 @@ class CacheClient:
                 if l1 is not None:
                     l1.fill(exact_key, token, entry)
                 return LookupResult("exact", entry=entry, score=1.0, rule="exact")
+            if l1 is not None:
+                l1.release(exact_key, token)  # nothing to fill: don't leave the reservation
             key = K.CacheKey(ns, prompt_norm, params_canon, ctx)
             negative = self.redis.exists(key.negative())
         except redis.RedisError as e:

@@ -2,7 +2,8 @@
 
 A job (deploy of model M: version V replaces U) moves through these phases, each saved before
 the next begins, so a restarted worker resumes at the phase it was in:
-1. prewarm: the Prewarmer warms V's namespace (a no-op that says so until warmers/ has one);
+1. prewarm: the Prewarmer warms V's namespace (NoPrewarmer, when none is wired, says so); a
+            pre-warm below its bar (PrewarmReport.ok) is retried like an outage, then FAILED;
 2. ready:   JobStatus READY on stoker.status; the grace deadline (READY + grace_s) is saved and
             the job's queue score becomes that deadline, so nothing holds a thread meanwhile;
 3. grace:   U's entries stay readable (a rollback to U finds a warm cache);
@@ -60,6 +61,7 @@ from invalidators.deployjob import (
     supersede_action,
 )
 from invalidators.purge import PurgeProgress, Purger
+from schemas.errors import RetriableError
 from schemas.events import JobStatus, ModelDeployed
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,12 @@ class StatusSink(Protocol):
     def publish(self, status: JobStatus) -> None: ...
 
     def close(self) -> None: ...
+
+
+class PrewarmBelowBar(RetriableError):
+    """The pre-warm did not meet its bar (the backend down or refusing, most likely): the job
+    is retried with back-off like any outage, then FAILED; the previous version is never
+    retired on a failed pre-warm, so a rollback still finds its cache."""
 
 
 class JobFailed(Exception):
@@ -292,6 +300,8 @@ class Cutover:
             res = self.prewarmer.prewarm(job.model_id, job.version, job.previous_version, tenants)
             job.prewarm = res.detail or f"warmed {res.warmed}, failed {res.failed}"
             job.counts |= {"warmed": res.warmed, "warm_failed": res.failed}
+            if not res.ok:  # READY would promise a warm cache: retried, then FAILED
+                raise PrewarmBelowBar(job.prewarm)
         if job.previous_version is None or job.previous_version == job.version:
             # Nothing to retire (a first deploy, or the same version again): never retire V.
             job.phase, job.detail = "done", f"{job.prewarm}; no previous version to retire"
@@ -361,6 +371,7 @@ class Cutover:
             return
         job.detail = f"retrying ({job.attempts}/{self.opts.max_attempts}): {reason}"
         self._save(job, due=time.time() + self.opts.retry_s * 2 ** (job.attempts - 1))
+        self.publish(job)  # `stoker deploy --wait` shows why it is taking longer
 
     def fail(self, deploy_id: str, reason: str) -> None:
         job = self.load(deploy_id)

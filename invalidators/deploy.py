@@ -26,12 +26,8 @@ from confluent_kafka import Message
 from caches.boundary import redis_boundary
 from invalidators.checkpoint import DEPLOY_LEASE_PREFIX
 from invalidators.cutover import Cutover
-from invalidators.deployjob import CutoverOptions, Prewarmer
-from invalidators.publisher import EventPublisher
-from invalidators.purge import PurgeOptions, Purger
-from schemas.errors import BrokerUnavailable, EventDecodeError, RetriableError, StokerError
-from schemas.events import JobStatus, ModelDeployed
-from stoker.settings import StokerSettings
+from schemas.errors import EventDecodeError, RetriableError, StokerError
+from schemas.events import ModelDeployed
 from streams.base import Decoded, Handler, Poison
 
 log = logging.getLogger(__name__)
@@ -43,9 +39,6 @@ LEASE_S = 30.0
 # The runner looks at the queue at least this often: another worker's accepts and expired
 # leases are seen within a second; its own accepts wake it at once.
 POLL_S = 1.0
-# The semantic store's dimension (see handlers.SEMANTIC_DIM).
-SEMANTIC_DIM = 384
-
 RENEW_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -168,26 +161,6 @@ class JobRunner:
             log.warning("deploy runner bookkeeping: %s", exc)
 
 
-class KafkaStatusSink:
-    """JobStatus events to stoker.status, keyed by job id, flushed one by one (a few per second)."""
-
-    def __init__(self, publisher: EventPublisher) -> None:
-        self._pub: EventPublisher | None = publisher
-        self._lock = threading.Lock()  # the consume thread and the runner both publish
-
-    def publish(self, status: JobStatus) -> None:
-        with self._lock:
-            if self._pub is None:
-                raise BrokerUnavailable("the status publisher is closed")
-            self._pub.publish("stoker.status", status, key=status.job_id)
-            self._pub.flush()
-
-    def close(self) -> None:
-        """Drop the producer (every publish was flushed already), ending its broker threads."""
-        with self._lock:
-            self._pub = None
-
-
 class DeployHandler(Handler):
     """Accepts ModelDeployed events; its JobRunner thread runs the cutovers."""
 
@@ -241,28 +214,3 @@ class DeployHandler(Handler):
         self.cutover.status.close()
         for client in self._owns:
             client.close()
-
-
-def cutover_options(s: StokerSettings) -> CutoverOptions:
-    purge = PurgeOptions(rate=s.deploy_purge_rate, batch=s.deploy_purge_batch)
-    return CutoverOptions(grace_s=s.deploy_grace_s, purge=purge)
-
-
-def build_deploy_handler(
-    settings: StokerSettings, prewarmer: Prewarmer | None = None
-) -> DeployHandler:
-    """Registry factory: the cutover on the settings' Redis, semantic store and stoker.status."""
-    from stoker.wiring import build_redis, build_semantic
-
-    r = build_redis(settings)
-    semantic = None
-    if settings.semantic_backend != "edge" or settings.qdrant_path is not None:
-        semantic = build_semantic(settings, SEMANTIC_DIM)
-    else:
-        log.warning("no STOKER_QDRANT_PATH: deploys purge Redis only, not the semantic store")
-    status = KafkaStatusSink(EventPublisher(settings))
-    cutover = Cutover(
-        r, Purger(r, semantic), status, prewarmer=prewarmer, options=cutover_options(settings)
-    )
-    owns = [r] if semantic is None else [r, semantic]
-    return DeployHandler(cutover, owns=owns)

@@ -21,7 +21,8 @@ TERMINAL = ("done", "failed")
 
 
 class PrewarmReport(Protocol):
-    """What the cutover reads of a pre-warm (warmers.prewarm.PrewarmResult has more)."""
+    """What the cutover reads of a pre-warm (warmers.prewarm.HotSetPrewarm has more). `ok` is
+    the pre-warm's own verdict on its bar: READY is published only when it holds."""
 
     @property
     def warmed(self) -> int: ...
@@ -32,15 +33,19 @@ class PrewarmReport(Protocol):
     @property
     def detail(self) -> str: ...
 
+    @property
+    def ok(self) -> bool: ...
+
 
 @dataclass(frozen=True)
-class PrewarmResult:
+class PrewarmOutcome:
     """The smallest PrewarmReport; `skipped` with a detail when there was nothing to warm with."""
 
     warmed: int = 0
     failed: int = 0
     skipped: bool = False
     detail: str = ""
+    ok: bool = True
 
 
 class Prewarmer(Protocol):
@@ -65,8 +70,8 @@ class NoPrewarmer:
         version: str,
         previous_version: str | None,
         tenants: Sequence[str] | None,
-    ) -> PrewarmResult:
-        return PrewarmResult(skipped=True, detail="skipped: no warmer configured")
+    ) -> PrewarmOutcome:
+        return PrewarmOutcome(skipped=True, detail="skipped: no warmer configured")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from confluent_kafka import Message
 
 from invalidators import metrics as M
 from invalidators.invalidation import Invalidator
-from invalidators.purge import PurgeOptions
 from schemas.errors import EventDecodeError
 from schemas.events import Event, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
 from streams.base import Decoded, Handler, Poison
@@ -25,9 +23,6 @@ from streams.base import Decoded, Handler, Poison
 log = logging.getLogger(__name__)
 
 _HANDLED = (KnowledgeBaseChanged, PromptTemplateChanged, Invalidate)
-# The semantic store's dimension when the worker opens it without loading the embedder:
-# all-MiniLM-L6-v2 (the default) and the OpenAI-compatible wiring both use 384.
-SEMANTIC_DIM = 384
 
 
 def unsupported_reason(ev: Event) -> EventDecodeError | None:
@@ -115,12 +110,3 @@ def _ctx(ev: KnowledgeBaseChanged | PromptTemplateChanged | Invalidate) -> dict[
     if version:
         ctx["model_version"] = version
     return ctx
-
-
-def build_invalidation_handler(settings: Any) -> InvalidationHandler:
-    """Registry factory: an InvalidationHandler on the settings' Redis and semantic store."""
-    from stoker.wiring import build_redis, build_semantic
-
-    r = build_redis(settings)
-    semantic = build_semantic(settings, SEMANTIC_DIM)
-    return InvalidationHandler(Invalidator(r, semantic, PurgeOptions()))

@@ -21,7 +21,6 @@ drives it, so a run measures matching only (embedding cache and entry fetch are 
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 import time
@@ -40,12 +39,8 @@ from caches.matching.learned import AnswerAgreement, AnswerBank, EntryRadius
 from caches.semantic.base import SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.errors import ConfigError
+from stoker.data import CLINC
 
-# Same rule as stoker/smoke.py: STOKER_DATA_DIR, else the project's shared/data beside the checkout.
-DATA_DIR = Path(
-    os.environ.get("STOKER_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data")
-)
-CLINC = DATA_DIR / "clinc150" / "data_full.json"
 OOS = "oos"
 STATIC_CURVE = (0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98)
 BASELINE = 0.92  # the static threshold every other figure is compared with (DESIGN.md default)

@@ -35,6 +35,10 @@ class StokerSettings(BaseSettings):
     embedder_model: str = "all-MiniLM-L6-v2"
     embedder_url: str | None = None
     embedder_api_key: SecretStr | None = None
+    # The embedder's vector size. Unset: asked of the model (an OpenAI-compatible server is
+    # asked at start); set: checked against it, and lets a worker open the semantic store of
+    # an unknown model without loading the model.
+    embedder_dim: int | None = Field(default=None, ge=1, le=65_536)
 
     # -- cache policy --
     semantic_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
@@ -51,6 +55,13 @@ class StokerSettings(BaseSettings):
     max_prompt_chars: int = Field(default=32_000, gt=0)
     max_response_bytes: int = Field(default=256_000, gt=0)
 
+    # -- in-process L1 for exact hits (caches/l1.py), Redis-tracked; off by default --
+    # Serves repeat hits without a Redis round trip in each serving process; Redis client-side
+    # tracking drops an entry as soon as it changes anywhere, the TTL is only a safety net.
+    l1_enabled: bool = False
+    l1_max_entries: int = Field(default=10_000, ge=1)
+    l1_ttl_s: float = Field(default=5.0, gt=0)
+
     @field_validator("tenant_thresholds", "route_thresholds")
     @classmethod
     def _thresholds_in_range(cls, v: dict[str, float]) -> dict[str, float]:
@@ -58,9 +69,6 @@ class StokerSettings(BaseSettings):
         if bad:
             raise ValueError(f"thresholds must lie in [0, 1], got {bad}")
         return v
-
-    def threshold_for(self, tenant: str) -> float:
-        return self.tenant_thresholds.get(tenant, self.semantic_threshold)
 
     # -- streams --
     # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings
@@ -90,6 +98,9 @@ class StokerSettings(BaseSettings):
     # hand flush ran at 30k keys/s) and keys per UNLINK batch.
     deploy_purge_rate: float | None = Field(default=None, gt=0)
     deploy_purge_batch: int = Field(default=1_000, ge=1)
+    # READY's bar: the share of the planned hot set that must be in the new namespace after the
+    # pre-warm; below it the pre-warm is retried, then the deploy fails (`--wait` exits 1).
+    deploy_prewarm_min_share: float = Field(default=0.5, ge=0.0, le=1.0)
 
     # -- warmers --
     # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`).

@@ -3,7 +3,6 @@ CLINC150 utterances through Kafka and the cache, invariants checked, a short rep
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
@@ -22,15 +21,11 @@ from schemas.codec import decode_event, encode_event
 from schemas.common import DocRef
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
+from stoker.data import CLINC
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_cache_client
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
-# The project's shared data sits beside the checkout; STOKER_DATA_DIR points elsewhere.
-DATA_DIR = Path(
-    os.environ.get("STOKER_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
-)
-CLINC = DATA_DIR / "clinc150" / "data_full.json"
 TENANTS = ("acme", "globex")
 MALFORMED = (b"{not json", b'{"type": "request_logged", "schema_version": 9}', b'{"type": "nope"}')
 

@@ -1,23 +1,47 @@
-"""Wiring: build the cache client and its stores from settings (production URLs or embedded)."""
+"""Wiring: every object stoker runs, built from settings. The one place that reads StokerSettings.
+
+The packages below the shell take their dependencies and plain option objects as arguments and
+never import this module (import-linter holds the layers); the worker registry (registry.py)
+builds its handlers and services from what is built here.
+
+One process shares one of each expensive part: the embedding model (seconds to load, ~100 MB)
+and the open Qdrant Edge store of a folder (an Edge shard is opened once per process).
+"""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import redis
+from rich.console import Console
 
 from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from caches.l1 import L1Cache
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
 from caches.semantic.edge import EdgeSemanticStore
+from invalidators.deployjob import CutoverOptions
+from invalidators.purge import PurgeOptions
 from schemas.errors import ConfigError
 from stoker.settings import StokerSettings
+from streams.base import Handler
+from streams.jobs import JobRecords, KafkaStatusSink
+from streams.publisher import EventPublisher
+from streams.worker import WorkerConfig, default_group_id
+from warmers.budget import Budget
+from warmers.prewarm import HotSetPrewarmer
+from warmers.runner import WarmRunner
 
 _EMBEDDERS: dict[tuple[str, str, str | None], Embedder] = {}
 _EDGE_STORES: dict[Path, EdgeSemanticStore] = {}
+_PROCESS_EDGE_PATH: Path | None = None
+# Dimensions of the embedding models stoker knows without loading them, so the invalidation
+# and deploy workers can open the semantic store without the model (seconds and ~100 MB).
+_KNOWN_DIMS = {("sentence-transformers", "all-MiniLM-L6-v2"): 384}
 
 
 def policy_from(s: StokerSettings) -> CachePolicy:
@@ -36,6 +60,9 @@ def policy_from(s: StokerSettings) -> CachePolicy:
     )
 
 
+# -- stores and clients --
+
+
 def build_redis(s: StokerSettings) -> redis.Redis:
     if not s.redis_url:
         raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
@@ -45,20 +72,34 @@ def build_redis(s: StokerSettings) -> redis.Redis:
 def build_embedder(s: StokerSettings) -> Embedder:
     """One model per process: loading all-MiniLM-L6-v2 takes seconds and ~100 MB."""
     ident = (s.embedder, s.embedder_model, s.embedder_url)
-    if ident not in _EMBEDDERS:
+    emb = _EMBEDDERS.get(ident)
+    if emb is None:
         if s.embedder == "openai":
             if not s.embedder_url:
                 raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
             key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
-            _EMBEDDERS[ident] = OpenAIEmbedder(
-                s.embedder_url, s.embedder_model, dim=384, api_key=key
-            )
+            emb = OpenAIEmbedder(s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key)
         else:
-            _EMBEDDERS[ident] = SentenceTransformerEmbedder(s.embedder_model)
-    return _EMBEDDERS[ident]
+            emb = SentenceTransformerEmbedder(s.embedder_model)
+        _EMBEDDERS[ident] = emb
+    if s.embedder_dim is not None and s.embedder_dim != emb.dim:
+        raise ConfigError(
+            f"{s.embedder_model} embeds in {emb.dim} dimensions, but "
+            f"STOKER_EMBEDDER_DIM says {s.embedder_dim}"
+        )
+    return emb
 
 
-def build_semantic(s: StokerSettings, dim: int) -> SemanticStore:
+def semantic_dim(s: StokerSettings) -> int:
+    """The vector size of the configured embedder, without loading it when it can be known."""
+    if s.embedder_dim is not None:
+        return s.embedder_dim
+    known = _KNOWN_DIMS.get((s.embedder, s.embedder_model))
+    return known if known is not None else build_embedder(s).dim
+
+
+def build_semantic(s: StokerSettings, dim: int | None = None) -> SemanticStore:
+    dim = semantic_dim(s) if dim is None else dim
     if s.semantic_backend == "server":
         from qdrant_client import QdrantClient
 
@@ -73,9 +114,7 @@ def build_semantic(s: StokerSettings, dim: int) -> SemanticStore:
             else QdrantClient(":memory:")
         )
         return ServerSemanticStore(client, s.qdrant_collection, dim)
-    from caches.semantic.edge import EdgeSemanticStore
-
-    path = Path(s.qdrant_path or tempfile.mkdtemp(prefix="stoker-qdrant-")).resolve()
+    path = Path(s.qdrant_path).resolve() if s.qdrant_path else _process_edge_path()
     # An Edge shard is a folder one process opens once: every part of this process (serving
     # client, invalidation and deploy workers) shares the one open store of a folder.
     store = _EDGE_STORES.get(path)
@@ -84,21 +123,136 @@ def build_semantic(s: StokerSettings, dim: int) -> SemanticStore:
     return store
 
 
+def _process_edge_path() -> Path:
+    """With no STOKER_QDRANT_PATH: one temp folder for the whole process (so the serving client
+    and the workers of one process share their vectors), closed and removed at exit."""
+    global _PROCESS_EDGE_PATH
+    if _PROCESS_EDGE_PATH is None:
+        _PROCESS_EDGE_PATH = Path(tempfile.mkdtemp(prefix="stoker-qdrant-")).resolve()
+        atexit.register(_remove_process_edge_path, _PROCESS_EDGE_PATH)
+    return _PROCESS_EDGE_PATH
+
+
+def _remove_process_edge_path(path: Path) -> None:
+    store = _EDGE_STORES.pop(path, None)
+    if store is not None and not store.closed:
+        store.close()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def build_l1(s: StokerSettings, r: redis.Redis) -> L1Cache | None:
+    """The in-process L1 for exact hits, started (tracking on), or None when it is off."""
+    if not s.l1_enabled:
+        return None
+    return L1Cache(r, max_entries=s.l1_max_entries, ttl_s=s.l1_ttl_s).start()
+
+
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:
+    """The serving side's cache client. Close it (CacheClient.close) to stop its L1 listener."""
     r = build_redis(s)
     pol = policy_from(s)
+    l1 = build_l1(s, r)
     if not semantic:
-        return CacheClient(r, policy=pol)
+        return CacheClient(r, policy=pol, l1=l1)
     emb = build_embedder(s)
     store = build_semantic(s, emb.dim)
     return CacheClient(
-        r, semantic=store, embedder=CachedEmbedder(emb, r, pol.embedding_ttl_s), policy=pol
+        r,
+        semantic=store,
+        embedder=CachedEmbedder(emb, r, pol.embedding_ttl_s),
+        policy=pol,
+        l1=l1,
     )
 
 
-def build_deploy_worker(settings: StokerSettings) -> Any:
-    """Registry factory for `stoker worker deploy`: the cutover with the hot-set pre-warm."""
-    from invalidators.deploy import build_deploy_handler
-    from warmers.prewarm import build_prewarmer
+# -- streams --
 
-    return build_deploy_handler(settings, build_prewarmer(settings))
+
+def worker_config(s: StokerSettings, handler: Handler, group: str | None = None) -> WorkerConfig:
+    """How `handler` consumes: the settings' broker, its group (default <prefix>stoker.<name>)
+    and its batch size (the setting, else the handler's own default)."""
+    if not s.kafka_bootstrap:
+        raise ConfigError("kafka_bootstrap is not set (STOKER_KAFKA_BOOTSTRAP)")
+    return WorkerConfig(
+        bootstrap=s.kafka_bootstrap,
+        group_id=group or default_group_id(handler.name, s.topic_prefix),
+        embedded=s.kafka_broker == "tansu",
+        topic_prefix=s.topic_prefix,
+        batch_size=s.worker_batch_size or handler.batch_size,
+        poll_s=s.worker_poll_s,
+        backoff_base_s=s.worker_backoff_base_s,
+        backoff_max_s=s.worker_backoff_max_s,
+        create_topics=s.worker_create_topics,
+    )
+
+
+def build_publisher(s: StokerSettings) -> EventPublisher:
+    return EventPublisher(
+        s.kafka_bootstrap, topic_prefix=s.topic_prefix, embedded=s.kafka_broker == "tansu"
+    )
+
+
+def build_status_sink(s: StokerSettings) -> KafkaStatusSink:
+    return KafkaStatusSink(build_publisher(s))
+
+
+# -- warming --
+
+
+def build_runner(
+    s: StokerSettings,
+    *,
+    qps: float | None = None,
+    backend_url: str | None = None,
+    progress: bool | None = None,
+    console: Console | None = None,
+    dry_run: bool = False,
+) -> WarmRunner:
+    """The warm runner: profile and cache on the settings' Redis, its embedder, its backend.
+
+    dry_run: plan only, writing nothing: the embedder is used bare (no embedding-cache
+    writes), no semantic store is opened and no job record is written."""
+    from warmers.backends.base import Backend
+    from warmers.backends.openai import OpenAIBackend
+    from warmers.hotset import HotSetConfig, HotSetSelector
+    from warmers.profile import TrafficProfile
+    from warmers.shadow import WarmConfig
+
+    cache = build_cache_client(s, semantic=not dry_run)
+    emb: Embedder | CachedEmbedder = (
+        build_embedder(s)
+        if dry_run
+        else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
+    )
+    profile = TrafficProfile(cache.redis, s.traffic_retention_weeks)
+    hot_cfg = HotSetConfig(
+        min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold
+    )
+    selector = HotSetSelector(profile, emb, policy=policy_from(s), config=hot_cfg)
+    url = backend_url or s.warm_backend_url
+    model = s.warm_backend_model
+
+    def backend() -> Backend:
+        return OpenAIBackend(url, model=model)
+
+    warm_cfg = WarmConfig(target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s)
+    records = None if dry_run else JobRecords(cache.redis)
+    return WarmRunner(selector, cache, backend, warm_cfg, progress, console, records)
+
+
+def default_budget(s: StokerSettings) -> Budget:
+    if s.warm_budget_gpu_seconds is not None:
+        return Budget(gpu_seconds=s.warm_budget_gpu_seconds)
+    return Budget(requests=s.warm_budget_requests)
+
+
+def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotSetPrewarmer:
+    """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
+    budget, and the bar READY stands for."""
+    runner = runner or build_runner(s, progress=False)
+    return HotSetPrewarmer(runner, default_budget(s), min_share=s.deploy_prewarm_min_share)
+
+
+def cutover_options(s: StokerSettings) -> CutoverOptions:
+    purge = PurgeOptions(rate=s.deploy_purge_rate, batch=s.deploy_purge_batch)
+    return CutoverOptions(grace_s=s.deploy_grace_s, purge=purge)

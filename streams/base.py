@@ -15,7 +15,7 @@ Two levels, pick one:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,9 +71,11 @@ class Handler(ABC):
     # Messages per batch unless StokerSettings.worker_batch_size says otherwise.
     batch_size: int = 20_000
 
-    @abstractmethod
     def apply(self, events: list[Event]) -> None:
-        """Apply good events in offset order, idempotently; RetriableError if a dependency is down."""
+        """Apply good events in offset order, idempotently; RetriableError if a dependency is down.
+
+        Override this, or apply_decoded for handlers that decode batches themselves."""
+        raise NotImplementedError(f"the {self.name} handler applies decoded batches only")
 
     def decode_batch(self, messages: Sequence[Message]) -> Decoded:
         """Split a batch into events and poison; override for a faster decoder."""

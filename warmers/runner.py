@@ -1,22 +1,28 @@
 """One warm run, end to end: plan the hot set for a window, then warm it through the shadow warmer.
 
 Shared by `stoker warm`, the scheduler and the deploy pre-warm, so all three choose and send
-alike. Built from settings by `build_runner` (the embedder loads once per process).
+alike. The shell builds it (stoker.wiring.build_runner); the embedder loads once per process.
+With `records` set, every run leaves a job record (streams.jobs) that `stoker status` shows:
+"running" when the sends begin, then "done" or "failed" with the run's figures.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from rich.console import Console
 
 from caches.client import CacheClient
-from stoker.settings import StokerSettings
+from schemas.errors import StokerError
+from streams.jobs import JobRecords, JobState
 from warmers.backends.base import Backend
 from warmers.budget import Budget
 from warmers.hotset import HotSetSelector, Plan
+from warmers.runs import warm_record
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
 from warmers.window import Window
 
@@ -31,6 +37,7 @@ class WarmRunner:
     warm_config: WarmConfig
     progress: bool | None = None
     console: Console | None = None
+    records: JobRecords | None = None  # None: runs leave no job record (tests, dry runs)
 
     def plan(
         self,
@@ -45,9 +52,20 @@ class WarmRunner:
             window, budget, tenants=tenants, model_id=model_id, model_version=model_version
         )
 
-    def warm(self, plan: Plan) -> WarmSummary:
-        """Send the plan's items (synchronously: runs its own event loop)."""
-        return asyncio.run(self._warm(plan))
+    def warm(self, plan: Plan, *, labels: Mapping[str, str] | None = None) -> WarmSummary:
+        """Send the plan's items (synchronously: runs its own event loop) and record the run."""
+        job_id = f"warm-{uuid.uuid4().hex[:12]}"
+        tags = {"window": str(plan.window), "planned": str(len(plan.items)), **(labels or {})}
+        started = time.time()
+        self._record(job_id, WarmSummary(), "running", started, "sending", tags)
+        try:
+            summary = asyncio.run(self._warm(plan))
+        except StokerError as e:
+            self._record(job_id, WarmSummary(), "failed", started, str(e), tags)
+            raise
+        state, detail = outcome(summary)
+        self._record(job_id, summary, state, started, detail, tags)
+        return summary
 
     async def _warm(self, plan: Plan) -> WarmSummary:
         if not plan.items:
@@ -58,49 +76,30 @@ class WarmRunner:
             )
             return await w.run(plan.warm_items())
 
+    def _record(
+        self,
+        job_id: str,
+        summary: WarmSummary,
+        state: JobState,
+        started: float,
+        detail: str,
+        labels: dict[str, str],
+    ) -> None:
+        if self.records is None:
+            return
+        rec = warm_record(
+            job_id, summary, state=state, started_at=started, detail=detail, labels=labels
+        )
+        try:
+            self.records.write(rec)
+        except StokerError:  # the record is for people; the warm itself must not fail for it
+            return
 
-def build_runner(
-    settings: StokerSettings,
-    *,
-    qps: float | None = None,
-    backend_url: str | None = None,
-    progress: bool | None = None,
-    console: Console | None = None,
-    dry_run: bool = False,
-) -> WarmRunner:
-    """From StokerSettings: profile and cache on its Redis, its embedder, its backend.
 
-    dry_run: plan only, writing nothing: the embedder is used bare (no embedding-cache
-    writes) and no semantic store is opened."""
-    from caches.embedders import CachedEmbedder, Embedder
-    from stoker.wiring import build_cache_client, build_embedder, policy_from
-    from warmers.backends.openai import OpenAIBackend
-    from warmers.hotset import HotSetConfig
-    from warmers.profile import TrafficProfile
-
-    s = settings
-    cache = build_cache_client(s, semantic=not dry_run)
-    emb: Embedder | CachedEmbedder = (
-        build_embedder(s)
-        if dry_run
-        else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
+def outcome(s: WarmSummary) -> tuple[JobState, str]:
+    """("done" | "failed", a one-line detail): a run whose every send failed has failed."""
+    if s.sent and not s.cached and s.failed == s.sent:
+        return "failed", f"all {s.failed} sends failed"
+    return "done", (
+        f"sent {s.sent}, landed {s.cached}, skipped {s.skipped_cached} cached, failed {s.failed}"
     )
-    profile = TrafficProfile(cache.redis, s.traffic_retention_weeks)
-    hot_cfg = HotSetConfig(
-        min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold
-    )
-    selector = HotSetSelector(profile, emb, policy=policy_from(s), config=hot_cfg)
-    url = backend_url or s.warm_backend_url
-    model = s.warm_backend_model
-
-    def backend() -> Backend:
-        return OpenAIBackend(url, model=model)
-
-    warm_cfg = WarmConfig(target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s)
-    return WarmRunner(selector, cache, backend, warm_cfg, progress, console)
-
-
-def default_budget(settings: StokerSettings) -> Budget:
-    if settings.warm_budget_gpu_seconds is not None:
-        return Budget(gpu_seconds=settings.warm_budget_gpu_seconds)
-    return Budget(requests=settings.warm_budget_requests)

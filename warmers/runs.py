@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from invalidators.jobs import JobRecord, JobRecords, JobState
+from streams.jobs import JobRecord, JobRecords, JobState
 from warmers.shadow import WarmSummary
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from caches.boundary import redis_boundary
 from caches.constants import KEY_ROOT
 from schemas.errors import StokerError
-from stoker.settings import StokerSettings
 from warmers import metrics as M
 
 log = logging.getLogger(__name__)
@@ -164,7 +162,7 @@ def _now() -> datetime:
 
 class SchedulerService:
     """`stoker worker scheduler`: run() blocks until stop(); not a Kafka consumer, so not a
-    Handler (streams/registry.py lists it as a service)."""
+    Handler (stoker/registry.py lists it as a service)."""
 
     name = "scheduler"
 
@@ -185,29 +183,3 @@ class SchedulerService:
     def report(self) -> str:
         s = self.scheduler
         return f"{s.runs['warm']} warm runs, {s.runs['sweep']} sweeps, {s.errors} failed runs"
-
-
-def build_scheduler_service(settings: StokerSettings) -> SchedulerService:
-    """Registry factory: the warm runner, the leader lock and the sweep, all from settings."""
-    from warmers.runner import build_runner, default_budget
-    from warmers.window import Window
-
-    runner = build_runner(settings, progress=False)
-    lock = LeaderLock(runner.cache.redis, settings.scheduler_lock_ttl_s)
-    budget = default_budget(settings)
-
-    def warm() -> None:
-        plan = runner.plan(Window.next_hour(), budget)
-        summary = runner.warm(plan)
-        log.info("warmed %s: %d planned, %s", plan.window, len(plan.items), summary)
-
-    def sweep() -> None:
-        if runner.cache.semantic is not None:
-            runner.cache.semantic.sweep_expired(time.time())
-
-    cfg = SchedulerConfig(
-        warm_interval_s=settings.warm_interval_s,
-        sweep_interval_s=settings.sweep_interval_s,
-        lock_ttl_s=settings.scheduler_lock_ttl_s,
-    )
-    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg))

@@ -26,7 +26,7 @@ from msgspec import UNSET
 from schemas.codec import MAX_EVENT_BYTES
 from schemas.errors import EventDecodeError
 from streams.base import Decoded, Poison, message_value
-from streams.observe import (
+from warmers.observe import (
     DECODE_ERRORS,
     DECODER,
     GPU_OUTCOMES,

@@ -1,28 +1,25 @@
 """The traffic worker: RequestLogged events from inference.requests into the traffic profile.
 
-Decoding is the hot path (one event per served request): streams.observe decodes with msgspec
+Decoding is the hot path (one event per served request): warmers.observe decodes with msgspec
 and falls back to decode_event for anything it is unsure of (poison keeps decode_event's
-reason), and streams.tally counts a batch while decoding it, without an object per event.
+reason), and warmers.tally counts a batch while decoding it, without an object per event.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import redis
 from confluent_kafka import Message
 
-from schemas.events import Event, RequestLogged
 from streams.base import Decoded, Handler
 from streams.metrics import count_gateway_outcomes
-from streams.observe import OUTCOMES, observe_event
-from streams.tally import BatchTally, observe_batch
+from warmers.observe import OUTCOMES, observe_event
 from warmers.profile import TrafficProfile
 from warmers.profile_delta import Observation, TenantDelta
+from warmers.tally import BatchTally, observe_batch
 
-__all__ = ["TrafficBatch", "TrafficHandler", "build_traffic_handler", "observe_event"]
+__all__ = ["TrafficBatch", "TrafficHandler", "observe_event"]
 
 
 @dataclass(frozen=True)
@@ -68,20 +65,5 @@ class TrafficHandler(Handler):
     def settled(self, decoded: Decoded) -> None:
         count_gateway_outcomes(decoded.tally)
 
-    def apply(self, events: list[Event]) -> None:
-        """Count events that came without offsets (no watermark: not redelivery-safe)."""
-        obs = [
-            observe_event(e, "", i) for i, e in enumerate(events) if isinstance(e, RequestLogged)
-        ]
-        self.profile.write(obs)
-
     def close(self) -> None:
         self.profile.r.close()
-
-
-def build_traffic_handler(settings: Any) -> TrafficHandler:
-    """Registry factory: a TrafficHandler on the settings' Redis."""
-    from stoker.wiring import build_redis
-
-    r: redis.Redis = build_redis(settings)
-    return TrafficHandler(TrafficProfile(r, settings.traffic_retention_weeks))

@@ -13,12 +13,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import ValidationError
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from invalidators.publisher import EventPublisher
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import JobStatus, ModelDeployed
 from stoker.app import app, console
 from stoker.settings import StokerSettings
+from stoker.wiring import build_publisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, topic_name
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
@@ -94,7 +94,7 @@ def deploy(
     # wrong), and a retried deploy id sees the statuses it already earned.
     consumer = _follower(s) if wait else None
     try:
-        with EventPublisher(s) as pub:
+        with build_publisher(s) as pub:
             pub.publish("inference.deploys", ev, key=ev.model_id)
             pub.flush()
         typer.echo(ev.deploy_id)
@@ -116,8 +116,24 @@ def _follower(s: StokerSettings) -> Consumer:
     ensure_topics(s.kafka_bootstrap, {name: TOPICS["stoker.status"]})
     group = f"stoker-deploy-wait-{uuid.uuid4().hex[:12]}"  # a throwaway group, never committed
     c = Consumer(consumer_config(s.kafka_bootstrap, group, embedded=s.kafka_broker == "tansu"))
-    c.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+    c.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in _partitions(c, name)])
     return c
+
+
+def _partitions(c: Consumer, topic: str) -> list[int]:
+    """Every partition of the topic: an operator may give stoker.status more than our one, and
+    a job's statuses land on the partition its key hashes to."""
+    from confluent_kafka import KafkaException
+
+    from schemas.errors import BrokerUnavailable
+
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException as e:
+        raise BrokerUnavailable(f"cannot read the partitions of {topic}: {e.args[0]}") from e
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise BrokerUnavailable(f"topic {topic} has no partitions the broker will tell")
+    return sorted(meta.partitions)
 
 
 def _follow(consumer: Consumer, job_id: str, until: Until, timeout_s: int) -> int:

@@ -27,7 +27,7 @@ def eval_semantic(
     under each matcher and report hit rate, wrong share, out-of-scope hit rate and ceiling.
     Labels only score; matchers see prompts, vectors and the backend's answers."""
     from caches.embedders import SentenceTransformerEmbedder
-    from caches.matching.evaluate import evaluate, load_clinc
+    from stoker.semantic_eval import evaluate, load_clinc
 
     data = load_clinc()  # ConfigError (exit 1) with the path when the data is absent
     names = [n for n in only.split(",") if n] or None

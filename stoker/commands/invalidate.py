@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 import typer
 from pydantic import ValidationError
 
-from invalidators.publisher import EventPublisher
 from schemas.events import BaseEvent, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
 from stoker.app import app, console
 from stoker.settings import StokerSettings
+from stoker.wiring import build_publisher
 
 invalidate_app = typer.Typer(
     help="Publish invalidations to Kafka (the invalidation worker applies them).",
@@ -31,7 +31,7 @@ def _send(logical: str, build: Callable[..., BaseEvent], key: str, **fields: Any
         ev = build(**fields)
     except ValidationError as e:  # bad usage: exit 2 with pydantic's own words
         raise typer.BadParameter(str(e)) from None
-    with EventPublisher(StokerSettings()) as pub:
+    with build_publisher(StokerSettings()) as pub:
         pub.publish(logical, ev, key=key)
         pub.flush()
     console.print(f"published {type(ev).__name__} {ev.event_id} to {logical}")

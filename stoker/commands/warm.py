@@ -48,8 +48,8 @@ def warm(
 ) -> None:
     """Plan the hot set for the window (day regimes, paraphrase clusters, hits x GPU cost, fair
     budget across tenants) and warm it through the shadow warmer at a polite rate."""
+    from stoker.wiring import build_runner, default_budget
     from warmers.budget import Budget
-    from warmers.runner import build_runner, default_budget
     from warmers.window import Window
 
     if budget_requests is not None and budget_gpu_seconds is not None:
@@ -72,7 +72,7 @@ def warm(
     if dry_run:
         console.print("dry run: nothing sent, nothing written")
         return
-    summary = runner.warm(plan)
+    summary = runner.warm(plan, labels={"by": "stoker warm"})
     _show_summary(summary)
     if summary.sent and not summary.cached and summary.failed:
         raise StokerError(f"warm failed: all {summary.failed} sends failed")

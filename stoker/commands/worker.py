@@ -87,6 +87,8 @@ def _services(settings: StokerSettings) -> Iterator[StokerSettings]:
 
     with EmbeddedStack(kafka=True, redis=not settings.redis_url) as stack:
         fields: dict[str, Any] = {"kafka_bootstrap": stack.kafka_bootstrap, "kafka_broker": "tansu"}
+        if settings.semantic_backend == "edge" and settings.qdrant_path is None:
+            fields["qdrant_path"] = stack.qdrant_path  # one store for every worker, removed at stop
         if not settings.redis_url:
             fields["redis_url"] = stack.redis_url
         console.print(
@@ -98,7 +100,7 @@ def _services(settings: StokerSettings) -> Iterator[StokerSettings]:
 
 
 def _names(name: WorkerName) -> list[str]:
-    from streams.registry import available, factory_for, is_service
+    from stoker.registry import available, factory_for, is_service
 
     if name is not WorkerName.all:
         if not is_service(name.value):
@@ -113,11 +115,12 @@ def _names(name: WorkerName) -> list[str]:
 
 def run_workers(settings: StokerSettings, names: list[str], group: str | None = None) -> None:
     """One Worker thread per name; SIGTERM/SIGINT stop them all; any worker's failure is ours."""
-    from streams.registry import build_handler, build_service, is_service
+    from stoker.registry import build_handler, build_service, is_service
+    from stoker.wiring import worker_config
     from streams.worker import Worker
 
-    handlers = [n for n in names if not is_service(n)]
-    workers = [Worker(settings, build_handler(n, settings), group) for n in handlers]
+    handlers = [build_handler(n, settings) for n in names if not is_service(n)]
+    workers = [Worker(h, worker_config(settings, h, group)) for h in handlers]
     services = [build_service(n, settings) for n in names if is_service(n)]
     errors: list[BaseException] = []
     # Bound before the handler is installed: a SIGTERM right after the banner (what a test or

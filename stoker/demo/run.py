@@ -20,9 +20,7 @@ from rich.progress import Progress
 
 from caches.client import CacheClient
 from caches.keys import normalise_prompt
-from invalidators.deploy import build_deploy_handler
 from invalidators.deployjob import NoPrewarmer, Prewarmer
-from invalidators.publisher import EventPublisher
 from schemas.codec import decode_event, encode_event
 from schemas.errors import StokerError
 from schemas.events import JobStatus, KnowledgeBaseChanged, ModelDeployed
@@ -36,10 +34,11 @@ from stoker.demo.gateway import (
 )
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
+from stoker.registry import build_handler, deploy_handler
 from stoker.settings import StokerSettings
-from stoker.wiring import build_cache_client
+from stoker.wiring import build_cache_client, build_publisher, worker_config
 from streams.base import Handler
-from streams.registry import build_handler
+from streams.publisher import EventPublisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker
 from warmers.backends.simhttp import SimulatorThread
@@ -114,7 +113,7 @@ _DEAD: list[str] = []  # names of worker threads that died (checked by every wai
 
 @contextmanager
 def _workers(settings: StokerSettings, handlers: list[Handler]) -> Iterator[list[Worker]]:
-    workers = [Worker(settings, h) for h in handlers]
+    workers = [Worker(h, worker_config(settings, h)) for h in handlers]
 
     def body(w: Worker) -> None:
         try:
@@ -224,7 +223,7 @@ class Pass:
         handlers: list[Handler] = [
             build_handler("traffic", settings),
             build_handler("invalidation", settings),
-            build_deploy_handler(settings, prewarmer),
+            deploy_handler(settings, prewarmer),
         ]
         follower = StatusFollower(settings)
         producer = Producer(
@@ -280,7 +279,7 @@ class Pass:
             topic_name("inference.requests", settings.topic_prefix),
         )  # fmt: skip
         self.result.serve = gw.stats
-        publisher = EventPublisher(settings)
+        publisher = build_publisher(settings)
         by_hour: dict[int, list[dict[str, Any]]] = {}
         for r in tr.week2:
             by_hour.setdefault(tr.hour_of(r), []).append(r)

@@ -15,9 +15,9 @@ from caches.client import CacheClient
 from invalidators.deployjob import Prewarmer
 from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
+from stoker.wiring import build_runner
 from warmers.budget import Budget
 from warmers.prewarm import HotSetPrewarmer
-from warmers.runner import build_runner
 from warmers.shadow import WarmConfig
 from warmers.window import Window
 

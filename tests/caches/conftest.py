@@ -1,4 +1,4 @@
-"""Fixtures for the cache layer: the real embedder (loaded once) and clients on the real Redis."""
+"""Fixtures for the cache layer: every semantic store, and clients on the real Redis."""
 
 from __future__ import annotations
 
@@ -15,11 +15,6 @@ from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
 from caches.semantic.edge import EdgeSemanticStore
 from caches.semantic.server import ServerSemanticStore
-
-
-@pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder()
 
 
 @pytest.fixture(params=["edge", "server"])

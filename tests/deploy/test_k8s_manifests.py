@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from streams.registry import WORKER_NAMES
+from stoker.registry import WORKER_NAMES
 from streams.topics import TOPICS
 from streams.worker import default_group_id
 from tests.deploy.conftest import DEPLOY, settings_from, unknown_settings

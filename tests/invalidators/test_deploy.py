@@ -16,13 +16,13 @@ from caches import keys as K
 from caches.client import CacheClient, CacheRequest, LookupResult
 from caches.semantic.edge import EdgeSemanticStore
 from invalidators.cutover import Cutover
-from invalidators.deploy import DeployHandler, KafkaStatusSink
-from invalidators.deployjob import CutoverOptions, DeployJob, PrewarmResult
-from invalidators.publisher import EventPublisher
+from invalidators.deploy import DeployHandler
+from invalidators.deployjob import CutoverOptions, DeployJob, PrewarmOutcome
 from invalidators.purge import PurgeOptions, Purger
 from schemas.codec import decode_event, encode_event
 from schemas.events import JobStatus, ModelDeployed
 from stoker.settings import StokerSettings
+from stoker.wiring import build_status_sink
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker, WorkerConfig
 from tests.cli import run_stoker
@@ -53,7 +53,7 @@ class CountingWarmer:
 
     def prewarm(self, model_id: str, version: str, previous_version: str | None, tenants: Any):
         self.calls.append((model_id, version))
-        return PrewarmResult(warmed=3)
+        return PrewarmOutcome(warmed=3)
 
 
 def fill(client: CacheClient, version: str, n: int) -> list[str]:
@@ -245,7 +245,7 @@ def settings(kafka_bootstrap: str, redis_url: str, unique: str) -> StokerSetting
 def kafka_cutover(
     client: CacheClient, store: EdgeSemanticStore, s: StokerSettings, purge: PurgeOptions
 ) -> Cutover:
-    sink = KafkaStatusSink(EventPublisher(s))
+    sink = build_status_sink(s)
     opts = CutoverOptions(purge=purge, status_every_s=0.0)
     return Cutover(client.redis, Purger(client.redis, store), sink, options=opts)
 
@@ -257,7 +257,7 @@ class RunningWorker:
         cfg = WorkerConfig(
             s.kafka_bootstrap or "", group, embedded=True, topic_prefix=s.topic_prefix
         )
-        self.worker = Worker(s.kafka_bootstrap or "", handler, config=cfg)
+        self.worker = Worker(handler, cfg)
         self.thread = threading.Thread(target=self.worker.run, name="test-deploy-worker")
         self.thread.start()
 
@@ -407,7 +407,7 @@ def test_deploy_cli__bad_usage_exits_2(args: tuple[str, ...], settings: StokerSe
 
 def test_cutover__failure_publishes_failed_with_the_reason(client: CacheClient, cutover: Cutover):
     class Broken:
-        def prewarm(self, *a: Any) -> PrewarmResult:
+        def prewarm(self, *a: Any) -> PrewarmOutcome:
             raise ValueError("backend said no")
 
     cut = Cutover(client.redis, cutover.purger, Statuses(), prewarmer=Broken())
@@ -422,7 +422,7 @@ def test_cutover__failure_publishes_failed_with_the_reason(client: CacheClient, 
 
 
 def test_deploy_registry__factory_builds_a_handler_on_the_settings(settings: StokerSettings):
-    from streams.registry import build_handler
+    from stoker.registry import build_handler
 
     s = settings.model_copy(update={"deploy_grace_s": 60, "deploy_purge_rate": 100.0})
     handler = build_handler("deploy", s)
@@ -433,3 +433,79 @@ def test_deploy_registry__factory_builds_a_handler_on_the_settings(settings: Sto
     finally:
         handler.close()
     assert not handler.runner.alive
+
+
+def _dead_backend_prewarmer(client: CacheClient) -> Any:
+    """The real hot-set pre-warm (profile, selector, shadow warmer) against a backend that is
+    down: every send fails, so the pre-warm misses its bar."""
+    from datetime import timedelta
+
+    from tests.warmers.hotset_helpers import WordsEmbedder
+    from tests.warmers.hotset_helpers import fill as fill_profile
+    from tests.warmers.test_hotset import MONDAY, _week
+    from warmers.backends.openai import OpenAIBackend, RetryPolicy
+    from warmers.budget import Budget
+    from warmers.hotset import HotSetSelector
+    from warmers.prewarm import HotSetPrewarmer
+    from warmers.profile import TrafficProfile
+    from warmers.runner import WarmRunner
+    from warmers.shadow import WarmConfig
+    from warmers.window import Window
+
+    profile = TrafficProfile(client.redis)
+    fill_profile(profile, _week("acme", {"what is my balance": 20, "reset my pin": 12}, {}))
+    runner = WarmRunner(
+        HotSetSelector(profile, WordsEmbedder()),
+        CacheClient(client.redis),
+        lambda: OpenAIBackend("http://127.0.0.1:1", retry=RetryPolicy(attempts=1)),
+        WarmConfig(target_qps=100, capacity_qps=1000, ramp_s=0),
+        progress=False,
+    )
+    start = MONDAY + timedelta(days=7, hours=10)
+    return HotSetPrewarmer(
+        runner, Budget(requests=2), window=lambda: Window(start, start + timedelta(hours=1))
+    )
+
+
+def test_deploy_cli__a_prewarm_below_its_bar_fails_wait_with_the_reason(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    old = fill(client, "v1", 3)
+    sink = build_status_sink(settings)
+    opts = CutoverOptions(max_attempts=2, retry_s=0.1)
+    cut = Cutover(
+        client.redis, Purger(client.redis, edge_store), sink,
+        prewarmer=_dead_backend_prewarmer(client), options=opts,
+    )  # fmt: skip
+    running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+    res = stoker(
+        "deploy", "--model", "m", "--version", "v2", "--previous", "v1", "--grace", "0s",
+        "--wait", "--timeout", "60s", env=cli_env(settings),
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert "failed" in res.stderr and "below its bar" in res.stderr
+    job = cut.load(res.stdout.strip())
+    assert job is not None and job.phase == "failed" and job.attempts == 2
+    assert client.redis.exists(*old) == len(old)  # nothing retired, nothing purged
+
+
+def test_deploy_cli__wait_follows_every_partition_of_the_status_topic(
+    kafka_bootstrap: str, unique: str
+):
+    """An operator's stoker.status may have more partitions than stoker creates; a job's
+    statuses land on whichever its key hashes to."""
+    prefix = f"parts{unique}."
+    status_topic = topic_name("stoker.status", prefix)
+    ensure_topics(kafka_bootstrap, {status_topic: 3, topic_name("inference.deploys", prefix): 1})
+    ready = JobStatus(job_id=f"job-{unique}", job_type="deploy", state="ready", detail="warm")
+    p = Producer(producer_config(kafka_bootstrap, embedded=True))
+    p.produce(status_topic, encode_event(ready), partition=2)
+    assert p.flush(10) == 0
+    env = {"STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap, "STOKER_KAFKA_BROKER": "tansu",
+           "STOKER_TOPIC_PREFIX": prefix}  # fmt: skip
+    res = stoker(
+        "deploy", "--model", "m", "--version", "v2", "--deploy-id", ready.job_id,
+        "--wait", "--timeout", "20s", env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "ready" in res.stderr

@@ -6,11 +6,11 @@ import pytest
 from typer.testing import CliRunner
 
 from schemas.events import Event
+from stoker import registry
 from stoker.cli import app
 from stoker.settings import StokerSettings
-from streams import registry
 from streams.base import Handler
-from streams.traffic import TrafficHandler
+from warmers.traffic import TrafficHandler
 
 runner = CliRunner()
 

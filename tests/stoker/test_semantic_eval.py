@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from caches.matching import StaticThreshold
-from caches.matching.evaluate import CLINC, evaluate, run_stream
+from stoker.semantic_eval import CLINC, evaluate, run_stream
 
 needs_clinc = pytest.mark.skipif(not CLINC.exists(), reason=f"CLINC150 not at {CLINC}")
 

@@ -10,9 +10,10 @@ import redis
 
 from caches.client import CacheClient, CacheRequest
 from invalidators.cutover import Cutover
-from invalidators.jobs import JobRecord, JobRecords, RecordingStatusSink, all_jobs
+from invalidators.jobs import all_jobs
 from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
 from schemas.events import JobStatus, ModelDeployed
+from streams.jobs import JobRecord, JobRecords, RecordingStatusSink
 from tests.cli import run_stoker
 from warmers.runs import record_warm_run
 from warmers.shadow import WarmSummary

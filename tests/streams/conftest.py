@@ -1,44 +1,15 @@
-"""Helpers for the stream tests: RequestLogged payloads, producing, and reading a topic."""
+"""Helpers for the stream tests: producing and reading a topic (payloads: tests/events.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import orjson
 from confluent_kafka import Consumer, Message, Producer
 
 from streams.topics import consumer_config, producer_config
+from tests.events import encode, request  # noqa: F401  (the stream tests import them from here)
 from tests.waiting import wait_for  # noqa: F401  (the stream tests import it from here)
-
-
-def request(i: int = 0, **fields: Any) -> dict[str, Any]:
-    """A valid RequestLogged as the gateway would send it; fields override."""
-    base: dict[str, Any] = {
-        "type": "request_logged",
-        "schema_version": 1,
-        "event_id": f"e{i}",
-        "ts": "2025-03-03T10:15:00Z",  # a Monday: hour of week 10
-        "request_id": f"r{i}",
-        "tenant": "acme",
-        "model_id": "llama",
-        "model_version": "v1",
-        "template_version": "t1",
-        "prompt": f"question {i % 7}",
-        "params": {"temperature": 0.0},
-        "context_docs": [{"doc_id": "kb-1", "version": 2}],
-        "cache_outcome": "miss",
-        "latency_ms": 120.0,
-        "gpu_ms": 100.0,
-        "tokens_in": 10,
-        "tokens_out": 20,
-    }
-    base.update(fields)
-    return base
-
-
-def encode(obj: dict[str, Any]) -> bytes:
-    return orjson.dumps(obj)
 
 
 def produce(

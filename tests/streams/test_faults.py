@@ -15,13 +15,14 @@ import redis
 
 from stoker.embedded import LOOPBACK, find_redis_server, free_port
 from stoker.settings import StokerSettings
-from streams.observe import query_key
+from stoker.wiring import worker_config
 from streams.topics import ensure_topics
-from streams.traffic import TrafficHandler
 from streams.worker import Worker
 from tests.cli import STOKER, clean_env
 from tests.streams.conftest import encode, produce, request, wait_for
+from warmers.observe import query_key
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic import TrafficHandler
 
 TIMEOUT_S = 60
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +104,8 @@ def test_worker__redis_restart_stops_commits_then_resumes_exactly(
     ensure_topics(kafka_bootstrap, {topic: 3})
     produce(kafka_bootstrap, topic, [encode(request(i)) for i in range(1500)])
     r = redis.Redis.from_url(durable_redis.url, socket_timeout=2, socket_connect_timeout=1)
-    worker = Worker(s, TrafficHandler(TrafficProfile(r)))
+    handler = TrafficHandler(TrafficProfile(r))
+    worker = Worker(handler, worker_config(s, handler))
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:

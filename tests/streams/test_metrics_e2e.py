@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from stoker.embedded import free_port
 from stoker.metrics import serve_metrics
 from streams.topics import ensure_topics, topic_name
-from streams.traffic import TrafficHandler
 from streams.worker import Worker, WorkerConfig, WorkerStats
 from tests.streams.conftest import encode, produce, request
 from warmers.profile import TrafficProfile
+from warmers.traffic import TrafficHandler
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -59,7 +59,7 @@ def test_metrics__traffic_worker_counters_move_on_the_scraped_endpoint(
     produce(kafka_bootstrap, topic, values)
 
     cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
-    worker = Worker(kafka_bootstrap, TrafficHandler(TrafficProfile(redis_client)), config=cfg)
+    worker = Worker(TrafficHandler(TrafficProfile(redis_client)), cfg)
     worker.metrics.lag_every_s = 0.0  # refresh lag on every step, not every 5 s
     with serve_metrics(free_port(), "127.0.0.1") as port:
         assert port is not None

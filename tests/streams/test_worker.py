@@ -12,12 +12,13 @@ from confluent_kafka import Consumer, TopicPartition
 from schemas.errors import CacheUnavailable
 from schemas.events import Event, RequestLogged
 from stoker.settings import StokerSettings
+from stoker.wiring import worker_config
 from streams.base import Handler
 from streams.topics import consumer_config, ensure_topics
-from streams.traffic import TrafficHandler
 from streams.worker import Worker
 from tests.streams.conftest import encode, produce, read_topic, request, wait_for
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic import TrafficHandler
 
 TIMEOUT_S = 60
 
@@ -74,7 +75,7 @@ def test_worker__poison_goes_to_dlq_with_reason_and_worker_goes_on(
     values = [encode(request(0)), b"not json", encode(request(1, tenant="")), encode(request(2))]
     produce(settings.kafka_bootstrap or "", _topic(settings), values, headers=[("trace", b"t-1")])
     handler = Recorder()
-    worker = Worker(settings, handler)
+    worker = Worker(handler, worker_config(settings, handler))
     assert worker.run_until(lambda s: s.events + s.dlq >= 4, TIMEOUT_S)
     assert handler.applied == ["r0", "r2"]
     dead = read_topic(settings.kafka_bootstrap or "", worker.dlq_topic, 2)
@@ -96,7 +97,7 @@ def test_worker__retriable_error_commits_nothing_and_retries_same_batch(
         settings.kafka_bootstrap or "", _topic(settings), [encode(request(i)) for i in range(500)]
     )
     handler = Recorder(failures=3)
-    worker = Worker(settings, handler)
+    worker = Worker(handler, worker_config(settings, handler))
     assert worker.run_until(lambda s: len(set(handler.applied)) >= 500, TIMEOUT_S)
     assert worker.stats.retries == 3
     assert set(handler.applied) == {f"r{i}" for i in range(500)}  # nothing skipped
@@ -109,7 +110,7 @@ def test_worker__stop_from_another_thread_finishes_and_leaves(settings: StokerSe
         settings.kafka_bootstrap or "", _topic(settings), [encode(request(i)) for i in range(50)]
     )
     handler = Recorder()
-    worker = Worker(settings, handler)
+    worker = Worker(handler, worker_config(settings, handler))
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -142,6 +143,11 @@ def workers() -> Iterator[list[tuple[Worker, threading.Thread]]]:
     assert not any(t.is_alive() for _, t in running)
 
 
+def _traffic_worker(s: StokerSettings) -> Worker:
+    handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(s.redis_url or "")))
+    return Worker(handler, worker_config(s, handler))
+
+
 def _start(worker: Worker, running: list[tuple[Worker, threading.Thread]]) -> Worker:
     t = threading.Thread(target=worker.run)
     running.append((worker, t))
@@ -156,16 +162,7 @@ def test_worker__two_members_split_partitions_and_totals_are_exact(
 ) -> None:
     bootstrap = settings.kafka_bootstrap or ""
     ensure_topics(bootstrap, {_topic(settings): 6})
-    members = [
-        _start(
-            Worker(
-                settings,
-                TrafficHandler(TrafficProfile(redis.Redis.from_url(settings.redis_url or ""))),
-            ),
-            workers,
-        )
-        for _ in range(2)
-    ]
+    members = [_start(_traffic_worker(settings), workers) for _ in range(2)]
     wait_for(
         lambda: (
             all(w.stats.assigned for w in members)

@@ -7,9 +7,9 @@ from datetime import UTC, date, datetime
 import redis
 from confluent_kafka import Message
 
-from streams.traffic import TrafficHandler
-from tests.streams.conftest import encode, request
+from tests.events import encode, request
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
+from warmers.traffic import TrafficHandler
 
 MONDAY_10 = week_and_hour(datetime(2025, 3, 3, 10, 15, tzinfo=UTC))
 

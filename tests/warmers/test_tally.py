@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from streams.base import Decoded
-from streams.observe import OUTCOMES
-from streams.tally import BatchTally, observe_batch
-from tests.streams.conftest import encode, request
+from tests.events import encode, request
+from warmers.observe import OUTCOMES
 from warmers.profile_delta import TenantDelta, aggregate
+from warmers.tally import BatchTally, observe_batch
 
 TOPIC = "inference.requests"
 # Values chosen to hit every branch of the tally: hour boundaries (1 us apart), naive and

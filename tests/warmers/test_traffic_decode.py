@@ -11,11 +11,11 @@ from confluent_kafka import Message
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
-from streams.observe import FastDecoder, observe_event, query_key
-from streams.tally import BatchTally
-from streams.traffic import TrafficHandler
-from tests.streams.conftest import encode, request
+from tests.events import encode, request
+from warmers.observe import FastDecoder, observe_event, query_key
 from warmers.profile import week_and_hour
+from warmers.tally import BatchTally
+from warmers.traffic import TrafficHandler
 
 # Each case: (name, overrides or a callable editing the payload). Some are valid, some not.
 _DROP = object()

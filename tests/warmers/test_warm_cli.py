@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import redis
 
 from tests.warmers.hotset_helpers import fill
@@ -63,6 +64,29 @@ def test_warm_cli__dry_run_prints_the_plan_and_spends_nothing_then_a_run_warms(
     # both fresh: skipped at planning (the budget goes to whatever is next, here the fillers)
     assert "skipped: 2 cached" in again.stderr
     assert "what is my balance" not in again.stderr
+
+    warm_jobs = _warm_jobs(env)  # both real runs, newest first; the dry run left none
+    assert [j["state"] for j in warm_jobs] == ["done", "done"]
+    assert warm_jobs[1]["counts"]["sent"] == 2 and warm_jobs[1]["counts"]["landed"] == 2
+    assert warm_jobs[1]["labels"]["by"] == "stoker warm"
+
+
+def _warm_jobs(env: dict[str, str]) -> list[dict]:
+    status = _stoker(["status", "--json"], env)
+    assert status.returncode == 0, status.stderr
+    return [j for j in orjson.loads(status.stdout)["jobs"] if j["job_type"] == "warm"]
+
+
+def test_warm_cli__every_send_failing_exits_1_and_status_shows_a_failed_run(
+    redis_client: redis.Redis, redis_url: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    fill(TrafficProfile(redis_client), _week("acme", {"what is my balance": 20}, {}))
+    env = _env(redis_url, sim, tmp_path) | {"STOKER_WARM_BACKEND_URL": "http://127.0.0.1:1"}
+    run = _stoker(["warm", "--window", WINDOW, "--budget-requests", "1"], env)
+    assert run.returncode == 1, run.stderr
+    assert "all 1 sends failed" in run.stderr
+    (job,) = _warm_jobs(env)
+    assert job["state"] == "failed" and job["counts"]["failed"] == 1
 
 
 def test_warm_cli__bad_usage_exits_2(redis_url: str, sim: SimulatorThread, tmp_path: Path) -> None:

@@ -1,0 +1,159 @@
+"""Which handler `stoker worker NAME` runs: name -> factory(settings) -> Handler (or Service).
+
+The factories live here, in the shell, because they read settings and build objects; each
+handler's own package takes what it needs as arguments. The traffic worker never loads the
+embedder or the warmer. To add a worker: a factory and a line in _BUILTIN (or register() from
+a plugin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from schemas.errors import StokerError
+from stoker import wiring as W
+from stoker.settings import StokerSettings
+from streams.base import Handler
+
+HandlerFactory = Callable[[StokerSettings], Handler]
+
+# Every worker the CLI knows; one without a factory yet is "not available yet", not unknown.
+WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler")
+
+
+class Service(Protocol):
+    """A long-running part that is not a Kafka consumer: run() blocks until stop()."""
+
+    name: str
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def report(self) -> str: ...
+
+
+ServiceFactory = Callable[[StokerSettings], Service]
+
+
+class HandlerNotAvailable(StokerError):
+    """A known worker name whose handler is not built (yet) in this installation."""
+
+
+# -- the factories --
+
+
+def traffic_handler(s: StokerSettings) -> Handler:
+    """The traffic profile on the settings' Redis."""
+    from warmers.profile import TrafficProfile
+    from warmers.traffic import TrafficHandler
+
+    return TrafficHandler(TrafficProfile(W.build_redis(s), s.traffic_retention_weeks))
+
+
+def invalidation_handler(s: StokerSettings) -> Handler:
+    """Invalidations on the settings' Redis and semantic store (the store the serving client
+    of this process reads, when the stack is embedded)."""
+    from invalidators.handlers import InvalidationHandler
+    from invalidators.invalidation import Invalidator
+    from invalidators.purge import PurgeOptions
+
+    r = W.build_redis(s)
+    return InvalidationHandler(Invalidator(r, W.build_semantic(s), PurgeOptions()))
+
+
+def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handler:
+    """The cutover on the settings' Redis, semantic store and stoker.status, with the hot-set
+    pre-warm (`prewarmer`, default: built from the settings)."""
+    from invalidators.cutover import Cutover
+    from invalidators.deploy import DeployHandler
+    from invalidators.deployjob import Prewarmer
+    from invalidators.purge import Purger
+
+    r = W.build_redis(s)
+    semantic = W.build_semantic(s)
+    pre: Prewarmer = prewarmer if prewarmer is not None else W.build_prewarmer(s)  # type: ignore[assignment]
+    cutover = Cutover(
+        r, Purger(r, semantic), W.build_status_sink(s), prewarmer=pre,
+        options=W.cutover_options(s),
+    )  # fmt: skip
+    return DeployHandler(cutover, owns=[r, semantic])
+
+
+def scheduler_service(s: StokerSettings) -> Service:
+    """The leader-elected schedule: warm the next hour, sweep expired vectors."""
+    import logging
+    import time
+
+    from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
+    from warmers.window import Window
+
+    log = logging.getLogger("warmers.scheduler")
+    runner = W.build_runner(s, progress=False)
+    lock = LeaderLock(runner.cache.redis, s.scheduler_lock_ttl_s)
+    budget = W.default_budget(s)
+
+    def warm() -> None:
+        plan = runner.plan(Window.next_hour(), budget)
+        summary = runner.warm(plan, labels={"by": "scheduler"})
+        log.info("warmed %s: %d planned, %s", plan.window, len(plan.items), summary)
+
+    def sweep() -> None:
+        if runner.cache.semantic is not None:
+            runner.cache.semantic.sweep_expired(time.time())
+
+    cfg = SchedulerConfig(
+        warm_interval_s=s.warm_interval_s,
+        sweep_interval_s=s.sweep_interval_s,
+        lock_ttl_s=s.scheduler_lock_ttl_s,
+    )
+    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg))
+
+
+_BUILTIN: dict[str, HandlerFactory] = {
+    "traffic": traffic_handler,
+    "deploy": deploy_handler,
+    "invalidation": invalidation_handler,
+}
+_REGISTERED: dict[str, HandlerFactory] = {}
+# Workers that consume no topic, so are not Handlers.
+_SERVICES: dict[str, ServiceFactory] = {"scheduler": scheduler_service}
+
+
+# -- the registry --
+
+
+def register(name: str, factory: HandlerFactory) -> None:
+    _REGISTERED[name] = factory
+
+
+def unregister(name: str) -> None:
+    _REGISTERED.pop(name, None)
+
+
+def available() -> list[str]:
+    """Names with a factory, in WORKER_NAMES order, then any extra registered ones."""
+    have = set(_BUILTIN) | set(_REGISTERED) | set(_SERVICES)
+    return [n for n in WORKER_NAMES if n in have] + sorted(have - set(WORKER_NAMES))
+
+
+def factory_for(name: str) -> HandlerFactory:
+    factory = _REGISTERED.get(name) or _BUILTIN.get(name)
+    if factory is None:
+        raise HandlerNotAvailable(
+            f"the {name!r} worker is not available yet; available: {', '.join(available())}"
+        )
+    return factory
+
+
+def build_handler(name: str, settings: StokerSettings) -> Handler:
+    return factory_for(name)(settings)
+
+
+def is_service(name: str) -> bool:
+    return name in _SERVICES and name not in _REGISTERED
+
+
+def build_service(name: str, settings: StokerSettings) -> Service:
+    return _SERVICES[name](settings)

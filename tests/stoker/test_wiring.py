@@ -1,0 +1,56 @@
+"""The composition root: what settings turn on is built, and parts of one process share stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from caches.client import CacheRequest
+from stoker.settings import StokerSettings
+from stoker.wiring import build_cache_client, build_semantic, semantic_dim
+
+
+def test_wiring__l1_is_off_by_default_and_built_from_settings(redis_url: str) -> None:
+    off = build_cache_client(StokerSettings(redis_url=redis_url), semantic=False)
+    assert off.l1 is None
+    off.close()
+    s = StokerSettings(redis_url=redis_url, l1_enabled=True, l1_max_entries=7, l1_ttl_s=30)
+    cache = build_cache_client(s, semantic=False)
+    try:
+        assert cache.l1 is not None and cache.l1.tracking
+        assert (cache.l1.max_entries, cache.l1.ttl_s) == (7, 30)
+        req = CacheRequest("acme", "m", "v1", "t1", "wired?")
+        assert cache.store(cache.lookup(req), "answer").landed
+        assert cache.l1.sync()
+        assert [cache.lookup(req).rule for _ in range(2)] == ["exact", "exact:l1"]
+    finally:
+        cache.close()
+    assert not cache.l1.tracking
+
+
+def test_wiring__without_a_path_one_edge_store_serves_the_whole_process(redis_url: str) -> None:
+    """The serving client and the invalidation / deploy workers of one process must read and
+    delete the same vectors; each used to get a fresh temp folder of its own."""
+    s = StokerSettings(redis_url=redis_url)
+    first, second = build_semantic(s), build_semantic(s)
+    assert first is second
+
+
+def test_wiring__a_path_gives_that_folder_s_store(tmp_path: Path) -> None:
+    a = build_semantic(StokerSettings(qdrant_path=tmp_path / "a"))
+    assert a is build_semantic(StokerSettings(qdrant_path=tmp_path / "a"))
+    assert a is not build_semantic(StokerSettings(qdrant_path=tmp_path / "b"))
+
+
+def test_wiring__the_default_model_s_dimension_is_known_without_loading_it() -> None:
+    assert semantic_dim(StokerSettings()) == 384
+    assert semantic_dim(StokerSettings(embedder_model="custom", embedder_dim=768)) == 768
+
+
+def test_wiring__a_dimension_the_model_contradicts_fails_at_start(embedder) -> None:
+    from schemas.errors import ConfigError
+    from stoker.wiring import build_embedder
+
+    with pytest.raises(ConfigError, match="384 dimensions"):
+        build_embedder(StokerSettings(embedder_dim=512))
