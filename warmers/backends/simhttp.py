@@ -4,6 +4,14 @@ Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /he
 POST /sim/slots {"slots": n} (change capacity at run time). Usage carries `gpu_ms`, an
 extension field, so the cache can record what a miss costs.
 
+`"stream": true` answers Server-Sent Events as OpenAI and vLLM do: `data: <chunk JSON>\n\n`
+events (chat: a role delta, content deltas of a few tokens, an empty delta with finish_reason;
+completions: text chunks, then an empty one with finish_reason), one usage chunk with no
+choices if `stream_options.include_usage`, then `data: [DONE]`. The body is chunked so the
+connection stays alive (close-delimited when the client asked for close). Chunks arrive as the
+simulated GPU decodes them (simulator.py); the slot is held until the last one, a 429 comes
+before any event, and a client that hangs up mid-stream frees its slot (SimStats.aborted).
+
 Run it as a task of your loop (`SimServer.start/stop`), in a background thread
 (`SimulatorThread`, a context manager) or as `stoker sim-backend --port P`.
 """
@@ -16,7 +24,7 @@ import hashlib
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -36,6 +44,7 @@ _REASONS = {
     429: "Too Many Requests",
 }
 Reply = tuple[int, Any]
+_DONE = b"data: [DONE]\n\n"
 
 
 class BadRequest(Exception):
@@ -71,13 +80,38 @@ def _max_tokens_of(body: dict[str, Any]) -> int | None:
     return mt
 
 
-def _completion(path: str, model: str, a: SimAnswer) -> dict[str, Any]:
-    usage = {
+def _stream_options_of(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(stream, include_usage). null means absent, as OpenAI reads it; stream_options without
+    stream is ignored (OpenAI would 400) so non-streamed requests behave as they always did."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("stream must be a boolean")
+    opts = body.get("stream_options")
+    if opts is None or not stream:
+        return bool(stream), False
+    if not isinstance(opts, dict):
+        raise BadRequest("stream_options must be an object")
+    include = opts.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise BadRequest("stream_options.include_usage must be a boolean")
+    return True, include
+
+
+def _usage(a: SimAnswer) -> dict[str, Any]:
+    return {
         "prompt_tokens": a.tokens_in,
         "completion_tokens": a.tokens_out,
         "total_tokens": a.tokens_in + a.tokens_out,
         "gpu_ms": a.gpu_ms,
     }
+
+
+def _completion_id(a: SimAnswer) -> str:
+    return "simcmpl-" + hashlib.sha256(a.text.encode()).hexdigest()[:16]
+
+
+def _completion(path: str, model: str, a: SimAnswer) -> dict[str, Any]:
+    usage = _usage(a)
     chat = path.endswith("/chat/completions")
     choice: dict[str, Any] = {"index": 0, "finish_reason": a.finish_reason}
     if chat:
@@ -85,13 +119,92 @@ def _completion(path: str, model: str, a: SimAnswer) -> dict[str, Any]:
     else:
         choice["text"] = a.text
     return {
-        "id": "simcmpl-" + hashlib.sha256(a.text.encode()).hexdigest()[:16],
+        "id": _completion_id(a),
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
         "usage": usage,
     }
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """A validated `"stream": true` request, to be answered as events by SimServer._stream."""
+
+    chat: bool
+    model: str
+    answer: SimAnswer
+    include_usage: bool
+
+
+class _Events:
+    """The event bytes of one streamed answer, in OpenAI's chunk shapes: every chunk carries the
+    same id and created. With include_usage every chunk but the last has usage null, as OpenAI."""
+
+    def __init__(self, job: StreamJob) -> None:
+        self.job = job
+        self._head: dict[str, Any] = {
+            "id": _completion_id(job.answer),
+            "object": "chat.completion.chunk" if job.chat else "text_completion",
+            "created": int(time.time()),
+            "model": job.model,
+        }
+        if job.include_usage:
+            self._head["usage"] = None
+
+    def _event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        return b"data: " + orjson.dumps({**self._head, "choices": choices, **extra}) + b"\n\n"
+
+    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+        if self.job.chat:  # None: the closing chunk, whose delta is empty
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "finish_reason": finish}
+        return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+
+    def first(self) -> bytes | None:
+        if not self.job.chat:
+            return None  # completions have no role to announce
+        delta = {"role": "assistant", "content": ""}
+        return self._event([{"index": 0, "delta": delta, "finish_reason": None}])
+
+    def content(self, text: str) -> bytes:
+        return self._event([self._choice(text, None)])
+
+    def last(self) -> list[bytes]:
+        """The finish chunk, the usage chunk if asked for, and [DONE]."""
+        out = [self._event([self._choice(None, self.job.answer.finish_reason)])]
+        if self.job.include_usage:
+            out.append(self._event([], usage=_usage(self.job.answer)))
+        return [*out, _DONE]
+
+
+class _EventWriter:
+    """Writes the event-stream head and events; chunked on keep-alive, raw when closing."""
+
+    def __init__(self, w: asyncio.StreamWriter, close: bool) -> None:
+        self._w = w
+        self._chunked = not close
+
+    async def head(self) -> None:
+        framing = "transfer-encoding: chunked\r\n" if self._chunked else "connection: close\r\n"
+        self._w.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            + framing.encode("latin-1")
+            + b"\r\n"
+        )
+        await self._w.drain()
+
+    async def send(self, event: bytes) -> None:
+        # drain after every event: a client that hung up shows here as ConnectionError, so the
+        # stream stops at once instead of writing into a dead socket until the answer ends
+        self._w.write(b"%x\r\n%b\r\n" % (len(event), event) if self._chunked else event)
+        await self._w.drain()
+
+    async def end(self) -> None:
+        if self._chunked:
+            self._w.write(b"0\r\n\r\n")
+            await self._w.drain()
 
 
 class SimServer:
@@ -156,14 +269,17 @@ class SimServer:
             await self._write(w, *_error(400, "bad request line", "invalid_request"), close=True)
             return False
         method, target, version = parts
-        status, payload = await self._read_and_route(reader, headers, method, target)
+        reply = await self._read_and_route(reader, headers, method, target)
         close = version != "HTTP/1.1" or headers.get("connection", "").lower() == "close"
-        await self._write(w, status, payload, close=close)
+        if isinstance(reply, StreamJob):
+            await self._stream(w, reply, close)
+        else:
+            await self._write(w, *reply, close=close)
         return not close
 
     async def _read_and_route(
         self, reader: asyncio.StreamReader, headers: dict[str, str], method: str, target: str
-    ) -> Reply:
+    ) -> Reply | StreamJob:
         if "chunked" in headers.get("transfer-encoding", ""):
             return _error(411, "send Content-Length, not chunked bodies", "invalid_request")
         try:
@@ -192,7 +308,29 @@ class SimServer:
 
     # -- routes --
 
-    async def _route(self, method: str, path: str, body: bytes) -> Reply:
+    async def _stream(self, w: asyncio.StreamWriter, job: StreamJob, close: bool) -> None:
+        try:
+            await self._send_events(_EventWriter(w, close), job)
+        except QueueFull as e:  # raised on taking the slot, before the head: a plain 429
+            await self._write(w, *_error(429, f"overloaded: {e}", "overloaded"), close=close)
+        except ConnectionError:
+            self.sim.stats.aborted += 1  # the slot is already back (streaming's own finally)
+            raise  # _handle drops the connection
+
+    async def _send_events(self, out: _EventWriter, job: StreamJob) -> None:
+        events = _Events(job)
+        async with self.sim.streaming(job.answer) as chunks:
+            await out.head()
+            if (first := events.first()) is not None:
+                await out.send(first)
+            async for text in chunks:
+                await out.send(events.content(text))
+        # the generation is over and its slot free: the closing events cost no GPU time
+        for event in events.last():
+            await out.send(event)
+        await out.end()
+
+    async def _route(self, method: str, path: str, body: bytes) -> Reply | StreamJob:
         if path in ("/v1/chat/completions", "/v1/completions"):
             if method != "POST":
                 return _error(405, "use POST", "invalid_request")
@@ -224,11 +362,16 @@ class SimServer:
             raise BadRequest("body must be a JSON object")
         return obj
 
-    async def _generate(self, path: str, body: dict[str, Any]) -> Reply:
+    async def _generate(self, path: str, body: dict[str, Any]) -> Reply | StreamJob:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise BadRequest("model must be a non-empty string")
         prompt = _prompt_of(path, body)
+        stream, include_usage = _stream_options_of(body)
+        if stream:  # the slot is taken by _stream, which owns the connection from here
+            answer = self.sim.answer_for(model, prompt, _max_tokens_of(body))
+            chat = path.endswith("/chat/completions")
+            return StreamJob(chat, model, answer, include_usage)
         try:
             answer = await self.sim.generate(model, prompt, _max_tokens_of(body))
         except QueueFull as e:

@@ -8,6 +8,10 @@ Model of one generation (what `Simulator.generate` does, in order):
 3. answer from the answer table (normalised prompt -> answer, so paraphrases can share one)
    or else deterministically from sha256(model, normalised prompt): same prompt, same answer.
 
+Streamed (`Simulator.streaming`): the same slot and the same total time, but the answer comes
+in chunks of a few tokens as a GPU decodes them: chunk k is ready at prefill time plus the decode
+time of every token up to the end of chunk k, so the last one lands at `gpu_ms`.
+
 Capacity (`set_slots`) can change at run time; requests already holding a slot finish.
 The HTTP face lives in simhttp.py.
 """
@@ -18,7 +22,9 @@ import asyncio
 import hashlib
 import heapq
 import itertools
-from collections.abc import Mapping
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 
 from caches.keys import normalise_prompt
@@ -33,6 +39,10 @@ _WORDS = (
     "server client replica node shard region stream event offset topic"
 )
 _VOCAB = tuple(_WORDS.split())
+# One token with the whitespace before it, as real tokenizers keep it (" cache"): the chunks of
+# a streamed answer then join back to the exact text.
+_TOKEN = re.compile(r"\s*\S+")
+TOKENS_PER_CHUNK = 4
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,9 @@ class SimStats:
     busy: int = 0
     queued: int = 0
     slots: int = 0
+    # streams the client dropped before [DONE] (counted by the HTTP face); one dropped after its
+    # last token was generated is in served as well
+    aborted: int = 0
 
 
 class QueueFull(Exception):
@@ -80,6 +93,20 @@ class QueueFull(Exception):
 
 def count_tokens(text: str) -> int:
     return max(1, len(text.split()))
+
+
+def split_chunks(text: str, tokens_per_chunk: int = TOKENS_PER_CHUNK) -> list[tuple[str, int]]:
+    """text as (chunk, its token count) pairs of up to tokens_per_chunk tokens each, every token
+    with its leading whitespace: "".join of the chunks is exactly text."""
+    if tokens_per_chunk < 1:
+        raise ValueError("tokens_per_chunk must be >= 1")
+    toks = _TOKEN.findall(text)
+    groups = [toks[i : i + tokens_per_chunk] for i in range(0, len(toks), tokens_per_chunk)]
+    chunks = [("".join(g), len(g)) for g in groups]
+    rest = text[sum(len(c) for c, _ in chunks) :]
+    if rest:  # trailing whitespace belongs to no token but is part of the text
+        chunks.append((rest, 0))
+    return chunks
 
 
 class Simulator:
@@ -114,13 +141,35 @@ class Simulator:
 
     async def generate(self, model: str, prompt: str, max_tokens: int | None) -> SimAnswer:
         answer = self.answer_for(model, prompt, max_tokens)
-        await self._acquire()
-        try:
+        async with self._slot():
             await asyncio.sleep(answer.gpu_ms / 1000.0)
-        finally:
-            self._release()
         self.stats.served += 1
         return answer
+
+    @asynccontextmanager
+    async def streaming(
+        self, answer: SimAnswer, tokens_per_chunk: int = TOKENS_PER_CHUNK
+    ) -> AsyncIterator[AsyncIterator[str]]:
+        """Hold a slot for the block and give the answer's chunks as they are decoded.
+
+        Entering waits for a slot or raises QueueFull, before the caller has sent anything, so
+        an overload is still a plain 429. Served counts only a block that ran to its end."""
+        # aclosing: a stream cut short closes its pacer here, not whenever it is collected
+        async with self._slot(), aclosing(self._paced(answer, tokens_per_chunk)) as chunks:
+            yield chunks
+        self.stats.served += 1
+
+    async def _paced(self, answer: SimAnswer, tokens_per_chunk: int) -> AsyncGenerator[str, None]:
+        # Deadlines from one start, not sleeps in a row: the loop's wake-up lag does not add up,
+        # so the stream takes gpu_ms like the non-streamed answer.
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        ready_ms = self.config.prefill_ms_per_token * answer.tokens_in
+        for chunk, tokens in split_chunks(answer.text, tokens_per_chunk):
+            ready_ms += self.config.decode_ms_per_token * tokens
+            await asyncio.sleep(max(0.0, start + ready_ms / 1000.0 - loop.time()))
+            yield chunk
+        await asyncio.sleep(max(0.0, start + answer.gpu_ms / 1000.0 - loop.time()))
 
     def answer_for(self, model: str, prompt: str, max_tokens: int | None) -> SimAnswer:
         cfg = self.config
@@ -142,6 +191,14 @@ class Simulator:
         return SimAnswer(" ".join(words), tokens_in, len(words), gpu_ms, finish)
 
     # -- the slot gate --
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        await self._acquire()
+        try:
+            yield
+        finally:
+            self._release()
 
     async def _acquire(self) -> None:
         if self._busy < self._slots and not self._waiters:
