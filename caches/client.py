@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import redis
@@ -81,10 +81,19 @@ class LookupResult(msgspec.Struct, frozen=True):
     rule: str = ""  # what accepted a hit (audit trail): "exact", or the matcher's rule
     reason: str = ""  # why a request bypassed the cache
     ticket: WriteTicket | None = None
+    key: str = ""  # the request's exact-entry key ("" for a bypass), for support and logs
 
     @property
     def hit(self) -> bool:
         return self.outcome in ("exact", "semantic")
+
+
+@dataclass(frozen=True)
+class AnswerExtras:
+    """What an answer carries besides its text, kept so a replayed hit has all of it."""
+
+    reasoning: str | None = None  # reasoning_content
+    tool_calls: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,10 +149,7 @@ class CacheClient:
     def _lookup(
         self, req: CacheRequest, use_semantic: bool, threshold: float | None
     ) -> LookupResult:
-        if len(req.prompt) > self.policy.max_prompt_chars:
-            raise RequestRejected(
-                f"prompt of {len(req.prompt)} chars is over the limit of {self.policy.max_prompt_chars}"
-            )
+        self._check_size(req)
         bypass = request_bypass_reason(req.params)
         if bypass:
             return LookupResult("bypass", reason=bypass)
@@ -154,7 +160,7 @@ class CacheClient:
         if l1 is not None:
             cached = l1.get(exact_key)
             if cached is not None:
-                return LookupResult("exact", entry=cached, score=1.0, rule="exact:l1")
+                return LookupResult("exact", cached, 1.0, "exact:l1", key=exact_key)
             token = l1.reserve(exact_key)  # before the read: see the protocol in l1.py
         try:  # inline, not redis_boundary(): this is the hit path, every microsecond shows
             exact = self.redis.get(exact_key)  # the hit path is one GET; misses pay for the rest
@@ -162,7 +168,7 @@ class CacheClient:
                 entry = CacheEntry.from_bytes(as_bytes(exact))
                 if l1 is not None:
                     l1.fill(exact_key, token, entry)
-                return LookupResult("exact", entry=entry, score=1.0, rule="exact")
+                return LookupResult("exact", entry, 1.0, "exact", key=exact_key)
             if l1 is not None:
                 l1.release(exact_key, token)  # nothing to fill: don't leave the reservation
             key = K.CacheKey(ns, prompt_norm, params_canon, ctx)
@@ -170,12 +176,32 @@ class CacheClient:
         except redis.RedisError as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
         if negative:
-            return LookupResult("negative", reason="recent error for this request")
+            return LookupResult("negative", reason="recent error for this request", key=exact_key)
         if use_semantic and self.semantic is not None:
             hit = self._semantic_lookup(req, key, threshold)
             if hit is not None:
                 return hit
-        return LookupResult("miss", ticket=self.generations.snapshot(key, req.docs))
+        ticket = self.generations.snapshot(key, req.docs)
+        return LookupResult("miss", ticket=ticket, key=exact_key)
+
+    def ticket(self, req: CacheRequest) -> LookupResult:
+        """A write ticket without reading the cache (Cache-Control: no-cache): the answer
+        computed next replaces whatever is cached, under the same generation checks. A bypass
+        for what must never be cached; raises RequestRejected, CacheUnavailable."""
+        self._check_size(req)
+        bypass = request_bypass_reason(req.params)
+        if bypass:
+            return LookupResult("bypass", reason=bypass)
+        key = req.key()
+        return LookupResult(
+            "miss", ticket=self.generations.snapshot(key, req.docs), key=key.exact()
+        )
+
+    def _check_size(self, req: CacheRequest) -> None:
+        if len(req.prompt) > self.policy.max_prompt_chars:
+            raise RequestRejected(
+                f"prompt of {len(req.prompt)} chars is over the limit of {self.policy.max_prompt_chars}"
+            )
 
     def _semantic_lookup(
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
@@ -214,7 +240,7 @@ class CacheClient:
         if got is None:
             return None
         m, entry = live[got.index]
-        return LookupResult("semantic", entry=entry, score=m.score, rule=got.rule)
+        return LookupResult("semantic", entry, m.score, got.rule, key=m.entry_key)
 
     # -- write path --
 
@@ -230,19 +256,34 @@ class CacheClient:
         gpu_ms: float = 0.0,
         generated_at: float | None = None,
         is_error: bool = False,
+        finish_reason: str = "stop",
+        extras: AnswerExtras | None = None,
     ) -> StoreResult:
-        """Store the answer computed after a miss; refuses stale, retired and uncacheable writes."""
+        """Store the answer computed after a miss; refuses stale, retired and uncacheable writes
+        (and answers that did not end on their own: finish_reason other than stop/tool_calls)."""
         t = result.ticket
         if t is None:
             return StoreResult(False, f"not cacheable: {result.reason or result.outcome}")
+        extras = extras or AnswerExtras()
         refusal = response_refusal_reason(
-            response, is_error=is_error, max_bytes=self.policy.max_response_bytes
+            response,
+            is_error=is_error,
+            max_bytes=self.policy.max_response_bytes,
+            finish_reason=finish_reason,
+            has_tool_calls=bool(extras.tool_calls),
         )
         if refusal:
             return StoreResult(False, refusal)
         if t.retired:
             return StoreResult(False, "retired namespace")
         entry = self._entry(t, response, source, tokens_in, tokens_out, gpu_ms, generated_at)
+        if finish_reason != "stop" or extras.reasoning is not None or extras.tool_calls:
+            entry = msgspec.structs.replace(
+                entry,
+                finish_reason=finish_reason,
+                reasoning=extras.reasoning,
+                tool_calls=list(extras.tool_calls) if extras.tool_calls else None,
+            )
         refused_by = self.generations.write(t, entry.to_bytes(), self.policy.exact_ttl_s)
         if refused_by is not None:
             return StoreResult(False, f"stale: generation moved at {refused_by}")

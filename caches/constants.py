@@ -11,10 +11,12 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:{t:<tenant>}:g:t:<model>:<template>                    template generation / "retired"
     stk:{t:<tenant>}:g:c:<context_hash>                        context generation (INCR on invalidate)
     stk:{t:<tenant>}:g:d:<doc_id>                              doc version floor (older versions are stale)
+    stk:{t:<tenant>}:g:dg:<doc_id>                             doc generation (INCR on every change of the doc)
     stk:{t:<tenant>}:i:d:<doc_id>                              set of entry keys whose context holds the doc
     stk:{t:<tenant>}:i:c:<context_hash>                        set of entry keys with that context
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
+    stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
 
 Every component is percent-encoded (only [A-Za-z0-9._~-] stay), so ``:``, ``@``, ``{``, ``}`` and
 the glob characters ``*?[]`` never appear inside a component: SCAN MATCH patterns built from a
@@ -35,8 +37,16 @@ KIND_GEN_MODEL: Final = "g:m"
 KIND_GEN_TEMPLATE: Final = "g:t"
 KIND_GEN_CONTEXT: Final = "g:c"
 KIND_DOC_FLOOR: Final = "g:d"
+# Writes of answers built on a doc named by id alone (no version to compare with the floor)
+# check this instead: every KB change of the doc moves it, so a write begun before is refused.
+KIND_DOC_GEN: Final = "g:dg"
 KIND_INDEX_DOC: Final = "i:d"
 KIND_INDEX_CONTEXT: Final = "i:c"
+
+# The live version of each model, written by the deploy cutover when the new version is READY
+# and read by every gateway replica: outside every tenant's tag (one hash per model, shared by
+# its tenants), beside the other deploy keys in the "{deploy}" slot.
+LIVE_PREFIX: Final = f"{KEY_ROOT}:live:{{deploy}}:"
 
 # A generation key holding this value marks a retired namespace: no write for it lands again.
 RETIRED: Final = b"retired"

@@ -2,11 +2,13 @@
 
 Protocol, one round trip each side:
 1. On a miss, ``snapshot`` reads the generations of everything the answer depends on (model
-   version, template version, context hash) into a WriteTicket, before the GPU computes.
-2. An invalidation first moves the generation (INCR a context, raise a doc's version floor,
-   mark a version "retired"), then deletes the entries it found through the indexes.
+   version, template version, context hash, and the generation of each doc named by id
+   alone) into a WriteTicket, before the GPU computes.
+2. An invalidation first moves the generation (INCR a context, raise a doc's version floor and
+   INCR its doc generation, mark a version "retired"), then deletes the entries it found
+   through the indexes.
 3. ``WRITE_SCRIPT`` lands the entry only if every generation still equals the snapshot, no
-   namespace is retired and every context doc's version is at or above its floor; in the same
+   namespace is retired and every versioned doc is at or above its floor; in the same
    atomic step it adds the key to the doc / context indexes, whose TTL follows the entry's.
 All keys of one call share the tenant hash tag, so this holds on Redis Cluster too.
 """
@@ -52,8 +54,12 @@ end
 return {1, ''}
 """
 
-# Raise a doc's version floor, never lower it: out-of-order events do no harm.
+# Raise a doc's version floor (KEYS[1]), never lower it: out-of-order events do no harm. Move
+# its doc generation (KEYS[2]) whatever the version: answers built on the doc named by id alone
+# cannot be compared with a floor, so every change refuses their in-flight writes.
 RAISE_FLOOR_LUA = """
+redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 local want = tonumber(ARGV[1])
 if want > cur then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return want end
@@ -98,9 +104,15 @@ class WriteTicket:
     retired: bool = False
 
     def checks(self) -> list[tuple[str, str, str]]:
+        """(key, mode, value): generations (and versionless docs' generations) must be equal,
+        versioned docs at or above their floor."""
         out = [(k, "eq", v.decode()) for k, v in self.gens]
         t = self.key.ns.tenant
-        out += [(K.doc_floor_key(t, d.doc_id), "floor", str(d.version)) for d in self.docs]
+        out += [
+            (K.doc_floor_key(t, d.doc_id), "floor", str(d.version))
+            for d in self.docs
+            if d.version is not None
+        ]
         return out
 
     def index_keys(self) -> list[str]:
@@ -109,11 +121,16 @@ class WriteTicket:
         return [*idx, K.context_index_key(t, self.key.context_hash)]
 
 
-def gen_keys(key: K.CacheKey) -> list[str]:
+def gen_keys(key: K.CacheKey, docs: Sequence[DocRef] = ()) -> list[str]:
+    """What a write depends on by generation: the namespace, the context, and each doc the
+    retriever named without a version."""
+    t = key.ns.tenant
+    versionless = sorted({d.doc_id for d in docs if d.version is None})
     return [
         K.model_gen_key(key.ns),
         K.template_gen_key(key.ns),
-        K.context_gen_key(key.ns.tenant, key.context_hash),
+        K.context_gen_key(t, key.context_hash),
+        *(K.doc_gen_key(t, d) for d in versionless),
     ]
 
 
@@ -136,7 +153,7 @@ class Generations:
     def snapshot(self, key: K.CacheKey, docs: Sequence[DocRef]) -> WriteTicket:
         """Read the generations before computing. Registers the tenant first (see retirement)."""
         self._register_tenant(key.ns.tenant)
-        names = gen_keys(key)
+        names = gen_keys(key, docs)
         with redis_boundary("snapshot"):
             pipe = self._r.pipeline(transaction=False)
             pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
@@ -185,7 +202,8 @@ class Generations:
         with redis_boundary("raise doc floor"):
             return int(
                 self._raise_floor(
-                    keys=[K.doc_floor_key(tenant, doc_id)], args=[floor, C.GENERATION_TTL_S]
+                    keys=[K.doc_floor_key(tenant, doc_id), K.doc_gen_key(tenant, doc_id)],
+                    args=[floor, C.GENERATION_TTL_S],
                 )
             )
 
@@ -249,7 +267,7 @@ class Generations:
             pipe = self._r.pipeline(transaction=False)
             for tenant, doc_id, floor in floors:
                 self._raise_floor(
-                    keys=[K.doc_floor_key(tenant, doc_id)],
+                    keys=[K.doc_floor_key(tenant, doc_id), K.doc_gen_key(tenant, doc_id)],
                     args=[floor, C.GENERATION_TTL_S],
                     client=pipe,
                 )

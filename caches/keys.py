@@ -79,18 +79,25 @@ _PARAMS_CANON_MAX: Final = 4096
 
 
 def context_hash(model_id: str, template_version: str, docs: Iterable[DocRef]) -> str:
-    """hash(model id, template version, retrieved doc ids with their versions), order-free."""
+    """hash(model id, template version, retrieved doc ids with their versions where known),
+    order-free. A doc named by id alone (version None) keys as its id."""
     if docs == ():  # the common RAG-less request, then the one-doc one: no set, no sort
-        pairs: tuple[tuple[str, int], ...] = ()
+        pairs: tuple[tuple[str, int | None], ...] = ()
     elif isinstance(docs, tuple) and len(docs) == 1:
         pairs = ((docs[0].doc_id, docs[0].version),)
     else:
-        pairs = tuple(sorted({(d.doc_id, d.version) for d in docs}))
+        pairs = tuple(sorted({(d.doc_id, d.version) for d in docs}, key=_doc_order))
     return _context_hash(model_id, template_version, pairs)
 
 
+def _doc_order(pair: tuple[str, int | None]) -> tuple[str, int]:
+    return pair[0], -1 if pair[1] is None else pair[1]
+
+
 @functools.lru_cache(maxsize=65_536)  # most traffic shares few (model, template, docs) contexts
-def _context_hash(model_id: str, template_version: str, pairs: tuple[tuple[str, int], ...]) -> str:
+def _context_hash(
+    model_id: str, template_version: str, pairs: tuple[tuple[str, int | None], ...]
+) -> str:
     raw = orjson.dumps([model_id, template_version, pairs])
     return hashlib.sha256(raw).hexdigest()[: C.DIGEST_HEX]
 
@@ -209,6 +216,15 @@ def context_gen_key(tenant: str, ctx_hash: str) -> str:
 
 def doc_floor_key(tenant: str, doc_id: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_DOC_FLOOR}:{enc(doc_id)}"
+
+
+def doc_gen_key(tenant: str, doc_id: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_DOC_GEN}:{enc(doc_id)}"
+
+
+def live_versions_key(model_id: str) -> str:
+    """The hash of a model's live versions the cutover publishes ("*" or a tenant -> JSON)."""
+    return f"{C.LIVE_PREFIX}{enc(model_id)}"
 
 
 def doc_index_key(tenant: str, doc_id: str) -> str:

@@ -53,11 +53,25 @@ def request_bypass_reason(params: RequestParams) -> str | None:
     return None
 
 
-def response_refusal_reason(response: str, *, is_error: bool, max_bytes: int) -> str | None:
+# Answers that ended on their own: "stop", or a call of the caller's tools. Anything else
+# ("length", "content_filter", a stream cut short) is a truncated or altered answer.
+COMPLETE_FINISHES = frozenset({"stop", "tool_calls"})
+
+
+def response_refusal_reason(
+    response: str,
+    *,
+    is_error: bool,
+    max_bytes: int,
+    finish_reason: str = "stop",
+    has_tool_calls: bool = False,
+) -> str | None:
     """Why an answer must not be stored, or None."""
     if is_error:
         return "error response"
-    if not response.strip():
+    if finish_reason not in COMPLETE_FINISHES:
+        return f"incomplete answer (finish_reason {finish_reason})"
+    if not response.strip() and not has_tool_calls:
         return "empty response"
     if len(response.encode()) > max_bytes:
         return f"response over {max_bytes} bytes"

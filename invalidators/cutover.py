@@ -4,7 +4,8 @@ A job (deploy of model M: version V replaces U) moves through these phases, each
 the next begins, so a restarted worker resumes at the phase it was in:
 1. prewarm: the Prewarmer warms V's namespace (NoPrewarmer, when none is wired, says so); a
             pre-warm below its bar (PrewarmReport.ok) is retried like an outage, then FAILED;
-2. ready:   JobStatus READY on stoker.status; the grace deadline (READY + grace_s) is saved and
+2. ready:   V becomes the live version (caches/live.py: every gateway moves to V's namespace)
+            and JobStatus READY goes to stoker.status; the grace deadline (READY + grace_s) is saved and
             the job's queue score becomes that deadline, so nothing holds a thread meanwhile;
 3. grace:   U's entries stay readable (a rollback to U finds a warm cache);
 4. retire:  U is retired (every tenant, or the event's tenants): from that instant no write of U
@@ -43,6 +44,7 @@ import redis
 
 from caches.boundary import as_bytes, redis_boundary
 from caches.generations import Generations
+from caches.live import LiveVersions
 from invalidators.checkpoint import (
     DEPLOY_QUEUE_KEY,
     DEPLOY_SUPERSEDE_PREFIX,
@@ -123,6 +125,7 @@ class Cutover:
         self.prewarmer: Prewarmer = prewarmer or NoPrewarmer()
         self.opts = options or CutoverOptions()
         self.generations = Generations(r)
+        self.live = LiveVersions(r)
         self._accept = r.register_script(ACCEPT_LUA)
 
     # -- the job store --
@@ -302,6 +305,12 @@ class Cutover:
             job.counts |= {"warmed": res.warmed, "warm_failed": res.failed}
             if not res.ok:  # READY would promise a warm cache: retried, then FAILED
                 raise PrewarmBelowBar(job.prewarm)
+            # READY: gateways serve V from now on (an older deploy's READY, had it come
+            # later, would not override a newer one; a superseded job never gets here).
+            self.live.set(
+                job.model_id, job.version, deploy_id=job.deploy_id, accepted_at=job.accepted_at,
+                tenants=job.tenants,
+            )  # fmt: skip
         if job.previous_version is None or job.previous_version == job.version:
             # Nothing to retire (a first deploy, or the same version again): never retire V.
             job.phase, job.detail = "done", f"{job.prewarm}; no previous version to retire"

@@ -284,13 +284,16 @@ class Invalidator:
 
 
 def _doc_version(blob: bytes, doc_id: str) -> int:
-    """The doc's version the entry was built on; -1 (stale under any floor) if unreadable."""
+    """The doc's version the entry was built on; -1 (stale under any floor) if unreadable, or
+    if the retriever named the doc without a version: any change of the doc may have changed
+    what the answer was built on, so such an entry never survives one."""
     try:
         entry = CacheEntry.from_bytes(blob)
     except EntryDecodeError:
         log.warning("unreadable entry under a doc index; deleting it")
         return -1
-    return next((v for d, v in entry.docs if d == doc_id), -1)
+    v = next((v for d, v in entry.docs if d == doc_id), -1)
+    return -1 if v is None else v
 
 
 def _context_of(blob: bytes) -> str:

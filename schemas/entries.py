@@ -10,7 +10,7 @@ wrong with foreign bytes.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 import orjson
@@ -50,10 +50,17 @@ class CacheEntry(msgspec.Struct, frozen=True):
     response: str
     provenance: Provenance
     context_hash: str
-    docs: tuple[tuple[str, int], ...] = ()  # (doc_id, version) the answer was computed from
+    # (doc_id, version) the answer was computed from; version None: the retriever named the
+    # doc by id alone
+    docs: tuple[tuple[str, int | None], ...] = ()
     tokens_in: int = 0
     tokens_out: int = 0
     gpu_ms: float = 0.0
+    # What a replayed hit must carry besides the text (OpenAI chat fields); an entry written
+    # before these existed decodes with the defaults.
+    finish_reason: str = "stop"
+    reasoning: str | None = None  # reasoning_content of reasoning models
+    tool_calls: list[dict[str, Any]] | None = None
     schema_version: Literal[1] = ENTRY_SCHEMA_VERSION
 
     def to_bytes(self) -> bytes:

@@ -40,11 +40,40 @@ class BaseEvent(BaseModel):
         return v.astimezone(UTC)
 
 
+class LoggedRequest(BaseModel):
+    """The request exactly as the gateway sent it upstream: what a warm replays.
+
+    `body` is the JSON body of POST /v1/chat/completions or /v1/completions (model, messages or
+    prompt with the system prompt and inlined documents as sent, every parameter), without the
+    `stoker` extension and with streaming off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    api: Literal["chat", "completion"]
+    body: dict[str, Any]
+
+
+class LoggedAnswer(BaseModel):
+    """The answer a request got: its text (a miss's live answer, what the workers learn from),
+    or only its digest (a hit: the text is the served entry's, named by vector_id)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str | None = None
+    digest: str = Field(min_length=1, max_length=128)  # sha256 hex of the text
+    finish_reason: str | None = Field(default=None, max_length=64)
+    vector_id: str | None = Field(default=None, max_length=1024)  # the entry (semantic point) key
+
+
 class RequestLogged(BaseEvent):
-    """One request the serving gateway answered, and how the cache fared on it."""
+    """One request the serving gateway answered, and how the cache fared on it.
+
+    Version 1 is the cache identity and outcome. Version 2 (what `stoker gateway` publishes)
+    adds the replayable upstream request, the cache's decision (entry key digest, rule,
+    score) and the answer; a gateway of another language can publish it too (see README)."""
 
     type: Literal["request_logged"] = "request_logged"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     request_id: Id
     tenant: Tenant
     model_id: ModelRef
@@ -62,6 +91,24 @@ class RequestLogged(BaseEvent):
     route: str | None = Field(default=None, max_length=256)
     # The paraphrase-cluster key, when the gateway already knows it.
     cluster_key: str | None = Field(default=None, max_length=256)
+    # -- schema_version 2 --
+    request: LoggedRequest | None = None  # required in v2
+    answer: LoggedAnswer | None = None
+    cache_key: str | None = Field(default=None, max_length=128)  # the entry key's digest
+    cache_rule: str | None = Field(default=None, max_length=256)  # what accepted a hit
+    cache_score: float | None = Field(default=None, ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _fields_of_the_version(self) -> Self:
+        v2 = (self.request, self.answer, self.cache_key, self.cache_rule, self.cache_score)
+        if self.schema_version == 1 and any(f is not None for f in v2):
+            raise ValueError(
+                "request, answer, cache_key, cache_rule and cache_score are schema_version 2 "
+                "fields; a v1 event cannot carry them"
+            )
+        if self.schema_version == 2 and self.request is None:
+            raise ValueError("schema_version 2 requires request (the replayable upstream request)")
+        return self
 
 
 class ModelDeployed(BaseEvent):

@@ -28,6 +28,7 @@ class ServerSemanticStore(SemanticStore):
         self.dim = dim
         self._c = client
         self._col = collection
+        self._closed = False
         with qdrant_boundary("create collection"):
             if not self._c.collection_exists(collection):
                 self._c.create_collection(
@@ -100,5 +101,12 @@ class ServerSemanticStore(SemanticStore):
         with qdrant_boundary("count"):
             return int(self._c.count(self._col, count_filter=flt, exact=True).count)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        self._c.close()
+        """Release the client; a second close does nothing (the store may be shared)."""
+        if not self._closed:
+            self._closed = True
+            self._c.close()
