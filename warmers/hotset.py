@@ -348,9 +348,11 @@ class HotSetSelector:
         try:
             params = RequestParams(**(rep.get("params") or {}))
             docs = tuple(DocRef(**d) for d in rep.get("context_docs") or ())
+            logged = rep.get("request") or {}  # v2: the upstream request, replayed as sent
             req = GenerationRequest(
                 ns.tenant, ns.model_id, model_version or str(rep["model_version"]),
                 ns.template_version, str(rep["prompt"]), params, docs,
+                body=logged.get("body"), api=logged.get("api"), route=rep.get("route"),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             plan.skipped.append(Skipped(ns.tenant, qkey, f"unreadable representative: {e}"))
@@ -417,10 +419,11 @@ def _with_reason(i: PlanItem, more: str) -> PlanItem:
 
 
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:
-    """What a semantic hit must share with the entry: params and retrieved docs (and versions)."""
+    """What a semantic hit must share with the entry: params and retrieved docs (and versions,
+    where the retriever knows them; -1 stands for none)."""
     r = item.identity
     return canonical_params(r.params.as_dict()), tuple(
-        sorted((d.doc_id, d.version) for d in r.docs)
+        sorted((d.doc_id, -1 if d.version is None else d.version) for d in r.docs)
     )
 
 

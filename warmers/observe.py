@@ -38,7 +38,7 @@ _Count = Annotated[int, Meta(ge=0)]
 
 class _Doc(msgspec.Struct, forbid_unknown_fields=True, frozen=True):  # frozen: hashable memo key
     doc_id: Annotated[str, Meta(min_length=1, max_length=512)]
-    version: _Count
+    version: _Count | None = None
 
 
 class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -49,6 +49,8 @@ class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_tokens: Annotated[int, Meta(ge=1)] | None = None
     top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     no_cache: bool = False
+    api: Literal["chat", "completion"] | None = None
+    history: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """As RequestParams.as_dict() gives it, so both paths hash a query alike."""
@@ -57,6 +59,10 @@ class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             d["max_tokens"] = self.max_tokens
         if self.top_p is not None:
             d["top_p"] = self.top_p
+        if self.api is not None:
+            d["api"] = self.api
+        if self.history is not None:
+            d["history"] = self.history
         return d
 
     @property
@@ -67,13 +73,28 @@ class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 _DEFAULT_PARAMS: Final = _Params()
 
 
+class _LoggedRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """schemas.events.LoggedRequest; the body stays raw bytes (it is only ever re-encoded into
+    the representative), checked to be a JSON object by shape_ok."""
+
+    api: Literal["chat", "completion"]
+    body: msgspec.Raw
+
+
+class _LoggedAnswer(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    digest: Annotated[str, Meta(min_length=1, max_length=128)]
+    text: str | None = None
+    finish_reason: Annotated[str, Meta(max_length=64)] | None = None
+    vector_id: Annotated[str, Meta(max_length=1024)] | None = None
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True):
     """RequestLogged as msgspec checks it: with tenant_ok(), a strict subset of what pydantic
     accepts. The tenant's brace ban is checked apart (tenant_ok): msgspec runs the pattern
     through Python's re for every event (~0.35 us), and the batch tally checks each tenant once."""
 
     type: Literal["request_logged"]
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2]
     request_id: _Id
     tenant: Annotated[str, Meta(min_length=1, max_length=128)]
     model_id: _Id
@@ -94,14 +115,21 @@ class Request(msgspec.Struct, forbid_unknown_fields=True):
     context_docs: tuple[_Doc, ...] = ()
     route: _Short | None = None
     cluster_key: _Short | None = None
+    request: _LoggedRequest | None = None
+    answer: _LoggedAnswer | None = None
+    cache_key: Annotated[str, Meta(max_length=128)] | None = None
+    cache_rule: _Short | None = None
+    cache_score: Annotated[float, Meta(ge=-1.0, le=1.0)] | None = None
 
     def to_json(self) -> str:
-        """The representative request, as the event itself (prompt, params, context_docs, ...)."""
+        """The representative request, as the event itself (prompt, params, context_docs, and
+        in v2 the upstream request a warm replays)."""
         return msgspec.json.encode(self).decode()
 
     def fingerprint(self) -> object:
         # What a newer request of the same query can change in the representative.
-        return (self.model_version, self.context_docs, self.params, self.route)
+        body = bytes(self.request.body) if self.request is not None else None
+        return (self.model_version, self.context_docs, self.params, self.route, body)
 
 
 DECODER: Final = msgspec.json.Decoder(Request)
@@ -111,6 +139,20 @@ OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Memo size: distinct queries seen recently; cleared when full (bounded memory; a cleared
 # memo only costs a re-hash).
 MEMO_MAX = 200_000
+
+
+def shape_ok(r: Request) -> bool:
+    """RequestLogged's version rule (v2 fields only in v2, whose request is required) and a
+    v2 body that is a JSON object: what pydantic checks besides the field types."""
+    if r.schema_version == 1:
+        return (
+            r.request is None
+            and r.answer is None
+            and r.cache_key is None
+            and r.cache_rule is None
+            and r.cache_score is None
+        )
+    return r.request is not None and memoryview(r.request.body)[:1].tobytes() == b"{"
 
 
 def tenant_ok(tenant: str) -> bool:
@@ -151,7 +193,7 @@ class FastDecoder:
         except DECODE_ERRORS:
             return None
         ts, params = r.ts, r.params
-        if ts is UNSET or not tenant_ok(r.tenant):
+        if ts is UNSET or not tenant_ok(r.tenant) or not shape_ok(r):
             return None
         week, how = week_and_hour(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
         cacheable = params.cacheable
@@ -202,7 +244,9 @@ class _EventRepresentative:
         return self.ev.model_dump_json()
 
     def fingerprint(self) -> object:
-        return (self.ev.model_version, self.ev.context_docs, self.ev.params, self.ev.route)
+        ev = self.ev
+        body = ev.request.model_dump_json() if ev.request is not None else None
+        return (ev.model_version, ev.context_docs, ev.params, ev.route, body)
 
 
 def observe_event(ev: RequestLogged, part: str, offset: int) -> Observation:

@@ -314,6 +314,7 @@ class _Run:
             tokens_in=gen.tokens_in,
             tokens_out=gen.tokens_out,
             gpu_ms=gen.gpu_ms,
+            finish_reason=gen.finish_reason,  # a truncated warm answer is never stored
         )
         if res.landed:
             self.s.cached += 1

@@ -37,6 +37,7 @@ from warmers.observe import (
     observe_slow,
     params_canon,
     query_key_canon,
+    shape_ok,
     tenant_ok,
 )
 from warmers.profile import week_and_hour
@@ -67,7 +68,7 @@ def _fast(value: bytes | None) -> Request | None:
         r = DECODER.decode(value) if len(value) <= MAX_EVENT_BYTES else None  # type: ignore[arg-type]
     except _REFUSED:
         return None
-    return None if r is None or r.ts is UNSET else r
+    return None if r is None or r.ts is UNSET or not shape_ok(r) else r
 
 
 class BatchTally:

@@ -19,6 +19,15 @@ from warmers.traffic import TrafficHandler
 
 # Each case: (name, overrides or a callable editing the payload). Some are valid, some not.
 _DROP = object()
+_REQ = {"api": "chat", "body": {"model": "llama", "messages": [{"role": "user", "content": "q"}]}}
+_HIT = {"digest": "d" * 64, "vector_id": "stk:k"}
+_V2 = {
+    "request": _REQ,
+    "answer": {"text": "an answer", "digest": "d" * 64, "finish_reason": "stop"},
+    "cache_key": "k" * 32,
+    "cache_rule": "exact",
+    "cache_score": 1.0,
+}
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("plain", {}),
     ("naive ts", {"ts": "2025-03-03T10:15:00"}),
@@ -61,7 +70,23 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("bad outcome", {"cache_outcome": "maybe"}),
     ("exact hit", {"cache_outcome": "exact", "gpu_ms": 0.0}),
     ("other event type", {"type": "kb_changed"}),
-    ("unknown version", {"schema_version": 2}),
+    ("v2 without its request", {"schema_version": 2}),
+    ("unknown version", {"schema_version": 3}),
+    ("doc by id alone", {"context_docs": [{"doc_id": "a"}]}),
+    ("doc null version", {"context_docs": [{"doc_id": "a", "version": None}]}),
+    ("gateway params", {"params": {"temperature": 0, "api": "chat", "history": "h" * 32}}),
+    ("bad api param", {"params": {"api": "voice"}}),
+    ("v2", {"schema_version": 2, **_V2}),
+    ("v2 fields on v1", _V2),
+    ("v2 body not an object", {"schema_version": 2, "request": {"api": "chat", "body": [1]}}),
+    ("v2 bad api", {"schema_version": 2, "request": {"api": "voice", "body": {}}}),
+    ("v2 request extra key", {"schema_version": 2, "request": {**_REQ, "x": 1}}),
+    (
+        "v2 hit answer",
+        {"schema_version": 2, "request": _REQ, "cache_outcome": "exact", "answer": _HIT},
+    ),
+    ("v2 answer without digest", {"schema_version": 2, "request": _REQ, "answer": {"text": "a"}}),
+    ("v2 score out of range", {"schema_version": 2, "request": _REQ, "cache_score": 1.5}),
 ]
 
 
@@ -155,3 +180,13 @@ def test_traffic_handler__valid_event_of_another_type_is_unexpected() -> None:
     out = h.decode_batch([_msg(encode(kb), 0)])
     assert out.items == [] and out.good == 0
     assert [p.error.reason for p in out.poison] == ["unexpected_type"]
+
+
+def test_fast_decoder__takes_the_gateway_s_v2_events_and_keeps_their_request() -> None:
+    """The gateway publishes v2 with its own params: they must stay on the fast path (the slow
+    one runs at a third of the rate), and the representative must carry the upstream body."""
+    value = _payload({"schema_version": 2, **_V2, "params": {"temperature": 0, "api": "chat"}})
+    obs = FastDecoder().observe(value, "t:0", 1)
+    assert obs is not None
+    rep = orjson.loads(obs.representative.to_json())
+    assert rep["request"] == _REQ and rep["params"]["api"] == "chat"

@@ -10,22 +10,26 @@ A Backend raises only these (every library error is translated at its boundary):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from caches.client import CacheRequest
 from schemas.common import DocRef, RequestParams
 
-FinishReason = Literal["stop", "length", "unknown"]
+FinishReason = Literal["stop", "length", "tool_calls", "unknown"]
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
     """What to generate and for whom.
 
-    `prompt` is the fully rendered prompt (template applied, retrieved context inlined); `docs`
-    only name that context for the cache key and are not sent to the backend.
+    `body`, when the request log carried one (v2), is the request exactly as the gateway sent
+    it upstream: system prompt, template and inlined documents included; a warm sends it as it
+    is (`api` says where), so the answer is computed from the context its key names. Without
+    it (a v1 log), `prompt` is sent as the one user message; `docs` only name the context for
+    the cache key and are never sent.
     """
 
     tenant: str
@@ -35,6 +39,9 @@ class GenerationRequest:
     prompt: str
     params: RequestParams = field(default_factory=RequestParams)
     docs: tuple[DocRef, ...] = ()
+    body: Mapping[str, Any] | None = field(default=None, compare=False)
+    api: Literal["chat", "completion"] | None = None
+    route: str | None = None
 
     def cache_request(self) -> CacheRequest:
         """The cache identity of this request (same tenant, namespace, prompt, params, docs)."""
@@ -46,6 +53,7 @@ class GenerationRequest:
             self.prompt,
             self.params,
             self.docs,
+            self.route,
         )
 
 

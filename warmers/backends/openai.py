@@ -18,7 +18,12 @@ from warmers.backends.base import Backend, FinishReason, Generation, GenerationR
 
 Mode = Literal["chat", "completions"]
 _PATHS: dict[Mode, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "eos": "stop"}
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "eos": "stop",
+    "tool_calls": "tool_calls",
+}
 
 
 @dataclass(frozen=True)
@@ -117,11 +122,12 @@ class OpenAIBackend(Backend):
 
     async def generate(self, req: GenerationRequest) -> Generation:
         body = orjson.dumps(self._body(req))
+        mode = self._mode_of(req)
         retries = 0
         while True:
             t0 = time.perf_counter()
             try:
-                data = await self._post(body)
+                data = await self._post(body, mode)
             except BackendOverloaded:
                 raise  # the caller paces itself on 429s; retrying here would hide them
             except BackendUnavailable:
@@ -130,12 +136,17 @@ class OpenAIBackend(Backend):
                     raise
                 await asyncio.sleep(self.retry.delay_s(retries, self._rng))
                 continue
-            return self._parse(data, (time.perf_counter() - t0) * 1000.0, retries)
+            return self._parse(data, mode, (time.perf_counter() - t0) * 1000.0, retries)
 
-    async def _post(self, body: bytes) -> dict[str, Any]:
-        op = f"POST {_PATHS[self.mode]}"
+    def _mode_of(self, req: GenerationRequest) -> Mode:
+        if req.body is not None and req.api is not None:
+            return "chat" if req.api == "chat" else "completions"
+        return self.mode
+
+    async def _post(self, body: bytes, mode: Mode) -> dict[str, Any]:
+        op = f"POST {_PATHS[mode]}"
         with transport_boundary(op):
-            resp = await self._http.post(_PATHS[self.mode], content=body)
+            resp = await self._http.post(_PATHS[mode], content=body)
         raise_for_status(resp, op)
         try:
             data = orjson.loads(resp.content)
@@ -146,26 +157,31 @@ class OpenAIBackend(Backend):
         return data
 
     def _body(self, req: GenerationRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model or req.model_id, **req.params.as_dict()}
+        if req.body is not None:  # the logged request, replayed as it was sent
+            replay = {k: v for k, v in req.body.items() if k not in ("stream", "stream_options")}
+            return replay | {"model": self.model or replay.get("model") or req.model_id}
+        body: dict[str, Any] = {"model": self.model or req.model_id, **req.params.upstream_dict()}
         if self.mode == "chat":
             body["messages"] = [{"role": "user", "content": req.prompt}]
         else:
             body["prompt"] = req.prompt
         return body
 
-    def _parse(self, data: dict[str, Any], latency_ms: float, retries: int) -> Generation:
+    def _parse(
+        self, data: dict[str, Any], mode: Mode, latency_ms: float, retries: int
+    ) -> Generation:
         try:
             choice = data["choices"][0]
-            text = choice["message"]["content"] if self.mode == "chat" else choice["text"]
+            text = choice["message"]["content"] if mode == "chat" else choice["text"]
             usage = data.get("usage") or {}
             tokens_in = int(usage.get("prompt_tokens", 0))
             tokens_out = int(usage.get("completion_tokens", 0))
             gpu_ms = float(usage.get("gpu_ms", latency_ms))  # extension field; else wall time
             finish = _FINISH.get(str(choice.get("finish_reason")), "unknown")
         except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise BackendUnavailable(f"malformed {self.mode} answer: {type(e).__name__}") from e
+            raise BackendUnavailable(f"malformed {mode} answer: {type(e).__name__}") from e
         if not isinstance(text, str):
-            raise BackendUnavailable(f"malformed {self.mode} answer: text is not a string")
+            raise BackendUnavailable(f"malformed {mode} answer: text is not a string")
         return Generation(text, tokens_in, tokens_out, latency_ms, gpu_ms, finish, retries)
 
     async def aclose(self) -> None:

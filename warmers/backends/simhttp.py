@@ -250,6 +250,11 @@ class SimServer:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the client went away or sent garbage: drop the connection
+        except asyncio.CancelledError:
+            # stop() cancels open connections. Ending normally here matters: asyncio's
+            # start_server callback calls task.exception() on the finished task, which raises
+            # (and logs an error) when the task itself ended cancelled.
+            pass
         finally:
             self._conns.discard(task)
             writer.close()
