@@ -13,6 +13,7 @@ from stoker.commands import analyze as _analyze  # noqa: F401
 from stoker.commands import demo as _demo  # noqa: F401
 from stoker.commands import deploy as _deploy  # noqa: F401
 from stoker.commands import eval_semantic as _eval_semantic  # noqa: F401
+from stoker.commands import gateway as _gateway  # noqa: F401
 from stoker.commands import invalidate as _invalidate  # noqa: F401
 from stoker.commands import purge as _purge  # noqa: F401
 from stoker.commands import replay as _replay  # noqa: F401

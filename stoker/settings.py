@@ -122,6 +122,33 @@ class StokerSettings(BaseSettings):
     # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
     scheduler_lock_ttl_s: float = Field(default=30.0, gt=0)
 
+    # -- gateway (`stoker gateway`, gateway/) --
+    gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container
+    gateway_port: int = Field(default=8080, ge=0, le=65_535)
+    # The OpenAI-compatible server misses go to (vLLM, TGI, `stoker sim-backend`); unset: the
+    # warm backend (STOKER_WARM_BACKEND_URL), the same GPUs.
+    gateway_upstream_url: str | None = None
+    gateway_upstream_api_key: SecretStr | None = None
+    gateway_upstream_timeout_s: float = Field(default=300.0, gt=0)
+    # API key -> tenant. Set: the bearer key names the tenant, an unknown one is refused (401)
+    # and X-Stoker-Tenant is ignored. Unset: the tenant comes from X-Stoker-Tenant.
+    gateway_api_keys: dict[SecretStr, str] = Field(default_factory=dict)
+    gateway_default_tenant: str | None = None
+    # Let `stoker.tenant` in the request body name the tenant (a client can forge it).
+    gateway_tenant_from_body: bool = False
+    # The namespace's version before any deploy went READY for a model.
+    gateway_default_model_version: str = Field(default="default", min_length=1)
+    gateway_lookup_budget_ms: float = Field(default=50.0, gt=0)
+    gateway_lookup_threads: int = Field(default=16, ge=1, le=256)
+    gateway_herd_wait_s: float = Field(default=30.0, ge=0)
+    # A request without a temperature samples at the upstream's default: 1 in OpenAI's API, so
+    # it is not cached. Set 0 where your upstream decodes greedily by default.
+    gateway_default_temperature: float = Field(default=1.0, ge=0)
+    gateway_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    gateway_log_buffer: int = Field(default=10_000, ge=1)
+    gateway_log_answer_max_bytes: int = Field(default=16_384, ge=0)
+    gateway_drain_s: float = Field(default=30.0, gt=0)
+
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,
     # so two workers on one host never fight over a port; docker-compose and deploy/k8s set 9464.

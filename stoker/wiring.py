@@ -11,9 +11,11 @@ and the open Qdrant Edge store of a folder (an Edge shard is opened once per pro
 from __future__ import annotations
 
 import atexit
+import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import redis
 from rich.console import Console
@@ -24,9 +26,12 @@ from caches.l1 import L1Cache
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
 from caches.semantic.edge import EdgeSemanticStore
+from gateway.app import GatewayParts
+from gateway.options import GatewayOptions
+from gateway.requestlog import KafkaLog, NullLog, RequestLog
 from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
-from schemas.errors import ConfigError
+from schemas.errors import BrokerUnavailable, ConfigError
 from stoker.settings import StokerSettings
 from streams.base import Handler
 from streams.jobs import JobRecords, KafkaStatusSink
@@ -36,9 +41,12 @@ from warmers.budget import Budget
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import WarmRunner
 
+log = logging.getLogger(__name__)
+
 _EMBEDDERS: dict[tuple[str, str, str | None], Embedder] = {}
 _EDGE_STORES: dict[Path, EdgeSemanticStore] = {}
 _PROCESS_EDGE_PATH: Path | None = None
+_MEMORY_STORES: dict[str, Any] = {}  # collection -> ServerSemanticStore on ":memory:"
 # Dimensions of the embedding models stoker knows without loading them, so the invalidation
 # and deploy workers can open the semantic store without the model (seconds and ~100 MB).
 _KNOWN_DIMS = {("sentence-transformers", "all-MiniLM-L6-v2"): 384}
@@ -107,13 +115,18 @@ def build_semantic(s: StokerSettings, dim: int | None = None) -> SemanticStore:
 
         if not s.qdrant_url:
             raise ConfigError("semantic_backend=server needs STOKER_QDRANT_URL")
-        key = s.qdrant_api_key.get_secret_value() if s.qdrant_api_key else None
-        client = (
-            QdrantClient(url=s.qdrant_url, api_key=key)
-            if s.qdrant_url != ":memory:"
-            else QdrantClient(":memory:")
-        )
-        return ServerSemanticStore(client, s.qdrant_collection, dim)
+        if s.qdrant_url != ":memory:":
+            key = s.qdrant_api_key.get_secret_value() if s.qdrant_api_key else None
+            return ServerSemanticStore(
+                QdrantClient(url=s.qdrant_url, api_key=key), s.qdrant_collection, dim
+            )
+        # qdrant-client's local mode lives in this process: its parts share one store, as they
+        # would share a server (small tests and single-process setups only: it is brute force).
+        shared = _MEMORY_STORES.get(s.qdrant_collection)
+        if shared is None or shared.closed:
+            shared = ServerSemanticStore(QdrantClient(":memory:"), s.qdrant_collection, dim)
+            _MEMORY_STORES[s.qdrant_collection] = shared
+        return shared
     path = Path(s.qdrant_path).resolve() if s.qdrant_path else _process_edge_path()
     # An Edge shard is a folder one process opens once: every part of this process (serving
     # client, invalidation and deploy workers) shares the one open store of a folder.
@@ -256,3 +269,80 @@ def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotS
 def cutover_options(s: StokerSettings) -> CutoverOptions:
     purge = PurgeOptions(rate=s.deploy_purge_rate, batch=s.deploy_purge_batch)
     return CutoverOptions(grace_s=s.deploy_grace_s, purge=purge)
+
+
+# -- the gateway --
+
+
+def gateway_options(s: StokerSettings, *, upstream_url: str | None = None) -> GatewayOptions:
+    import hashlib
+
+    keys = {
+        hashlib.sha256(k.get_secret_value().encode()).hexdigest(): tenant
+        for k, tenant in s.gateway_api_keys.items()
+    }
+    up_key = s.gateway_upstream_api_key
+    return GatewayOptions(
+        upstream_url=upstream_url or s.gateway_upstream_url or s.warm_backend_url,
+        upstream_api_key=up_key.get_secret_value() if up_key else None,
+        upstream_timeout_s=s.gateway_upstream_timeout_s,
+        lookup_budget_s=s.gateway_lookup_budget_ms / 1000.0,
+        lookup_threads=s.gateway_lookup_threads,
+        herd_wait_s=s.gateway_herd_wait_s,
+        max_body_bytes=s.gateway_max_body_bytes,
+        api_key_tenants=keys,
+        default_tenant=s.gateway_default_tenant,
+        tenant_from_body=s.gateway_tenant_from_body,
+        default_model_version=s.gateway_default_model_version,
+        default_temperature=s.gateway_default_temperature,
+        log_answer_max_bytes=s.gateway_log_answer_max_bytes,
+        log_buffer=s.gateway_log_buffer,
+        drain_s=s.gateway_drain_s,
+    )
+
+
+def build_request_log(s: StokerSettings, capacity: int) -> RequestLog:
+    """The request log to inference.requests, or NullLog when no broker is configured."""
+    if not s.kafka_bootstrap:
+        return NullLog()
+    from confluent_kafka import Producer
+
+    from streams.topics import TOPICS, ensure_topics, producer_config, topic_name
+
+    topic = topic_name("inference.requests", s.topic_prefix)
+    if s.worker_create_topics:
+        try:
+            ensure_topics(s.kafka_bootstrap, {topic: TOPICS["inference.requests"]})
+        except BrokerUnavailable as e:  # the gateway serves without its log; librdkafka retries
+            log.warning("request log: %s; serving on, events wait for the broker", e)
+    # linger batches the log (a few ms late is fine); the queue bound is the producer's share
+    # of "never block a response": a full queue drops (counted), it never waits.
+    conf = producer_config(
+        s.kafka_bootstrap, embedded=s.kafka_broker == "tansu",
+        **{"linger.ms": 20, "queue.buffering.max.messages": max(capacity, 1000)},
+    )  # fmt: skip
+    return KafkaLog(Producer(conf), topic, capacity)
+
+
+def build_gateway(s: StokerSettings, *, upstream_url: str | None = None) -> GatewayParts:
+    """Everything `stoker gateway` serves with: the cache (with the semantic layer and the L1
+    when it is on), the upstream pool, the request log."""
+    from gateway.cachegate import CacheGate
+    from gateway.upstream import Upstream
+
+    opts = gateway_options(s, upstream_url=upstream_url)
+    cache = build_cache_client(s)
+    if cache.embedder is not None:  # load and run the model once now, not on the first lookup
+        cache.embedder.inner.embed(["warm up"])
+    upstream = Upstream(
+        opts.upstream_url,
+        api_key=opts.upstream_api_key,
+        timeout_s=opts.upstream_timeout_s,
+        connections=opts.upstream_connections,
+        forward_auth=not opts.api_key_tenants,
+    )
+    parts = GatewayParts(
+        CacheGate(cache, opts), upstream, build_request_log(s, opts.log_buffer), opts
+    )
+    parts.on_shutdown.append(cache.close)
+    return parts

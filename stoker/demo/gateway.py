@@ -111,7 +111,7 @@ class Gateway:
         assert e is not None
         s = self.stats
         s.cross_tenant_hits += e.tenant != req.tenant
-        stale_doc = any(v < self.truth.doc_versions.get(d, v) for d, v in e.docs)
+        stale_doc = any((v or 0) < self.truth.doc_versions.get(d, v or 0) for d, v in e.docs)
         stale_version = e.provenance.model_version in self.truth.retired_versions
         s.stale_hits += (
             stale_doc or stale_version or e.provenance.model_version != req.model_version

@@ -1,0 +1,99 @@
+"""The gateway as a server: uvicorn (uvloop, httptools) around the app, with a drain on stop.
+
+stop() (SIGTERM in `stoker gateway`) does, in order:
+1. mark the gateway draining (/readyz answers 503, so a load balancer takes it out);
+2. stop accepting connections and let in-flight requests finish, for at most drain_s;
+3. shut the app down: close the upstream pool, flush the request log, let queued cache writes
+   land, and stop whatever the shell handed over (workers, the embedded stack).
+Signals are the caller's business (stoker/commands/gateway.py): uvicorn's own handlers re-raise
+the signal after a graceful stop, which would turn a clean SIGTERM into exit code 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Self
+
+import uvicorn
+
+from gateway.app import GatewayParts, build_app, wrap
+from schemas.errors import ServiceStartError
+
+# How long a thread-hosted server may take to come up.
+_START_S = 10.0
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # see the module docstring
+
+
+class GatewayServer:
+    def __init__(self, parts: GatewayParts, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.parts = parts
+        # Bound here, so the port is known (and taken) before serving starts.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = host, int(self._sock.getsockname()[1])
+        config = uvicorn.Config(
+            wrap(build_app(parts)),
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=int(max(1, parts.opts.drain_s)),
+            timeout_keep_alive=30,
+            backlog=2048,
+        )
+        self._server = _Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def serve(self) -> None:
+        """Serve until stop() (blocks; run it on the main thread or in start())."""
+        self._server.run(sockets=[self._sock])
+
+    def stop(self) -> None:
+        """Begin the drain (safe from any thread or a signal handler)."""
+        self.parts.draining = True
+        self._server.should_exit = True
+
+    # -- in a thread (tests, the demo) --
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self.serve, name="stoker-gateway", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + _START_S
+        tick = threading.Event()
+        while not self._server.started:  # bounded: the thread died, or the deadline passed
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ServiceStartError(f"the gateway did not start on {self.url}")
+            tick.wait(0.01)
+        return self
+
+    def join(self, timeout_s: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        self.join(self.parts.opts.drain_s + 10)

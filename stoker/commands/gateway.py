@@ -1,0 +1,109 @@
+"""`stoker gateway`: the OpenAI-compatible caching proxy; point your OpenAI base URL at it.
+
+Where it runs:
+- STOKER_KAFKA_BOOTSTRAP set (production): the gateway alone; it publishes the request log
+  there, and the workers run elsewhere (`stoker worker ...`), sharing Redis and a Qdrant server;
+- STOKER_REDIS_URL set but no broker: the gateway alone, publishing nowhere (it says so once);
+- neither: an embedded stack (Tansu, redis-server, Qdrant Edge), and every worker in this
+  process beside the gateway: Qdrant Edge lives inside one process, so only workers of the
+  same process can invalidate the vectors it serves. One command brings the system up.
+SIGTERM (or Ctrl-C) drains: /readyz turns 503, in-flight requests finish (STOKER_GATEWAY_DRAIN_S),
+the request log is flushed, the workers finish their batches; then it exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from stoker.app import app, console
+from stoker.logs import configure as configure_logging
+from stoker.metrics import serve_metrics
+from stoker.runtime import WorkerGroup, embedded_settings
+from stoker.settings import StokerSettings
+
+
+@app.command()
+def gateway(
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65_535, help="listen port; default STOKER_GATEWAY_PORT (8080)"),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="listen address; default STOKER_GATEWAY_HOST (127.0.0.1)")
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible upstream base URL; default STOKER_GATEWAY_UPSTREAM_URL, "
+            "else STOKER_WARM_BACKEND_URL"
+        ),
+    ] = None,
+) -> None:
+    """Serve /v1/chat/completions, /v1/completions and /v1/embeddings through the cache, and
+    /v1/models, /healthz, /readyz, /metrics. Exit 0 after a SIGTERM drain, 1 if it failed."""
+    if upstream is not None and not upstream.startswith(("http://", "https://")):
+        raise typer.BadParameter("must be an http:// or https:// URL", param_hint="--upstream")
+    overrides: dict[str, Any] = {}
+    if port is not None:
+        overrides["gateway_port"] = port
+    if host is not None:
+        overrides["gateway_host"] = host
+    if upstream is not None:
+        overrides["gateway_upstream_url"] = upstream
+    settings = StokerSettings(**overrides)
+    configure_logging(settings.log_format, settings.log_level)
+    embedded = not settings.kafka_bootstrap and not settings.redis_url
+    with _stack(settings, embedded) as s, serve_metrics(s.metrics_port) as metrics_port:
+        if metrics_port is not None:
+            console.print(f"metrics also on :{metrics_port}/metrics")
+        run_gateway(s, with_workers=embedded)
+
+
+@contextlib.contextmanager
+def _stack(settings: StokerSettings, embedded: bool) -> Iterator[StokerSettings]:
+    if not embedded:
+        yield settings
+        return
+    with embedded_settings(settings, console, what="the gateway") as s:
+        yield s
+
+
+def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
+    """Serve until SIGTERM/SIGINT; with_workers runs every worker in this process too."""
+    from gateway.service import GatewayServer
+    from stoker.registry import available
+    from stoker.wiring import build_gateway
+
+    workers = WorkerGroup(settings, available()) if with_workers else None
+    parts = build_gateway(settings)
+    server = GatewayServer(parts, settings.gateway_host, settings.gateway_port)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        console.print(f"{signal.Signals(signum).name}: draining the gateway")
+        server.stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if workers is not None:
+            workers.start()
+            console.print(f"workers in this process: {', '.join(workers.labels)}")
+        console.print(
+            f"gateway on {server.url} -> {parts.opts.upstream_url}; "
+            f"OpenAI base URL: {server.url}/v1"
+        )
+        server.serve()
+    finally:
+        if workers is not None:
+            workers.join()
+            workers.report(console)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print("gateway stopped")
+    if workers is not None:
+        workers.raise_first_error()

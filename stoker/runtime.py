@@ -1,0 +1,124 @@
+"""Running stoker's long-lived parts: the embedded stack when nothing is configured, and a group
+of workers (one thread each) that `stoker worker` and `stoker gateway` both run.
+
+WorkerGroup: start() a thread per worker or service; a worker that dies makes the group stop
+the others (watch()); stop() asks all to finish their batch and commit; join() waits for them.
+No thread outlives the group: join() is bounded only by each worker's own drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from rich.console import Console
+
+from schemas.errors import StokerError
+from stoker.settings import StokerSettings
+
+# How often the watcher wakes to see whether a worker thread died: a dead worker is reported
+# within this, and the others are stopped.
+WATCH_S = 0.5
+
+
+class Runnable(Protocol):
+    """A Worker, or a Service that is not a Kafka consumer (the scheduler)."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@contextlib.contextmanager
+def embedded_settings(
+    settings: StokerSettings, console: Console, *, what: str = "this process"
+) -> Iterator[StokerSettings]:
+    """The settings as given, or pointed at an embedded stack (Tansu, redis-server, a Qdrant
+    Edge folder) when no Kafka is configured; the stack lives as long as the block."""
+    if settings.kafka_bootstrap:
+        yield settings
+        return
+    from stoker.embedded import EmbeddedStack
+
+    with EmbeddedStack(kafka=True, redis=not settings.redis_url) as stack:
+        fields: dict[str, Any] = {"kafka_bootstrap": stack.kafka_bootstrap, "kafka_broker": "tansu"}
+        if not settings.redis_url:
+            fields["redis_url"] = stack.redis_url
+        if settings.semantic_backend == "edge" and settings.qdrant_path is None:
+            fields["qdrant_path"] = stack.qdrant_path  # one store for every part, removed at stop
+        console.print(
+            "no STOKER_KAFKA_BOOTSTRAP: running on an embedded stack "
+            f"(Kafka at {fields['kafka_bootstrap']}, Redis at {fields.get('redis_url', settings.redis_url)}); "
+            f"it lives as long as {what}"
+        )
+        yield settings.model_copy(update=fields)
+
+
+class WorkerGroup:
+    """The named workers of the registry, each on its own thread."""
+
+    def __init__(self, settings: StokerSettings, names: Sequence[str], group: str | None = None):
+        from stoker.registry import build_handler, build_service, is_service
+        from stoker.wiring import worker_config
+        from streams.worker import Worker
+
+        handlers = [build_handler(n, settings) for n in names if not is_service(n)]
+        self.workers = [Worker(h, worker_config(settings, h, group)) for h in handlers]
+        self.services = [build_service(n, settings) for n in names if is_service(n)]
+        self.runnables: list[Runnable] = [*self.workers, *self.services]
+        self.labels = [w.handler.name for w in self.workers] + [s.name for s in self.services]
+        self.errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        def body(r: Runnable) -> None:
+            try:
+                r.run()
+            except BaseException as exc:  # reported by whoever owns the exit code
+                self.errors.append(exc)
+
+        self._threads = [
+            threading.Thread(target=body, args=(r,), name=f"worker-{label}")
+            for r, label in zip(self.runnables, self.labels, strict=True)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def watch(self, until: threading.Event | None = None) -> None:
+        """Block until every worker is done (or `until` is set); stop all when one fails."""
+        while self.alive() and not (until is not None and until.is_set()):
+            if self.errors:
+                self.stop()
+            for t in self._threads:
+                t.join(WATCH_S)
+
+    def stop(self) -> None:
+        for r in self.runnables:
+            r.stop()
+
+    def join(self) -> None:
+        self.stop()
+        for t in self._threads:
+            t.join()
+
+    def report(self, console: Console) -> None:
+        for sv in self.services:
+            console.print(f"worker {sv.name}: {sv.report()}")
+        for w in self.workers:
+            s = w.stats
+            console.print(
+                f"worker {w.handler.name}: {s.events} events, {s.dlq} dead-lettered, "
+                f"{s.retries} retries"
+            )
+
+    def raise_first_error(self) -> None:
+        if self.errors:
+            exc = self.errors[0]
+            if isinstance(exc, StokerError):
+                raise exc
+            raise StokerError(f"worker failed: {type(exc).__name__}: {exc}") from exc

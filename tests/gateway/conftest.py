@@ -1,0 +1,79 @@
+"""Gateway fixtures: real upstreams on loopback, and gateways built as `stoker gateway` builds
+them (stoker.wiring.build_gateway) on the session's redis-server, served by uvicorn."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.service import GatewayServer
+from stoker.settings import StokerSettings
+from stoker.wiring import build_gateway
+from tests.gateway.upstreams import Script, Served, scripted_app
+from warmers.backends.simhttp import SimulatorThread
+from warmers.backends.simulator import SimConfig
+
+# Answers in a few ms (compressed time), with real slots and SSE.
+FAST_SIM = SimConfig(slots=16, queue=256, prefill_ms_per_token=0.01, decode_ms_per_token=0.2)
+
+GatewayFactory = Callable[..., GatewayServer]
+
+
+@pytest.fixture
+def sim() -> Iterator[SimulatorThread]:
+    with SimulatorThread(FAST_SIM) as s:
+        yield s
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@pytest.fixture
+def scripted(script: Script) -> Iterator[Served]:
+    with Served(scripted_app(script)) as s:
+        yield s
+
+
+def gateway_settings(redis_url: str, qdrant_path: Path, **overrides: Any) -> StokerSettings:
+    fields: dict[str, Any] = {
+        "redis_url": redis_url,
+        "qdrant_path": qdrant_path,
+        "gateway_default_temperature": 0.0,  # the tests' upstreams decode greedily
+        "exact_ttl_s": 600,
+        "semantic_ttl_s": 600,
+    }
+    return StokerSettings(**(fields | overrides))
+
+
+@pytest.fixture
+def make_gateway(redis_client: Any, redis_url: str, qdrant_path: Path) -> Iterator[GatewayFactory]:
+    """make_gateway(upstream_url, **settings) -> a running gateway; all stopped at the end."""
+    running: list[GatewayServer] = []
+
+    def make(upstream_url: str, **overrides: Any) -> GatewayServer:
+        s = gateway_settings(overrides.pop("redis_url", redis_url), qdrant_path, **overrides)
+        gw = GatewayServer(build_gateway(s, upstream_url=upstream_url)).start()
+        running.append(gw)
+        return gw
+
+    yield make
+    for gw in running:
+        gw.stop()
+    for gw in running:
+        gw.join(30)
+
+
+def client(gw: GatewayServer, tenant: str | None = "acme", **headers: str) -> openai.OpenAI:
+    """The official SDK pointed at the gateway, as a user would."""
+    h = dict(headers)
+    if tenant is not None:
+        h["X-Stoker-Tenant"] = tenant
+    return openai.OpenAI(
+        base_url=gw.url + "/v1", api_key="sk-test", default_headers=h, max_retries=0
+    )

@@ -1,0 +1,167 @@
+"""`stoker gateway` as users run it, and invalidations reaching the vectors it serves."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import redis
+
+from gateway.service import GatewayServer
+from schemas.events import KnowledgeBaseChanged
+from stoker.runtime import WorkerGroup
+from stoker.settings import StokerSettings
+from stoker.wiring import build_gateway, build_publisher
+from tests.cli import STOKER, clean_env
+from tests.gateway.conftest import client
+from tests.gateway.upstreams import Script, Served
+from tests.waiting import wait_for
+from warmers.backends.simhttp import SimulatorThread
+
+BANNER = re.compile(r"gateway on (http://127\.0\.0\.1:\d+)")
+Q = [{"role": "user", "content": "how do i reset my password"}]
+PARAPHRASE = [{"role": "user", "content": "How can I reset my password?"}]
+DOCS = {"stoker": {"docs": [{"doc_id": "kb/reset"}]}}
+
+
+class Running:
+    """`stoker gateway ...` as a child process; its banner tells the URL."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [*STOKER, "gateway", *args], env=clean_env(env), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.url = ""
+        threading.Thread(target=self._read, daemon=True).start()
+        wait_for(lambda: self.url or self.proc.poll() is not None, 120, "the gateway banner")
+        assert self.url, "".join(self.lines)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = BANNER.search(line)
+            if m:
+                self.url = m.group(1)
+
+    def stop(self, timeout_s: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+
+@pytest.fixture
+def running() -> Any:
+    started: list[Running] = []
+
+    def start(args: list[str], env: dict[str, str]) -> Running:
+        r = Running(args, env)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait(10)
+
+
+def _ask(url: str, messages: list[dict[str, Any]] = Q, **kw: Any) -> Any:
+    c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0,
+                      default_headers={"X-Stoker-Tenant": "acme"})  # fmt: skip
+    return c.chat.completions.with_raw_response.create(
+        model="sim-model", messages=messages, temperature=0, **kw
+    )
+
+
+def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
+    running: Any, sim: SimulatorThread
+) -> None:
+    gw = running(["--port", "0", "--upstream", sim.url], {})
+    assert any("embedded stack" in ln for ln in gw.lines)
+    assert any("workers in this process" in ln for ln in gw.lines)
+    assert _ask(gw.url).headers["x-stoker-cache"] == "miss"
+    wait_for(lambda: _ask(gw.url).headers["x-stoker-cache"] == "exact", 10, "the hit")
+    assert gw.stop() == 0
+    assert any("gateway stopped" in ln for ln in gw.lines)
+
+
+def test_cli__sigterm_lets_the_request_in_flight_finish(
+    running: Any, script: Script, scripted: Served, redis_url: str
+) -> None:
+    script.delay_s = 1.5
+    gw = running(["--port", "0", "--upstream", scripted.url], {"STOKER_REDIS_URL": redis_url})
+    done: list[int] = []
+
+    def slow() -> None:
+        done.append(_ask(gw.url).http_response.status_code)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    wait_for(lambda: script.calls() == 1, 10, "the request to reach the upstream")
+    gw.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    assert done == [200]
+    assert gw.stop() == 0
+
+
+@pytest.mark.parametrize("args", [["--port", "70000"], ["--upstream", "ftp://x"], ["--bogus"]])
+def test_cli__bad_arguments_exit_2(args: list[str]) -> None:
+    out = subprocess.run([*STOKER, "gateway", *args], env=clean_env(), capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2, out.stderr
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_cli__an_invalidation_reaches_the_vectors_the_gateway_serves(
+    backend: str,
+    sim: SimulatorThread,
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    unique: str,
+) -> None:
+    """The gateway and the invalidation worker of one process share one semantic store: the
+    embedded set-up (Qdrant Edge) and the server set-up (qdrant-client; here its local mode,
+    which stands in for a Qdrant server: a real server across processes is not run here)."""
+    semantic: dict[str, Any] = (
+        {"qdrant_path": tmp_path / "edge"} if backend == "edge"
+        else {"semantic_backend": "server", "qdrant_url": ":memory:",
+              "qdrant_collection": f"c{unique}"}
+    )  # fmt: skip
+    s = StokerSettings(
+        kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=f"inv{unique}.",
+        redis_url=redis_url, gateway_default_temperature=0, semantic_threshold=0.9,
+        worker_poll_s=0.05, **semantic,
+    )  # fmt: skip
+    workers = WorkerGroup(s, ["invalidation"])
+    workers.start()
+    try:
+        with GatewayServer(build_gateway(s, upstream_url=sim.url)) as gw:
+            c = client(gw)
+            store = gw.parts.gate.cache.semantic
+            assert store is not None
+            c.chat.completions.create(model="sim-model", messages=Q, temperature=0, extra_body=DOCS)
+            wait_for(lambda: store.count({"tenant": "acme"}) == 1, 10, "the vector to be indexed")
+            hit = _ask(gw.url, PARAPHRASE, extra_body=DOCS)
+            assert hit.headers["x-stoker-cache"] == "semantic"
+            with build_publisher(s) as pub:
+                ev = KnowledgeBaseChanged(tenant="acme", doc_id="kb/reset", doc_version=2,
+                                          change="updated")  # fmt: skip
+                pub.publish("inference.kb-changes", ev, key="acme")
+                pub.flush()
+            wait_for(lambda: store.count({"tenant": "acme"}) == 0, 30, "the vector to be deleted")
+            assert redis_client.keys("stk:{t:acme}:e:*") == []
+            assert _ask(gw.url, PARAPHRASE, extra_body=DOCS).headers["x-stoker-cache"] == "miss"
+    finally:
+        workers.join()
+    assert not workers.errors

@@ -1,0 +1,76 @@
+"""The warmer replays the logged request: a warm answer for RAG traffic is computed from the same
+system prompt and inlined documents as the live request its key names, end to end (gateway ->
+request log on Tansu -> traffic worker -> deploy pre-warm -> the new version's entry)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis
+
+from stoker.settings import StokerSettings
+from stoker.wiring import build_prewarmer, build_runner, worker_config
+from streams.worker import Worker
+from tests.gateway.conftest import GatewayFactory, client
+from warmers.backends.simhttp import SimulatorThread
+from warmers.budget import Budget
+from warmers.profile import TrafficProfile
+from warmers.traffic import TrafficHandler
+from warmers.window import Window
+
+QUESTION = "How do I reset my password?"
+SYSTEM = "Answer only from the context.\n[kb/reset v3] Open Settings, then Security, then Reset."
+RAG = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+DOCS = {"stoker": {"docs": [{"doc_id": "kb/reset"}]}}
+
+
+def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
+    make_gateway: GatewayFactory,
+    sim: SimulatorThread,
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_client: redis.Redis,
+    unique: str,
+    qdrant_path: Path,
+) -> None:
+    prefix = f"replay{unique}."
+    gw = make_gateway(sim.url, kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu",
+                      topic_prefix=prefix)  # fmt: skip
+    c = client(gw, **{"X-Stoker-Template-Version": "rag-v1"})
+    # Asked often enough to be worth warming (1 miss, then hits; the profile counts them all).
+    answers = {
+        c.chat.completions.create(model="sim-model", messages=RAG, temperature=0, extra_body=DOCS)
+        .choices[0]
+        .message.content
+        for _ in range(6)
+    }
+    (live_text,) = answers
+
+    s = StokerSettings(
+        kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
+        redis_url=redis_url, qdrant_path=qdrant_path, warm_backend_url=sim.url,
+        warm_min_ttl_left_s=60, exact_ttl_s=600,
+    )  # fmt: skip
+    handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(redis_url)))
+    assert Worker(handler, worker_config(s, handler, f"g{unique}")).run_until(
+        lambda st: st.events >= 6, 30
+    )
+
+    # The same hour tomorrow: the planner learns from past days (today's traffic is history).
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    window = Window(hour, hour + timedelta(hours=1))
+    runner = build_runner(s, progress=False)
+    prewarmer = build_prewarmer(s, runner)
+    prewarmer.budget, prewarmer.window = Budget(requests=5), lambda: window
+    res = prewarmer.prewarm("sim-model", "v2", "default", ["acme"])
+    assert res.cached == 1 and res.ok
+
+    warm = c.chat.completions.with_raw_response.create(
+        model="sim-model", messages=RAG, temperature=0, extra_body=DOCS,
+        extra_headers={"X-Stoker-Model-Version": "v2"},
+    )  # fmt: skip
+    assert warm.headers["x-stoker-cache"] == "exact"  # the warm entry, not a live one
+    assert warm.parse().choices[0].message.content == live_text
+    bare = sim.server.sim.answer_for("sim-model", QUESTION, None).text
+    assert bare != live_text  # what the warmer sent before v2 logs: the question alone
