@@ -115,6 +115,16 @@ class WriteTicket:
         ]
         return out
 
+    def doc_generations(self) -> dict[str, int]:
+        """doc id -> generation seen, for each doc named by id alone (see gen_keys)."""
+        t = self.key.ns.tenant
+        seen = dict(self.gens)
+        return {
+            d.doc_id: int(seen.get(K.doc_gen_key(t, d.doc_id), b"0"))
+            for d in self.docs
+            if d.version is None
+        }
+
     def index_keys(self) -> list[str]:
         t = self.key.ns.tenant
         idx = [K.doc_index_key(t, d.doc_id) for d in self.docs]

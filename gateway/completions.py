@@ -338,6 +338,7 @@ def log_event(
         "cache_key": res.key.rsplit(":", 1)[-1] if res.key else None,
         "cache_rule": res.rule or None,
         "cache_score": None if res.score is None else max(-1.0, min(1.0, res.score)),
+        "doc_generations": res.ticket.doc_generations() if res.ticket is not None else None,
     }
     if a is not None:
         event["answer"] = _logged_answer(a, res.key if hit else None, opts, with_text=not hit)

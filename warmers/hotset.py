@@ -32,7 +32,7 @@ import redis
 
 from caches.boundary import redis_boundary
 from caches.embedders import CachedEmbedder, Embedder
-from caches.keys import canonical_params, normalise_prompt
+from caches.keys import canonical_params, doc_gen_key, normalise_prompt
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
 from warmers.backends.base import GenerationRequest
@@ -184,7 +184,7 @@ class HotSetSelector:
                 volume[t] += ns.volume
                 ranked[t] += self._clusters(ns, budget, model_version, plan)
             ranked[t].sort(key=PlanItem.rank)
-            ranked[t] = self._drop_fresh(ranked[t], plan)
+            ranked[t] = self._drop_changed_context(self._drop_fresh(ranked[t], plan), plan)
         self._fill(plan, ranked, volume)
         return plan
 
@@ -353,6 +353,7 @@ class HotSetSelector:
                 ns.tenant, ns.model_id, model_version or str(rep["model_version"]),
                 ns.template_version, str(rep["prompt"]), params, docs,
                 body=logged.get("body"), api=logged.get("api"), route=rep.get("route"),
+                doc_generations=rep.get("doc_generations"),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             plan.skipped.append(Skipped(ns.tenant, qkey, f"unreadable representative: {e}"))
@@ -364,6 +365,26 @@ class HotSetSelector:
         return qkey, WarmItem.of(req), costs[qkey].gpu_ms_per_miss
 
     # -- step 5 and the budget --
+
+    def _drop_changed_context(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
+        """Drop logged requests whose documents (named by id alone) changed since they were
+        logged: their body inlines the old text, and the key cannot tell (one MGET)."""
+        check = [(i, d.doc_id) for i in items if i.item.request.body is not None
+                 for d in i.item.request.docs if d.version is None]  # fmt: skip
+        if not check:
+            return items
+        with redis_boundary("hot set doc generations"):
+            now = self.cache_redis.mget([doc_gen_key(i.tenant, doc) for i, doc in check])
+        changed: set[int] = set()
+        for (i, doc), cur in zip(check, now, strict=True):
+            logged = (i.item.request.doc_generations or {}).get(doc)
+            if int(cur or 0) != (logged if logged is not None else 0):
+                changed.add(id(i))
+        for i in items:
+            if id(i) in changed:
+                why = "its documents changed since it was logged (warmed after a live request)"
+                plan.skipped.append(Skipped(i.tenant, i.query, why))
+        return [i for i in items if id(i) not in changed]
 
     def _drop_fresh(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
         """Drop what is cached with enough TTL left (one pipelined PTTL per tenant)."""

@@ -120,6 +120,7 @@ class Request(msgspec.Struct, forbid_unknown_fields=True):
     cache_key: Annotated[str, Meta(max_length=128)] | None = None
     cache_rule: _Short | None = None
     cache_score: Annotated[float, Meta(ge=-1.0, le=1.0)] | None = None
+    doc_generations: dict[str, int] | None = None
 
     def to_json(self) -> str:
         """The representative request, as the event itself (prompt, params, context_docs, and
@@ -151,6 +152,7 @@ def shape_ok(r: Request) -> bool:
             and r.cache_key is None
             and r.cache_rule is None
             and r.cache_score is None
+            and r.doc_generations is None
         )
     return r.request is not None and memoryview(r.request.body)[:1].tobytes() == b"{"
 

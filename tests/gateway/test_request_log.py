@@ -65,6 +65,7 @@ def test_request_log__v2_events_carry_the_request_and_the_answer_and_are_learned
     assert second.request is not None and second.request.body == first.request.body  # no stream
     assert first.prompt == "How do I reset my password?" and first.template_version == "support-v3"
     assert [(d.doc_id, d.version) for d in first.context_docs] == [("kb/reset", None)]
+    assert first.doc_generations == {"kb/reset": 0}  # seen at lookup: a warm checks it
     assert first.route == "support" and first.params.api == "chat"
     assert first.answer is not None and first.answer.text == script.text
     assert second.answer is not None and second.answer.text is None  # a hit: digest only

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import redis
 
+from caches.generations import Generations
 from stoker.settings import StokerSettings
 from stoker.wiring import build_prewarmer, build_runner, worker_config
 from streams.worker import Worker
@@ -74,3 +75,10 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
     assert warm.parse().choices[0].message.content == live_text
     bare = sim.server.sim.answer_for("sim-model", QUESTION, None).text
     assert bare != live_text  # what the warmer sent before v2 logs: the question alone
+
+    # The doc changes: the logged body inlines its old text, so it is not replayed again
+    # (the key, naming the doc by id alone, could not tell a stale warm from a fresh one).
+    Generations(redis_client).raise_doc_floor("acme", "kb/reset", 4)
+    plan = runner.plan(window, Budget(requests=5), tenants=["acme"], model_version="v3")
+    assert plan.items == []
+    assert any("documents changed" in sk.reason for sk in plan.skipped)

@@ -87,6 +87,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ),
     ("v2 answer without digest", {"schema_version": 2, "request": _REQ, "answer": {"text": "a"}}),
     ("v2 score out of range", {"schema_version": 2, "request": _REQ, "cache_score": 1.5}),
+    ("v2 doc generations", {"schema_version": 2, "request": _REQ, "doc_generations": {"a": 3}}),
+    ("doc generations on v1", {"doc_generations": {"a": 3}}),
+    ("bad doc generation", {"schema_version": 2, "request": _REQ, "doc_generations": {"a": "x"}}),
 ]
 
 

@@ -42,6 +42,8 @@ class GenerationRequest:
     body: Mapping[str, Any] | None = field(default=None, compare=False)
     api: Literal["chat", "completion"] | None = None
     route: str | None = None
+    # Generations of the docs named by id alone when `body` was logged (None: not known).
+    doc_generations: Mapping[str, int] | None = field(default=None, compare=False)
 
     def cache_request(self) -> CacheRequest:
         """The cache identity of this request (same tenant, namespace, prompt, params, docs)."""
