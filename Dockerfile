@@ -1,4 +1,4 @@
-# stoker's worker image: every `stoker worker NAME` and `stoker sim-backend` run from it.
+# stoker's image: `stoker gateway`, every `stoker worker NAME` and `stoker sim-backend` run from it.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -21,6 +21,7 @@ RUN pip install --require-hashes --no-deps --extra-index-url "$TORCH_INDEX_URL" 
 COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY streams streams
+COPY gateway gateway
 COPY warmers warmers
 COPY invalidators invalidators
 COPY caches caches
@@ -31,7 +32,8 @@ RUN pip install --no-deps --no-build-isolation . && pip check \
     && useradd --create-home --uid 10001 stoker
 
 USER stoker
-# Prometheus scrapes each worker here (STOKER_METRICS_PORT); the simulated backend listens on 8000.
-EXPOSE 9464 8000
+# The gateway serves on 8080 (STOKER_GATEWAY_PORT, /metrics included); Prometheus scrapes each
+# worker on 9464 (STOKER_METRICS_PORT); the simulated backend listens on 8000.
+EXPOSE 8080 9464 8000
 ENTRYPOINT ["stoker"]
 CMD ["--help"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
+import tomllib
 from typing import Any
 
 import pytest
@@ -13,7 +15,9 @@ from stoker.registry import WORKER_NAMES
 from tests.deploy.conftest import DEPLOY, ROOT, load_yaml, settings_from, unknown_settings
 
 COMPOSE = ROOT / "docker-compose.yml"
-SERVICES = {"kafka", "redis", "qdrant", "sim-backend", "prometheus", "grafana", *WORKER_NAMES}
+SERVICES = {
+    "kafka", "redis", "qdrant", "sim-backend", "gateway", "prometheus", "grafana", *WORKER_NAMES
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +33,12 @@ def test_compose__services_images_and_kraft_kafka(compose: dict[str, Any]):
     assert kafka["image"].startswith("apache/kafka:")
     assert "controller" in kafka["environment"]["KAFKA_PROCESS_ROLES"]  # KRaft, no ZooKeeper
     assert kafka["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    for name in (*WORKER_NAMES, "sim-backend"):
+    for name in (*WORKER_NAMES, "sim-backend", "gateway"):
         assert services[name]["build"] == ".", name
     for name in WORKER_NAMES:
         assert services[name]["command"] == ["worker", name]
     assert services["sim-backend"]["command"][0] == "sim-backend"
+    assert services["gateway"]["command"] == ["gateway"]
 
 
 def test_compose__every_stoker_env_is_a_setting_with_a_valid_value(compose: dict[str, Any]):
@@ -43,6 +48,28 @@ def test_compose__every_stoker_env_is_a_setting_with_a_valid_value(compose: dict
         s = settings_from(env)  # raises on a bad value (Literal choice, port range, ...)
         if name in WORKER_NAMES:
             assert s.metrics_port > 0 and s.kafka_bootstrap and s.redis_url, name
+
+
+def test_compose__gateway_on_production_services_in_front_of_sim_backend(
+    compose: dict[str, Any],
+):
+    services = compose["services"]
+    gw = services["gateway"]
+    s = settings_from(gw["environment"])
+    # production shape: the request log goes to Kafka, the cache to Redis and the Qdrant server
+    assert s.kafka_bootstrap and s.redis_url and s.qdrant_url
+    assert s.semantic_backend == "server"
+    assert s.gateway_host == "0.0.0.0"  # reachable from the host and from Prometheus
+    sim = services["sim-backend"]["command"]
+    sim_port = sim[sim.index("--port") + 1]
+    assert s.gateway_upstream_url == f"http://sim-backend:{sim_port}"
+    assert f"{s.gateway_port}:{s.gateway_port}" in gw["ports"]
+    # its healthcheck is readiness (503 while draining), on the port it serves
+    assert f":{s.gateway_port}/readyz" in " ".join(gw["healthcheck"]["test"])
+    assert {"kafka", "redis", "qdrant", "sim-backend"} <= set(gw["depends_on"])
+    # compose's default stop grace (10 s) would cut the SIGTERM drain short
+    grace = gw["stop_grace_period"]
+    assert grace.endswith("s") and int(grace[:-1]) > s.gateway_drain_s
 
 
 def test_compose__healthchecks_and_depends_on(compose: dict[str, Any]):
@@ -86,6 +113,20 @@ def test_compose__prometheus_scrapes_every_worker_on_its_metrics_port(compose: d
         assert (DEPLOY / "prometheus" / rule_file.removeprefix("/etc/prometheus/")).is_file()
 
 
+def test_compose__prometheus_scrapes_the_gateway_on_its_own_port(compose: dict[str, Any]):
+    services = compose["services"]
+    prom = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
+    [job] = [j for j in prom["scrape_configs"] if j["job_name"] == "stoker-gateway"]
+    s = settings_from(services["gateway"]["environment"])
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    assert [t for sc in job["static_configs"] for t in sc["targets"]] == [
+        f"gateway:{s.gateway_port}"
+    ]
+    # no second /metrics (STOKER_METRICS_PORT) beside the scraped one: the same series twice
+    assert s.metrics_port == 0
+    assert "gateway" in services["prometheus"]["depends_on"]
+
+
 def test_compose__grafana_provisions_the_dashboard(compose: dict[str, Any]):
     grafana = compose["services"]["grafana"]
     mounts = dict(v.rsplit(":", 2)[:2] for v in grafana["volumes"])  # type: ignore[misc]
@@ -104,6 +145,31 @@ def test_dockerfile__slim_python_the_lock_with_hashes_then_the_package():
     assert "-r requirements.lock" in text and "download.pytorch.org/whl/cpu" in text
     assert lock < text.index("pip install --no-deps --no-build-isolation .")
     assert 'ENTRYPOINT ["stoker"]' in text
+
+
+def test_dockerfile__copies_every_package_and_exposes_the_gateway_port():
+    """`pip install .` in the image needs every package of [tool.setuptools] copied in."""
+    text = (ROOT / "Dockerfile").read_text()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]
+    for pkg in packages:
+        assert re.search(rf"^COPY {pkg} {pkg}$", text, re.M), pkg
+    [expose] = re.findall(r"^EXPOSE (.+)$", text, re.M)
+    port = settings_from(load_yaml(COMPOSE)["services"]["gateway"]["environment"]).gateway_port
+    assert str(port) in expose.split()
+
+
+def test_compose__passes_the_compose_spec_schema():
+    """The compose-spec schema check-jsonschema ships: misspelt keys and wrong types, offline."""
+    out = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
+         str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_compose__docker_compose_config_where_available():

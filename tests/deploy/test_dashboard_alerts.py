@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from gateway import metrics as gateway_metrics
 from stoker.metrics import register_all
 from tests.deploy.conftest import DEPLOY, load_yaml
 
@@ -25,7 +26,11 @@ SUFFIXES = {
 
 
 def exposed() -> dict[str, str]:
-    """Series name -> family name, for every stoker family in the default registry."""
+    """Series name -> family name, for every stoker family in the default registry.
+
+    The gateway's families register when gateway.metrics is imported (above): `stoker gateway`
+    serves them, register_all() (the workers' set) does not import them.
+    """
     register_all()
     out = {}
     for family in REGISTRY.collect():
@@ -44,6 +49,43 @@ def alert_rules() -> list[dict[str, Any]]:
     return [r for g in load_yaml(ALERTS)["groups"] for r in g["rules"]]
 
 
+def families_of(module: Any) -> set[str]:
+    """The family names a metrics module defines (a Counter's name without _total)."""
+    return {
+        f.name
+        for v in vars(module).values()
+        if hasattr(v, "collect") and hasattr(v, "_name")
+        for f in v.collect()
+    }
+
+
+def row_panels(title: str) -> list[dict[str, Any]]:
+    """The panels under the row `title`, up to the next row (the dashboard's flat layout)."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == title)
+    out = []
+    for p in panels[start + 1 :]:
+        if p["type"] == "row":
+            break
+        out.append(p)
+    return out
+
+
+def balanced(expr: str) -> bool:
+    """Brackets nest and quotes close: the slips a hand edit makes (promtool checks the rest)."""
+    pairs, stack, quote = {")": "(", "]": "[", "}": "{"}, [], None
+    for ch in expr:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and (not stack or stack.pop() != pairs[ch]):
+            return False
+    return not stack and quote is None
+
+
 def test_dashboard__every_referenced_metric_exists():
     names = exposed()
     used = {m for e in dashboard_exprs() for m in NAME.findall(e)}
@@ -54,6 +96,49 @@ def test_dashboard__shows_every_stoker_family():
     names = exposed()
     shown = {names[m] for e in dashboard_exprs() for m in NAME.findall(e) if m in names}
     assert sorted(set(names.values()) - shown) == []
+
+
+def test_dashboard__gateway_row_shows_every_gateway_family_and_flags_failing_open():
+    panels = row_panels("Gateway")
+    names = exposed()
+    shown = {
+        names[m]
+        for p in panels
+        for t in p["targets"]
+        for m in NAME.findall(t["expr"])
+        if m in names
+    }
+    assert families_of(gateway_metrics) and families_of(gateway_metrics) <= shown
+    # the failed-open bypasses are their own series, painted red
+    [bypass] = [
+        p for p in panels if any("stoker_gateway_bypass" in t["expr"] for t in p["targets"])
+    ]
+    failed = [t for t in bypass["targets"] if 'reason=~"' in t["expr"]]
+    [target] = failed
+    reasons = re.search(r'reason=~"([^"]+)"', target["expr"])
+    assert reasons and set(reasons.group(1).split("|")) == gateway_metrics.FAILED_OPEN
+    [override] = bypass["fieldConfig"]["overrides"]
+    assert re.match(
+        override["matcher"]["options"], target["legendFormat"].replace("{{reason}}", "x")
+    )
+    assert override["properties"][0]["value"]["fixedColor"] == "red"
+
+
+def test_dashboard__panels_fit_the_grid_without_overlapping():
+    cells: dict[tuple[int, int], str] = {}
+    for p in json.loads(DASHBOARD.read_text())["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+
+
+def test_dashboard_and_alerts__expressions_are_balanced():
+    exprs = dashboard_exprs() + [r["expr"] for r in alert_rules()]
+    assert [e for e in exprs if not balanced(e)] == []
+    assert not balanced('sum(rate(x{a="b"}[5m])')  # the check itself can fail
 
 
 def test_dashboard__unique_panel_ids_and_the_provisioned_datasource():
@@ -86,6 +171,21 @@ def test_alerts__the_four_required_rules_on_existing_metrics():
     assert "offset 15m" in rules["StokerHitRateDropped"]["expr"]
     assert "> 5" in rules["StokerInvalidationLagHigh"]["expr"]
     assert "histogram_quantile(0.99" in rules["StokerInvalidationLagHigh"]["expr"]
+
+
+def test_alerts__gateway_failing_open_and_request_log_drops():
+    rules = {r["alert"]: r for r in alert_rules()}
+    fail_open = rules["StokerGatewayFailingOpen"]
+    expr = " ".join(fail_open["expr"].split())
+    reasons = re.search(r'stoker_gateway_bypass_total\{reason=~"([^"]+)"\}\[5m\]', expr)
+    assert reasons and set(reasons.group(1).split("|")) == gateway_metrics.FAILED_OPEN
+    assert "> 0.1 * sum(rate(stoker_gateway_served_total[5m]))" in expr  # 10% of served
+    assert fail_open["for"] == "10m"
+    drops = rules["StokerGatewayRequestLogDropping"]
+    assert " ".join(drops["expr"].split()) == (
+        'rate(stoker_gateway_log_events_total{result="dropped"}[5m]) > 0'
+    )
+    assert drops["for"] == "10m"
 
 
 def test_alerts__a_missing_metric_is_caught():

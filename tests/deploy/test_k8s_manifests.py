@@ -36,6 +36,11 @@ def of_kind(kind: str) -> list[dict[str, Any]]:
     return [d for _, d in docs() if d["kind"] == kind]
 
 
+def named(kind: str, name: str) -> dict[str, Any]:
+    [doc] = [d for d in of_kind(kind) if d["metadata"]["name"] == name]
+    return doc
+
+
 @pytest.mark.parametrize(
     "doc",
     [
@@ -57,7 +62,7 @@ def test_k8s__schema_check_catches_a_misspelt_field():
 
 def test_k8s__a_deployment_per_worker_reading_config_and_secret():
     deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
-    assert set(deployments) == {f"stoker-{n}" for n in WORKER_NAMES}
+    assert set(deployments) == {f"stoker-{n}" for n in (*WORKER_NAMES, "gateway")}
     [config] = of_kind("ConfigMap")
     assert unknown_settings(config["data"]) == []
     port = settings_from(config["data"]).metrics_port
@@ -78,6 +83,31 @@ def test_k8s__a_deployment_per_worker_reading_config_and_secret():
         assert {"name": "metrics", "containerPort": port} in c["ports"]
 
 
+def test_k8s__gateway_serves_two_replicas_with_probes_and_a_drain_inside_the_grace():
+    [config] = of_kind("ConfigMap")
+    s = settings_from(config["data"])
+    assert s.gateway_host == "0.0.0.0" and s.gateway_upstream_url
+    assert s.kafka_bootstrap and s.semantic_backend == "server" and s.qdrant_url
+    spec = named("Deployment", "stoker-gateway")["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    # SIGKILL must not land inside the drain (STOKER_GATEWAY_DRAIN_S) and the log flush after it
+    assert pod["terminationGracePeriodSeconds"] > s.gateway_drain_s
+    [c] = pod["containers"]
+    assert c["args"] == ["gateway"]
+    assert {"configMapRef": {"name": config["metadata"]["name"]}} in c["envFrom"]
+    env = {e["name"]: e for e in c["env"]}
+    assert unknown_settings(env) == []
+    for e in env.values():  # secrets referenced, never inlined
+        assert e["valueFrom"]["secretKeyRef"]["name"] == "stoker-secrets", e["name"]
+    assert not env["STOKER_REDIS_URL"]["valueFrom"]["secretKeyRef"].get("optional")
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": s.gateway_port, "metrics": s.metrics_port}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+
+
 def test_k8s__disruption_budgets_and_metrics_service_select_the_pods():
     pods = [d["spec"]["template"]["metadata"]["labels"] for d in of_kind("Deployment")]
     pdbs = of_kind("PodDisruptionBudget")
@@ -85,9 +115,31 @@ def test_k8s__disruption_budgets_and_metrics_service_select_the_pods():
     for pdb in pdbs:
         sel = pdb["spec"]["selector"]["matchLabels"]
         assert sum(sel.items() <= labels.items() for labels in pods) == 1
-    [svc] = of_kind("Service")
+    assert {d["metadata"]["name"] for d in of_kind("Service")} == {
+        "stoker-metrics",
+        "stoker-gateway",
+    }
+    # one scrape path for every pod, the gateway's included: its port named metrics
+    svc = named("Service", "stoker-metrics")
+    assert svc["spec"]["clusterIP"] == "None"
     assert all(svc["spec"]["selector"].items() <= labels.items() for labels in pods)
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    port = svc["metadata"]["annotations"]["prometheus.io/port"]
+    for d in of_kind("Deployment"):
+        [c] = d["spec"]["template"]["spec"]["containers"]
+        assert {"name": "metrics", "containerPort": int(port)} in c["ports"], d["metadata"]["name"]
+
+
+def test_k8s__gateway_service_port_80_to_the_gateway_pods_only():
+    svc = named("Service", "stoker-gateway")
+    assert "prometheus.io/scrape" not in svc["metadata"].get("annotations", {})  # no double scrape
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+        for d in of_kind("Deployment")
+    }
+    sel = svc["spec"]["selector"].items()
+    assert [n for n, labels in pods.items() if sel <= labels.items()] == ["stoker-gateway"]
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
 
 
 def test_k8s__keda_scales_the_traffic_worker_on_its_consumer_lag():
