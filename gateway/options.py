@@ -37,3 +37,6 @@ class GatewayOptions:
     log_answer_max_bytes: int = 16_384
     log_buffer: int = 10_000
     drain_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
+    # SIGTERM: keep accepting (with /readyz at 503) this long first, so a load balancer sees
+    # the gateway leave before its listener closes (Kubernetes: a few seconds).
+    drain_notice_s: float = 0.0

@@ -1,7 +1,8 @@
 """The gateway as a server: uvicorn (uvloop, httptools) around the app, with a drain on stop.
 
 stop() (SIGTERM in `stoker gateway`) does, in order:
-1. mark the gateway draining (/readyz answers 503, so a load balancer takes it out);
+1. mark the gateway draining: /readyz answers 503, and for drain_notice_s the gateway still
+   serves, so a load balancer takes it out before its listener closes;
 2. stop accepting connections and let in-flight requests finish, for at most drain_s;
 3. shut the app down: close the upstream pool, flush the request log, let queued cache writes
    land, and stop whatever the shell handed over (workers, the embedded stack).
@@ -67,6 +68,15 @@ class GatewayServer:
     def stop(self) -> None:
         """Begin the drain (safe from any thread or a signal handler)."""
         self.parts.draining = True
+        notice = self.parts.opts.drain_notice_s
+        if notice <= 0:
+            self._server.should_exit = True
+            return
+        timer = threading.Timer(notice, self._close_listener)
+        timer.daemon = True
+        timer.start()
+
+    def _close_listener(self) -> None:
         self._server.should_exit = True
 
     # -- in a thread (tests, the demo) --

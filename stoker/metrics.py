@@ -19,6 +19,7 @@ METRICS_MODULES: Final = (
     "streams.metrics",
     "warmers.metrics",
     "invalidators.metrics",
+    "gateway.metrics",
 )
 
 

@@ -148,6 +148,9 @@ class StokerSettings(BaseSettings):
     gateway_log_buffer: int = Field(default=10_000, ge=1)
     gateway_log_answer_max_bytes: int = Field(default=16_384, ge=0)
     gateway_drain_s: float = Field(default=30.0, gt=0)
+    # On SIGTERM, /readyz answers 503 this long before the listener closes, so a load balancer
+    # stops sending first (0: close at once; Kubernetes manifests set 5).
+    gateway_drain_notice_s: float = Field(default=0.0, ge=0, le=60)
 
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,

@@ -298,6 +298,7 @@ def gateway_options(s: StokerSettings, *, upstream_url: str | None = None) -> Ga
         log_answer_max_bytes=s.gateway_log_answer_max_bytes,
         log_buffer=s.gateway_log_buffer,
         drain_s=s.gateway_drain_s,
+        drain_notice_s=s.gateway_drain_notice_s,
     )
 
 

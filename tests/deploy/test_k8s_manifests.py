@@ -92,8 +92,9 @@ def test_k8s__gateway_serves_two_replicas_with_probes_and_a_drain_inside_the_gra
     assert spec["replicas"] == 2
     assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     pod = spec["template"]["spec"]
-    # SIGKILL must not land inside the drain (STOKER_GATEWAY_DRAIN_S) and the log flush after it
-    assert pod["terminationGracePeriodSeconds"] > s.gateway_drain_s
+    # SIGKILL must not land inside the notice, the drain and the log flush after them
+    assert s.gateway_drain_notice_s > 0  # the Service stops routing before the listener closes
+    assert pod["terminationGracePeriodSeconds"] > s.gateway_drain_notice_s + s.gateway_drain_s
     [c] = pod["containers"]
     assert c["args"] == ["gateway"]
     assert {"configMapRef": {"name": config["metadata"]["name"]}} in c["envFrom"]

@@ -150,3 +150,23 @@ def test_routes__embeddings_go_through_the_embedding_cache(
         assert list(decoded) == [5.0, 1.0, 0.5]
         other = client(gw, "globex").embeddings.with_raw_response.create(model="e5", input="alpha")
         assert other.headers["x-stoker-cache"] == "miss:1"  # tenants never share vectors
+
+
+def test_routes__draining_answers_readyz_503_before_the_listener_closes(
+    make_gateway: GatewayFactory, sim: SimulatorThread
+) -> None:
+    gw = make_gateway(sim.url, gateway_drain_notice_s=1.0)
+    gw.stop()
+    ready = httpx.get(gw.url + "/readyz")
+    assert ready.status_code == 503 and ready.json()["status"] == "draining"
+    assert client(gw).models.list().data  # still serving during the notice
+    gw.join(15)
+
+    def refused() -> bool:
+        try:
+            httpx.get(gw.url + "/healthz", timeout=1)
+        except httpx.ConnectError:
+            return True
+        return False
+
+    assert refused()
