@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only; no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from stoker.demo.gateway import ServeStats
+from stoker.demo.client import ServeStats
 from stoker.demo.run import PassResult
 
 

@@ -10,7 +10,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from stoker.demo.gateway import ServeStats
+from stoker.demo.client import ServeStats
 from stoker.demo.run import PassResult
 
 
@@ -37,7 +37,8 @@ def figures(s: ServeStats, warm_gpu_s: float = 0.0) -> dict[str, Any]:
         "stale_hits": s.stale_hits,
         "cross_tenant_hits": s.cross_tenant_hits,
         "false_semantic_hits": s.false_semantic_hits,
-        "refused_writes": dict(s.refused_writes),
+        "coalesced": s.coalesced,
+        "errors": s.errors,
     }
 
 

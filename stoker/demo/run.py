@@ -1,11 +1,18 @@
 """One pass of the demo on a fresh embedded stack: replay week 1, then serve week 2 hour by hour
-with the scheduler's warming (or without it, for the baseline), a mid-week model deploy and a
-few knowledge-base changes. Time is compressed: an hour of week 2 takes as long as serving it.
+over HTTP through `stoker gateway` in front of `stoker sim-backend`, with the scheduler's
+warming (or without it, for the baseline), a mid-week model deploy and a few knowledge-base
+changes. Time is compressed: an hour of week 2 takes as long as serving it.
+
+The gateway, the workers (traffic, invalidation, deploy) and the warm runner share this process,
+as `stoker gateway` on the embedded stack does: Qdrant Edge lives inside one process. Week 1 is
+replayed as the request log v2 the gateway would have published; week 2's log comes from the
+gateway itself, and the traffic worker learns from it as it goes.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import re
 import threading
 import time
 import uuid
@@ -14,41 +21,40 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.console import Console
 from rich.progress import Progress
 
-from caches.client import CacheClient
-from caches.keys import normalise_prompt
+from caches.client import CacheClient, LookupResult
+from caches.keys import entries_pattern, normalise_prompt
+from gateway.cachegate import Answer, Decision
+from gateway.completions import Served, log_event
+from gateway.identity import resolve
+from gateway.service import GatewayServer
 from invalidators.deployjob import NoPrewarmer, Prewarmer
-from schemas.codec import decode_event, encode_event
+from invalidators.handlers import InvalidationHandler
+from schemas.codec import decode_event
 from schemas.errors import StokerError
-from schemas.events import JobStatus, KnowledgeBaseChanged, ModelDeployed
-from stoker.demo.gateway import (
-    Gateway,
-    ServeStats,
-    Truth,
-    intent_index,
-    logged_event,
-    request_of,
-)
+from schemas.events import Event, JobStatus, KnowledgeBaseChanged, ModelDeployed
+from stoker.demo.client import DemoClient, Scorer, ServeStats, Truth, digest_intents, request_of
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
 from stoker.registry import build_handler, deploy_handler
 from stoker.settings import StokerSettings
-from stoker.wiring import build_cache_client, build_publisher, worker_config
+from stoker.wiring import build_gateway, build_publisher, gateway_options, worker_config
 from streams.base import Handler
 from streams.publisher import EventPublisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker
 from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
+from warmers.backends.simulator import SimConfig, Simulator
 
 # Compressed time: the simulated GPU answers in milliseconds (0.01 ms/token prefill, 0.05 ms/token
-# decode), so a whole week of warming fits in the run; its answers are the same function of the
-# prompt the gateway uses for misses.
+# decode), so a whole week of warming fits in the run.
 SIM = SimConfig(slots=32, queue=512, prefill_ms_per_token=0.01, decode_ms_per_token=0.05)
 WAIT_S = 120.0
+_RETIRED = re.compile(r"retired \S+@(\S+) ")
 
 
 @dataclass
@@ -102,6 +108,15 @@ class StatusFollower:
         raise StokerError(
             f"deploy job {job_id} did not reach {states} in {timeout_s:.0f} s; seen: {seen}"
         )
+
+    def retired(self) -> set[str]:
+        """Model versions a deploy job has retired (its status reads "retired model@version")."""
+        out = set()
+        for _, st in list(self.seen):
+            m = _RETIRED.search(st.detail)
+            if m:
+                out.add(m.group(1))
+        return out
 
     def close(self) -> None:
         self._stop.set()
@@ -180,13 +195,22 @@ class Embeddings:
 
 
 class Pass:
-    """One pass: fresh stack, same traffic, warming on or off."""
+    """One pass: fresh stack, same traffic, warming on or off. `forgetful_invalidation`
+    breaks the invalidation worker on purpose (it drops KB changes): stale hits must show."""
 
     def __init__(
-        self, sc: Scenario, traffic: Traffic, warm: bool, console: Console, emb: Embeddings
+        self,
+        sc: Scenario,
+        traffic: Traffic,
+        warm: bool,
+        console: Console,
+        emb: Embeddings,
+        *,
+        forgetful_invalidation: bool = False,
     ) -> None:
         self.sc, self.traffic, self.warm, self.console = sc, traffic, warm, console
         self.emb = emb
+        self.forgetful = forgetful_invalidation
         self.result = PassResult(warm=warm, serve=ServeStats())
 
     def run(self, warming_factory: Callable[..., Any] | None) -> PassResult:
@@ -194,9 +218,11 @@ class Pass:
         with EmbeddedStack() as stack, SimulatorThread(SIM) as sim:
             prefix = f"demo{uuid.uuid4().hex[:4]}."
             settings = stack.settings(
-                kafka_broker="tansu", topic_prefix=prefix, worker_poll_s=0.05, deploy_grace_s=0
-            )
-            cache = build_cache_client(settings)
+                kafka_broker="tansu", topic_prefix=prefix, worker_poll_s=0.05, deploy_grace_s=0,
+                gateway_lookup_budget_ms=500,  # the demo's 2 cores also run every worker
+            )  # fmt: skip
+            parts = build_gateway(settings, upstream_url=sim.url)
+            cache = parts.gate.cache
             with Progress(console=self.console, transient=True) as bar:
                 if self.emb.vectors is None:
                     assert cache.embedder is not None
@@ -207,50 +233,58 @@ class Pass:
                     if self.warm and warming_factory
                     else None
                 )
-                self._serve_weeks(settings, cache, sim, warming, bar)
+                self._serve_weeks(settings, parts, sim, warming, bar)
         self.result.seconds = time.perf_counter() - t0
         return self.result
+
+    def _handlers(self, settings: StokerSettings, warming: Any) -> list[Handler]:
+        prewarmer: Prewarmer = warming.prewarmer() if warming is not None else NoPrewarmer()
+        invalidation = build_handler("invalidation", settings)
+        if self.forgetful:
+            invalidation = _Forgetful(invalidation)  # type: ignore[arg-type]
+        return [
+            build_handler("traffic", settings),
+            invalidation,
+            deploy_handler(settings, prewarmer),
+        ]
 
     def _serve_weeks(
         self,
         settings: StokerSettings,
-        cache: CacheClient,
+        parts: Any,
         sim: SimulatorThread,
         warming: Any,
         bar: Progress,
     ) -> None:
-        prewarmer: Prewarmer = warming.prewarmer() if warming is not None else NoPrewarmer()
-        handlers: list[Handler] = [
-            build_handler("traffic", settings),
-            build_handler("invalidation", settings),
-            deploy_handler(settings, prewarmer),
-        ]
         follower = StatusFollower(settings)
-        producer = Producer(
-            producer_config(settings.kafka_bootstrap or "", embedded=True, **{"linger.ms": 5})
-        )
         try:
-            with _workers(settings, handlers) as workers:
+            with (
+                _workers(settings, self._handlers(settings, warming)) as workers,
+                GatewayServer(parts) as gw,
+            ):
                 if self.warm:
-                    self._replay_week1(settings, producer, workers[0], bar)
-                self._week2(settings, cache, sim, warming, producer, follower, bar)
+                    self._replay_week1(settings, sim.server.sim, workers[0], bar)
+                self._week2(settings, gw, parts.gate.cache, warming, follower, workers, bar)
         finally:
-            producer.flush(10)
             follower.close()
             self.result.statuses = list(follower.seen)
 
     def _replay_week1(
-        self, settings: StokerSettings, producer: Producer, traffic_worker: Worker, bar: Progress
+        self, settings: StokerSettings, sim: Simulator, traffic_worker: Worker, bar: Progress
     ) -> None:
+        """Week 1 as the request log v2 the gateway would have published for it: a miss each
+        (the profile counts requests; the replayable request is what warms replay)."""
         rows = self.traffic.week1
         topic = topic_name("inference.requests", settings.topic_prefix)
+        opts = gateway_options(settings)
+        producer = Producer(
+            producer_config(settings.kafka_bootstrap or "", embedded=True, **{"linger.ms": 5})
+        )
         task = bar.add_task("replaying week 1 into the traffic profile", total=len(rows))
+        truth = Truth()
         for i, row in enumerate(rows):
-            producer.produce(
-                topic,
-                encode_event(logged_event(row, request_of(row, row["model_version"]))),
-                key=row["tenant"].encode(),
-            )
+            ev = _logged_miss(row, truth, sim, opts)
+            producer.produce(topic, orjson.dumps(ev), key=row["tenant"].encode())
             if i % 1000 == 0:
                 producer.poll(0)
         producer.flush(30)
@@ -265,20 +299,18 @@ class Pass:
     def _week2(
         self,
         settings: StokerSettings,
+        gw: GatewayServer,
         cache: CacheClient,
-        sim: SimulatorThread,
         warming: Any,
-        producer: Producer,
         follower: StatusFollower,
+        workers: list[Worker],
         bar: Progress,
     ) -> None:
         sc, tr = self.sc, self.traffic
-        truth = Truth(model_version=tr.week1[0]["model_version"])
-        gw = Gateway(
-            cache, sim.server.sim, truth, intent_index(tr.week1 + tr.week2), producer,
-            topic_name("inference.requests", settings.topic_prefix),
-        )  # fmt: skip
-        self.result.serve = gw.stats
+        truth = Truth()
+        scorer = Scorer(truth, digest_intents(tr.week1 + tr.week2))
+        self.result.serve = scorer.stats
+        client = DemoClient(gw.url, scorer)
         publisher = build_publisher(settings)
         by_hour: dict[int, list[dict[str, Any]]] = {}
         for r in tr.week2:
@@ -292,33 +324,49 @@ class Pass:
             if warming is not None and hour % sc.warm_every_h == 0:
                 self.result.warm_windows.append(warming.warm_ahead(tr.start2, hour))
             while kb_queue and kb_queue[0][0] == hour:
-                self._kb_change(publisher, truth, kb_queue.pop(0)[1], hour)
+                self._kb_change(publisher, truth, kb_queue.pop(0)[1], hour, workers[1])
             if hour == sc.deploy_at_h:
                 self._deploy(publisher, follower, truth, hour)
-            for row in by_hour.get(hour, []):
-                gw.serve(row, hour)
+            truth.retired_versions |= follower.retired()
+            client.serve(by_hour.get(hour, []), hour)
             bar.advance(task)
         bar.remove_task(task)
         self._finish_deploy(follower, cache)
 
     def _kb_change(
-        self, publisher: EventPublisher, truth: Truth, docs: list[str], hour: int
+        self,
+        publisher: EventPublisher,
+        truth: Truth,
+        docs: list[str],
+        hour: int,
+        worker: Worker,
     ) -> None:
+        """The documents change: the retriever returns the new versions from now on, and the
+        change reaches the invalidation worker through Kafka; serving resumes once it has
+        applied them (the demo's clock has no time for Kafka's few milliseconds)."""
+        tenants = sorted({r["tenant"] for r in self.traffic.week2})
+        before = worker.stats.events
+        t0 = time.perf_counter()
         for doc in docs:
-            version = truth.doc_versions.get(doc, 1) + 1
-            truth.doc_versions[doc] = version  # the retriever now returns the new version
-            for tenant in sorted({r["tenant"] for r in self.traffic.week2}):
+            version = truth.version(doc) + 1
+            truth.doc_versions[doc] = version
+            for tenant in tenants:
                 ev = KnowledgeBaseChanged(
                     tenant=tenant, doc_id=doc, doc_version=version, change="updated"
                 )
                 publisher.publish("inference.kb-changes", ev, key=tenant)
             self.result.invalidations.append({"hour": hour, "doc": doc, "version": version})
         publisher.flush()
+        want = before + len(docs) * len(tenants)
+        _wait(lambda: worker.stats.events >= want, "the invalidation worker to apply the change")
+        self.result.invalidations[-1]["applied_after_ms"] = round(
+            (time.perf_counter() - t0) * 1000, 1
+        )
 
     def _deploy(
         self, publisher: EventPublisher, follower: StatusFollower, truth: Truth, hour: int
     ) -> None:
-        old = truth.model_version
+        old = self.traffic.week1[0]["model_version"]
         ev = ModelDeployed(
             model_id=self.traffic.week1[0]["model_id"], version=NEW_VERSION, previous_version=old,
             grace_s=self.sc.grace_s,
@@ -327,7 +375,7 @@ class Pass:
         publisher.publish("inference.deploys", ev, key=ev.model_id)
         publisher.flush()
         ready = follower.wait_for(ev.deploy_id, ("ready", "done"), WAIT_S)
-        truth.model_version = NEW_VERSION  # the gateway routes to v2 once its cache is ready
+        # READY made NEW_VERSION live: the gateway moves to it by itself within a second
         self.result.deploy = {
             "hour": hour, "deploy_id": ev.deploy_id, "from": old, "to": NEW_VERSION,
             "ready_after_s": round(time.time() - t0, 2), "ready_detail": ready.detail,
@@ -341,10 +389,41 @@ class Pass:
         done = follower.wait_for(d["deploy_id"], ("done",), WAIT_S)
         d["done_after_s"] = round(time.time() - d["started_at"], 2)
         d["done_counts"] = dict(done.counts)
-        pattern = f"stk:{{t:*}}:e:*@{d['from']}:*"
+        model = self.traffic.week1[0]["model_id"]
+        pattern = entries_pattern(model, d["from"])
         d["old_version_keys_left"] = sum(
             1 for _ in cache.redis.scan_iter(match=pattern, count=1000)
         )
+
+
+class _Forgetful(Handler):
+    """The invalidation worker with a bug: it reads and commits KB changes and applies none."""
+
+    def __init__(self, inner: InvalidationHandler) -> None:
+        self.inner = inner
+        self.name, self.topics = inner.name, inner.topics
+
+    def apply(self, events: list[Event]) -> None:
+        self.inner.apply([e for e in events if not isinstance(e, KnowledgeBaseChanged)])
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _logged_miss(row: dict[str, Any], truth: Truth, sim: Simulator, opts: Any) -> dict[str, Any]:
+    """The v2 event the gateway publishes for a row it answered by a miss."""
+    body, headers = request_of(row, truth)
+    r = resolve("chat", body, headers, "/v1/chat/completions", opts)
+    text = sim.answer_for(row["model_id"], _prompt_text(body), r.params.max_tokens).text
+    d = Decision(LookupResult("miss"), None, row["model_version"], row["ts"].timestamp())
+    answer = Answer(text, "stop", row["tokens_in"], row["tokens_out"], row["gpu_ms"])
+    ev = log_event(r, d, Served("miss", answer, row["latency_ms"]), opts, row["model_version"])
+    return ev | {"ts": row["ts"].isoformat(), "request_id": row["request_id"]}
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    """What the simulator reads of a chat body (simhttp: the messages' contents, joined)."""
+    return "\n".join(m["content"] for m in body["messages"])
 
 
 def _chunks(xs: list[str], n: int) -> list[list[str]]:

@@ -65,3 +65,20 @@ def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path
     assert len(report["kb_changes"]) >= 2
     for png in ("hit_rate.png", "warm_qps.png", "purge_progress.png"):
         assert (out / png).stat().st_size > 10_000
+
+
+def test_demo__a_broken_invalidation_worker_shows_stale_hits() -> None:
+    """Docs are named by id alone, so "stale hits 0" is the invalidation worker's doing, not
+    the key scheme's: with a worker that drops KB changes, the scorer must see stale hits."""
+    from rich.console import Console
+
+    from stoker.demo.run import Embeddings, Pass
+    from stoker.demo.scenario import Scenario, load_traffic
+
+    sc = Scenario.fast()
+    traffic = load_traffic(sc)
+    quiet = Console(stderr=True, quiet=True)
+    res = Pass(sc, traffic, False, quiet, Embeddings(traffic.week2), forgetful_invalidation=True)
+    served = res.run(None).serve
+    assert served.stale_hits > 0
+    assert served.cross_tenant_hits == 0 and served.errors == 0

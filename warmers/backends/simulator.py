@@ -6,7 +6,10 @@ Model of one generation (what `Simulator.generate` does, in order):
 2. hold the slot for prefill_ms_per_token * tokens_in + decode_ms_per_token * tokens_out
    (tokens = whitespace-separated words); that time is also reported as `gpu_ms`;
 3. answer from the answer table (normalised prompt -> answer, so paraphrases can share one)
-   or else deterministically from sha256(model, normalised prompt): same prompt, same answer.
+   or else deterministically from sha256(model, normalised prompt): same prompt, same answer;
+   an answer cites the source markers its prompt holds ("[tenant:acme]", "[doc:kb/x@v3]"),
+   first, as a RAG model cites what it read: the demo scores stale and cross-tenant hits by
+   them, whatever the key scheme did (a scoring convenience of the simulator; say so).
 
 Streamed (`Simulator.streaming`): the same slot and the same total time, but the answer comes
 in chunks of a few tokens as a GPU decodes them: chunk k is ready at prefill time plus the decode
@@ -39,6 +42,8 @@ _WORDS = (
     "server client replica node shard region stream event offset topic"
 )
 _VOCAB = tuple(_WORDS.split())
+# Source markers a prompt may carry, cited in the answer (see step 3 above).
+CITATION = re.compile(r"\[(?:tenant|doc):[^\s\[\]]{1,300}\]")
 # One token with the whitespace before it, as real tokenizers keep it (" cache"): the chunks of
 # a streamed answer then join back to the exact text.
 _TOKEN = re.compile(r"\s*\S+")
@@ -184,6 +189,7 @@ class Simulator:
             n = cfg.min_answer_tokens + int.from_bytes(digest[:4], "big") % span
             stream = hashlib.shake_256(digest).digest(n)
             words = [f"sim-{digest[:4].hex()}:"] + [_VOCAB[b % len(_VOCAB)] for b in stream[1:]]
+        words[1:1] = CITATION.findall(prompt)
         finish: FinishReason = "length" if len(words) > limit else "stop"
         words = words[:limit]
         tokens_in = count_tokens(prompt)
