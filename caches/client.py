@@ -88,6 +88,30 @@ class LookupResult(msgspec.Struct, frozen=True):
         return self.outcome in ("exact", "semantic")
 
 
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A lookup between its I/O-free start (CacheClient.probe) and its Redis read."""
+
+    req: CacheRequest
+    ns: K.Namespace
+    prompt_norm: str
+    params_canon: str
+    context_hash: str
+    exact_key: str
+    token: int | None  # the L1 reservation, if there is an L1
+
+    def cache_key(self) -> K.CacheKey:
+        return K.CacheKey(self.ns, self.prompt_norm, self.params_canon, self.context_hash)
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """An entry that passed store's checks, and the ticket whose generations it must meet."""
+
+    ticket: WriteTicket
+    payload: bytes
+
+
 @dataclass(frozen=True)
 class AnswerExtras:
     """What an answer carries besides its text, kept so a replayed hit has all of it."""
@@ -149,6 +173,33 @@ class CacheClient:
     def _lookup(
         self, req: CacheRequest, use_semantic: bool, threshold: float | None
     ) -> LookupResult:
+        p = self.probe(req)
+        if not isinstance(p, Probe):
+            return p
+        try:  # inline, not redis_boundary(): this is the hit path, every microsecond shows
+            # the hit path is one GET; misses pay for the rest
+            hit = self.found(p, self.redis.get(p.exact_key))
+            if hit is not None:
+                return hit
+            key = p.cache_key()
+            negative = self.redis.exists(key.negative())
+        except redis.RedisError as e:
+            raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
+        if negative:
+            return self.negative(p)
+        if use_semantic and self.semantic is not None:
+            hit = self._semantic_lookup(req, key, threshold)
+            if hit is not None:
+                return hit
+        ticket = self.generations.snapshot(key, req.docs)
+        return LookupResult("miss", ticket=ticket, key=p.exact_key)
+
+    # The read path's I/O-free steps: lookup() runs them around its Redis calls, and so does
+    # a caller with a Redis client of its own kind (the gateway's asyncio client).
+
+    def probe(self, req: CacheRequest) -> Probe | LookupResult:
+        """Refuse an oversized prompt (RequestRejected), bypass what must never be cached,
+        serve an L1 hit; else what the Redis read needs, the key reserved in the L1."""
         self._check_size(req)
         bypass = request_bypass_reason(req.params)
         if bypass:
@@ -162,27 +213,41 @@ class CacheClient:
             if cached is not None:
                 return LookupResult("exact", cached, 1.0, "exact:l1", key=exact_key)
             token = l1.reserve(exact_key)  # before the read: see the protocol in l1.py
-        try:  # inline, not redis_boundary(): this is the hit path, every microsecond shows
-            exact = self.redis.get(exact_key)  # the hit path is one GET; misses pay for the rest
-            if exact is not None:
-                entry = CacheEntry.from_bytes(as_bytes(exact))
-                if l1 is not None:
-                    l1.fill(exact_key, token, entry)
-                return LookupResult("exact", entry, 1.0, "exact", key=exact_key)
+        return Probe(req, ns, prompt_norm, params_canon, ctx, exact_key, token)
+
+    def found(self, p: Probe, blob: bytes | str | None) -> LookupResult | None:
+        """What the GET of p.exact_key returned, as an exact hit; None if nothing was there."""
+        l1 = self.l1
+        if blob is None:
             if l1 is not None:
-                l1.release(exact_key, token)  # nothing to fill: don't leave the reservation
-            key = K.CacheKey(ns, prompt_norm, params_canon, ctx)
-            negative = self.redis.exists(key.negative())
-        except redis.RedisError as e:
-            raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
-        if negative:
-            return LookupResult("negative", reason="recent error for this request", key=exact_key)
-        if use_semantic and self.semantic is not None:
-            hit = self._semantic_lookup(req, key, threshold)
-            if hit is not None:
-                return hit
-        ticket = self.generations.snapshot(key, req.docs)
-        return LookupResult("miss", ticket=ticket, key=exact_key)
+                l1.release(p.exact_key, p.token)  # nothing to fill: don't leave the reservation
+            return None
+        entry = CacheEntry.from_bytes(as_bytes(blob))
+        if l1 is not None:
+            l1.fill(p.exact_key, p.token, entry)
+        return LookupResult("exact", entry, 1.0, "exact", key=p.exact_key)
+
+    @staticmethod
+    def negative(p: Probe) -> LookupResult:
+        return LookupResult("negative", reason="recent error for this request", key=p.exact_key)
+
+    def lookup_exact(self, req: CacheRequest) -> LookupResult:
+        """lookup's first half, for callers that give the semantic layer a budget of its own:
+        an exact or negative hit, a bypass, or a miss already holding its write ticket (taken
+        before the semantic search: earlier is only stricter). Not tallied: call observe()
+        with the final result."""
+        return self._lookup(req, False, None)
+
+    def lookup_semantic(self, req: CacheRequest, miss: LookupResult) -> LookupResult:
+        """lookup's second half: a semantic hit for the request, else `miss` unchanged."""
+        if self.semantic is None or miss.ticket is None:
+            return miss
+        return self._semantic_lookup(req, miss.ticket.key, None) or miss
+
+    @staticmethod
+    def observe(res: LookupResult, seconds: float) -> None:
+        """Tally a lookup made of lookup_exact and lookup_semantic (lookup() tallies itself)."""
+        M.observe_lookup(res, seconds)
 
     def ticket(self, req: CacheRequest) -> LookupResult:
         """A write ticket without reading the cache (Cache-Control: no-cache): the answer
@@ -261,6 +326,31 @@ class CacheClient:
     ) -> StoreResult:
         """Store the answer computed after a miss; refuses stale, retired and uncacheable writes
         (and answers that did not end on their own: finish_reason other than stop/tool_calls)."""
+        w = self.prepare_store(
+            result, response, source=source, tokens_in=tokens_in, tokens_out=tokens_out,
+            gpu_ms=gpu_ms, generated_at=generated_at, is_error=is_error,
+            finish_reason=finish_reason, extras=extras,
+        )  # fmt: skip
+        if isinstance(w, StoreResult):
+            return w
+        refused_by = self.generations.write(w.ticket, w.payload, self.policy.exact_ttl_s)
+        return self.finish_store(w, refused_by)
+
+    def prepare_store(
+        self,
+        result: LookupResult,
+        response: str,
+        *,
+        source: Source = "live",
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        gpu_ms: float = 0.0,
+        generated_at: float | None = None,
+        is_error: bool = False,
+        finish_reason: str = "stop",
+        extras: AnswerExtras | None = None,
+    ) -> StoreResult | PreparedWrite:
+        """store's checks and entry, no I/O: a refusal, or the write to land (see store)."""
         t = result.ticket
         if t is None:
             return StoreResult(False, f"not cacheable: {result.reason or result.outcome}")
@@ -284,10 +374,14 @@ class CacheClient:
                 reasoning=extras.reasoning,
                 tool_calls=list(extras.tool_calls) if extras.tool_calls else None,
             )
-        refused_by = self.generations.write(t, entry.to_bytes(), self.policy.exact_ttl_s)
+        return PreparedWrite(t, entry.to_bytes())
+
+    def finish_store(self, w: PreparedWrite, refused_by: str | None) -> StoreResult:
+        """After the write script ran: refused as stale, or landed and indexed for semantic
+        search (this embeds the prompt: milliseconds of CPU, so not on an event loop)."""
         if refused_by is not None:
             return StoreResult(False, f"stale: generation moved at {refused_by}")
-        return StoreResult(True, "landed", semantic_indexed=self._index_semantic(t))
+        return StoreResult(True, "landed", semantic_indexed=self._index_semantic(w.ticket))
 
     def store_negative(self, result: LookupResult) -> bool:
         """Remember for a few seconds that this request failed, so retries do not stampede."""

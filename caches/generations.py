@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import redis
 
@@ -149,6 +150,36 @@ def retired_marker_key(model_id: str, model_version: str) -> str:
     return f"{C.KEY_ROOT}:retired:{K.enc(model_id)}@{K.enc(model_version)}"
 
 
+def ticket_of(
+    key: K.CacheKey,
+    docs: Sequence[DocRef],
+    names: Sequence[str],
+    globally_retired: bool,
+    vals: Sequence[bytes | None],
+) -> WriteTicket:
+    """The ticket a snapshot read: `vals` are the values of `names` (gen_keys), in order."""
+    gens = tuple((n, v if v is not None else b"0") for n, v in zip(names, vals, strict=True))
+    retired = globally_retired or any(v == C.RETIRED for _, v in gens)
+    return WriteTicket(key=key, docs=tuple(docs), gens=gens, retired=retired)
+
+
+def write_call(ticket: WriteTicket, payload: bytes, ttl_s: int) -> tuple[list[str], list[Any]]:
+    """(KEYS, ARGV) of WRITE_LUA for the ticket's entry (see the script's header)."""
+    checks = ticket.checks()
+    argv: list[Any] = [len(checks)]
+    for _, mode, value in checks:
+        argv += [mode, value]
+    argv += [payload, ttl_s * 1000]
+    keys = [ticket.key.exact(), *(k for k, _, _ in checks), *ticket.index_keys()]
+    return keys, argv
+
+
+def write_outcome(reply: Any) -> str | None:
+    """WRITE_LUA's reply: None when the entry landed, else the key that refused it."""
+    ok, refused_by = reply
+    return None if int(ok) == 1 else as_bytes(refused_by).decode()
+
+
 class Generations:
     """Snapshot, check-and-write, and the moves invalidators make."""
 
@@ -169,23 +200,24 @@ class Generations:
             pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
             pipe.mget(names)
             globally_retired, vals = pipe.execute()
-        gens = tuple((n, v if v is not None else b"0") for n, v in zip(names, vals, strict=True))
-        retired = bool(globally_retired) or any(v == C.RETIRED for _, v in gens)
-        return WriteTicket(key=key, docs=tuple(docs), gens=gens, retired=retired)
+        return ticket_of(key, docs, names, bool(globally_retired), vals)
 
     def write(self, ticket: WriteTicket, payload: bytes, ttl_s: int) -> str | None:
         """Land the entry atomically; returns None when it landed, else the key that refused it."""
         if ticket.retired:
             return K.model_gen_key(ticket.key.ns)
-        checks = ticket.checks()
-        argv: list[str | bytes | int] = [len(checks)]
-        for _, mode, value in checks:
-            argv += [mode, value]
-        argv += [payload, ttl_s * 1000]
-        keys = [ticket.key.exact(), *(k for k, _, _ in checks), *ticket.index_keys()]
+        keys, argv = write_call(ticket, payload, ttl_s)
         with redis_boundary("write"):
-            ok, refused_by = self._write(keys=keys, args=argv)
-        return None if int(ok) == 1 else as_bytes(refused_by).decode()
+            reply = self._write(keys=keys, args=argv)
+        return write_outcome(reply)
+
+    def registered(self, tenant: str) -> bool:
+        """Whether this process registered the tenant already (an async caller registers
+        it itself, then calls note_registered)."""
+        return tenant in self._known_tenants
+
+    def note_registered(self, tenant: str) -> None:
+        self._known_tenants.add(tenant)
 
     def _register_tenant(self, tenant: str) -> None:
         # Retirement (1) sets the global marker, (2) reads this set, (3) marks every tenant in

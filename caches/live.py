@@ -8,7 +8,8 @@ older deploy's READY (one that was superseded while it pre-warmed) replace a new
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 import redis
@@ -59,10 +60,12 @@ class LiveVersions:
         """Scope ("*" or a tenant) -> live version; {} when no deploy ever went READY."""
         with redis_boundary("read live versions"):
             raw = self._r.hgetall(K.live_versions_key(model_id))
-        out: dict[str, str] = {}
-        for f, v in raw.items():
-            out[as_bytes(f).decode()] = str(orjson.loads(as_bytes(v))["version"])
-        return out
+        return scopes_of(raw)
+
+
+def scopes_of(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """The HGETALL of a model's live hash as scope -> version (any Redis client's reply)."""
+    return {as_bytes(f).decode(): str(orjson.loads(as_bytes(v))["version"]) for f, v in raw.items()}
 
 
 def version_for(scopes: dict[str, str], tenant: str) -> str | None:

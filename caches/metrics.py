@@ -37,6 +37,7 @@ STORE_REASONS: Final = frozenset(
     {
         "landed",
         "not cacheable",
+        "incomplete answer",
         "error response",
         "empty response",
         "response over",
@@ -187,10 +188,15 @@ def observed_store(fn: Callable[P, S]) -> Callable[P, S]:
     @wraps(fn)
     def store(*args: P.args, **kwargs: P.kwargs) -> S:
         res = fn(*args, **kwargs)
-        STORES.labels("landed" if res.landed else "refused", store_reason(res.reason)).inc()
+        count_store(res)
         return res
 
     return store
+
+
+def count_store(res: _Stored) -> None:
+    """Count one store's result (observed_store does it for CacheClient.store)."""
+    STORES.labels("landed" if res.landed else "refused", store_reason(res.reason)).inc()
 
 
 def store_reason(reason: str) -> str:

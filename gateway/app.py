@@ -8,7 +8,6 @@ Every error is {"error": {message, type, param, code}} with its status (errors.p
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -70,9 +69,7 @@ def build_app(parts: GatewayParts) -> Starlette:
         return _json({"status": "ok"})
 
     async def readyz(_: Request) -> Response:
-        redis_up = await asyncio.get_running_loop().run_in_executor(
-            parts.gate.pool, parts.gate.ping
-        )
+        redis_up = await parts.gate.ping()
         doc = {"status": "draining" if parts.draining else "ready", "redis": redis_up}
         return _json(doc, 503 if parts.draining else 200)
 
@@ -84,8 +81,8 @@ def build_app(parts: GatewayParts) -> Starlette:
         yield
         parts.draining = True
         await parts.upstream.aclose()
+        await parts.gate.aclose()
         parts.log.close()
-        parts.gate.close()
         for stop in parts.on_shutdown:
             stop()
 

@@ -1,30 +1,39 @@
-"""The gateway's way into the cache: synchronous cache calls on threads, a deadline, fail-open.
+"""The gateway's way into the cache: Redis on the event loop, CPU work on threads, a deadline,
+fail-open.
 
-The cache client (caches.client) is synchronous, so lookups and stores run on a bounded thread
-pool, never on the event loop. A lookup that does not answer within the budget (default 50 ms),
-or fails (Redis, Qdrant or the embedder down), becomes a bypass: the request goes straight
-upstream and the bypass is counted. The thread it ran on finishes on its own, bounded by the
-client's socket timeouts; nothing waits for it. Stores are fire-and-forget on the same pool:
-an answer reaches the client before its write lands, and a failed write costs one miss.
+A lookup has one budget (default 50 ms) and two steps:
+1. exact (and negative), and on a miss the write ticket: redis.asyncio on the loop
+   (asynccache.py: no thread hop and no GIL handoff on the hit path);
+2. the semantic search (embedding, vector search) on a thread, with what is left of the budget.
+A failure or timeout in 1 (Redis down or slow) is a bypass: the request goes straight upstream
+and the bypass is counted. In 2 only the semantic layer is skipped: the miss keeps its ticket,
+so its answer is still stored. Stores are fire-and-forget tasks: the answer reaches the client
+before its write lands (the script on the loop, the semantic index on a thread), bounded in
+number; a failed write costs one miss.
 
-The live model version (caches/live.py) is read on the lookup thread too, at most once per
-`live_version_ttl_s` per model, so `stoker deploy` moves every replica to the new namespace
-within a second without a restart; when Redis cannot say, the last version seen serves.
+The live model version (caches/live.py) is read at most once per `live_version_ttl_s` per model,
+so `stoker deploy` moves every replica to the new namespace within a second without a restart;
+when Redis cannot say, the last version seen serves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from caches.client import AnswerExtras, CacheClient, CacheRequest, LookupResult
-from caches.live import LiveVersions, version_for
+import redis
+import redis.asyncio as aredis
+
+from caches import keys as K
+from caches.client import AnswerExtras, CacheClient, CacheRequest, LookupResult, StoreResult
+from caches.live import scopes_of, version_for
 from gateway import metrics as M
+from gateway.asynccache import AsyncExact, count_store
 from gateway.identity import Resolved
 from gateway.options import GatewayOptions
 from schemas.errors import StokerError
@@ -60,54 +69,49 @@ class Answer:
 
 
 class LiveVersionCache:
-    """model id -> {scope: version}, refreshed at most every ttl_s; thread-safe."""
+    """model id -> {scope: version}, refreshed at most every ttl_s (one event loop)."""
 
-    def __init__(self, live: LiveVersions, default: str, ttl_s: float) -> None:
-        self._live, self._default, self._ttl_s = live, default, ttl_s
-        self._lock = threading.Lock()
+    def __init__(self, ar: aredis.Redis, default: str, ttl_s: float) -> None:
+        self._ar, self._default, self._ttl_s = ar, default, ttl_s
         self._seen: dict[str, tuple[float, dict[str, str]]] = {}
 
-    def version(self, model_id: str, tenant: str) -> str:
+    async def version(self, model_id: str, tenant: str) -> str:
         now = time.monotonic()
-        with self._lock:
-            at, scopes = self._seen.get(model_id, (0.0, {}))
+        at, scopes = self._seen.get(model_id, (0.0, {}))
         if now - at >= self._ttl_s:
+            self._seen[model_id] = (now, scopes)  # one refresh at a time per model
             try:
-                scopes = self._live.get(model_id)
-            except StokerError as e:  # keep serving the last version seen
+                scopes = scopes_of(await self._ar.hgetall(K.live_versions_key(model_id)))
+            except (redis.RedisError, ValueError, KeyError) as e:  # serve the last one seen
                 log.debug("live version of %s unreadable: %s", model_id, e)
-            with self._lock:
-                self._seen[model_id] = (now, scopes)
+            self._seen[model_id] = (now, scopes)
         return version_for(scopes, tenant) or self._default
 
     def peek(self, model_id: str, tenant: str) -> str:
-        """The version last seen, never asking Redis (safe on the event loop)."""
-        with self._lock:
-            _, scopes = self._seen.get(model_id, (0.0, {}))
+        """The version last seen, never asking Redis."""
+        _, scopes = self._seen.get(model_id, (0.0, {}))
         return version_for(scopes, tenant) or self._default
 
 
 class CacheGate:
-    def __init__(self, cache: CacheClient, opts: GatewayOptions) -> None:
+    def __init__(self, cache: CacheClient, ar: aredis.Redis, opts: GatewayOptions) -> None:
         self.cache = cache
         self.opts = opts
-        self.live = LiveVersionCache(
-            LiveVersions(cache.redis), opts.default_model_version, opts.live_version_ttl_s
-        )
+        self.exact = AsyncExact(cache, ar)
+        self.live = LiveVersionCache(ar, opts.default_model_version, opts.live_version_ttl_s)
+        # What costs CPU or blocks: semantic searches, indexing, the embedding cache's reads.
         self.pool = ThreadPoolExecutor(opts.lookup_threads, thread_name_prefix="gateway-cache")
-        self._stores = 0  # stores queued or running (bounded: see store_later)
-        self._lock = threading.Condition()
+        self._stores: set[asyncio.Task[None]] = set()  # in flight, bounded (see store_later)
 
     async def lookup(self, r: Resolved) -> Decision:
-        """Ask the cache within the budget; every failure is a bypass with its reason."""
-        started = time.time()
+        """Ask the cache within the budget (the module docstring has the two steps)."""
+        started, t0 = time.time(), time.perf_counter()
         if r.bypass is not None:
             M.bypass(r.bypass)
             return Decision(LookupResult("bypass", reason=r.bypass), None, "", started)
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.pool, self._lookup, r)
+        budget = self.opts.lookup_budget_s
         try:
-            version, req, res = await asyncio.wait_for(fut, self.opts.lookup_budget_s)
+            version, req, res = await asyncio.wait_for(self._exact(r), budget)
         except TimeoutError:
             M.bypass("deadline")
             return self._bypassed("deadline", started)
@@ -116,68 +120,107 @@ class CacheGate:
             M.bypass(reason)
             log.debug("lookup bypassed (%s): %s", reason, e)
             return self._bypassed(f"{reason}: {e}", started)
+        if res.outcome == "miss" and r.read and self.cache.semantic is not None:
+            res = await self._semantic(req, res, budget - (time.perf_counter() - t0))
+        self.cache.observe(res, time.perf_counter() - t0)
         return Decision(res, req, version, started)
 
-    def _lookup(self, r: Resolved) -> tuple[str, CacheRequest, LookupResult]:
-        version = r.version_override or self.live.version(r.model_id, r.tenant)
+    async def _exact(self, r: Resolved) -> tuple[str, CacheRequest, LookupResult]:
+        version = r.version_override or await self.live.version(r.model_id, r.tenant)
         req = r.cache_request(version)
-        res = self.cache.lookup(req) if r.read else self.cache.ticket(req)
+        res = await (self.exact.lookup_exact(req) if r.read else self.exact.ticket(req))
         return version, req, res
+
+    async def _semantic(self, req: CacheRequest, miss: LookupResult, left_s: float) -> LookupResult:
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self.pool, self.cache.lookup_semantic, req, miss),
+                max(left_s, 0.0),
+            )
+        except TimeoutError:
+            M.bypass("semantic_deadline")
+        except StokerError as e:
+            M.bypass("semantic_down")
+            log.debug("semantic lookup skipped: %s", e)
+        return miss
 
     @staticmethod
     def _bypassed(reason: str, started: float) -> Decision:
         return Decision(LookupResult("bypass", reason=reason), None, "", started)
 
-    def store_later(self, d: Decision, answer: Answer) -> bool:
-        """Queue the write; False when it is not worth a thread (no ticket) or the pool is
-        backed up (more than 4 stores a thread waiting: the cache is slow, serve on)."""
-        if d.result.ticket is None:
-            return False
-        with self._lock:
-            if self._stores >= 4 * self.opts.lookup_threads:
-                M.stored("skipped_busy")
-                return False
-            self._stores += 1
-        self.pool.submit(self._store, d, answer)
-        return True
+    # -- writes --
 
-    def _store(self, d: Decision, a: Answer) -> None:
+    def store_later(
+        self, d: Decision, a: Answer, on_done: Callable[[], None] | None = None
+    ) -> asyncio.Event | None:
+        """Start the write as a task; the event is set, and on_done runs, once the entry is
+        written (or refused, or failed), before it is indexed for semantic search.
+        None when there is nothing to write or too many writes are in flight already (the
+        cache is slow: serve on)."""
+        if d.result.ticket is None:
+            return None
+        if len(self._stores) >= 4 * self.opts.lookup_threads:
+            M.stored("skipped_busy")
+            return None
+        w = self.cache.prepare_store(
+            d.result, a.text, tokens_in=a.tokens_in, tokens_out=a.tokens_out, gpu_ms=a.gpu_ms,
+            generated_at=d.started_at, finish_reason=a.finish_reason,
+            extras=AnswerExtras(a.reasoning, a.tool_calls),
+        )  # fmt: skip
+        if isinstance(w, StoreResult):
+            count_store(w)
+            M.stored("refused")
+            return None
+        written = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(self._store(w, written, on_done))
+        self._stores.add(task)
+        task.add_done_callback(self._stores.discard)
+        return written
+
+    async def _store(
+        self, w: Any, written: asyncio.Event, on_done: Callable[[], None] | None
+    ) -> None:
         try:
-            out = self.cache.store(
-                d.result, a.text, tokens_in=a.tokens_in, tokens_out=a.tokens_out,
-                gpu_ms=a.gpu_ms, generated_at=d.started_at, finish_reason=a.finish_reason,
-                extras=AnswerExtras(a.reasoning, a.tool_calls),
-            )  # fmt: skip
+            try:
+                refused_by = await self.exact.write(w)
+            finally:
+                written.set()
+                if on_done is not None:
+                    on_done()
+            if refused_by is None and self.cache.semantic is not None:  # indexing embeds
+                loop = asyncio.get_running_loop()
+                out = await loop.run_in_executor(self.pool, self.cache.finish_store, w, None)
+            else:
+                out = self.cache.finish_store(w, refused_by)
+            count_store(out)
             M.stored("landed" if out.landed else "refused")
             if not out.landed:
                 log.debug("answer not stored: %s", out.reason)
         except StokerError as e:
             M.stored("failed")
             log.debug("answer not stored: %s", e)
-        finally:
-            with self._lock:
-                self._stores -= 1
-                self._lock.notify_all()
 
     def store_negative_later(self, d: Decision) -> None:
-        if d.result.ticket is not None:
-            self.pool.submit(self._store_negative, d)
+        if d.result.ticket is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._store_negative(d))
+        self._stores.add(task)
+        task.add_done_callback(self._stores.discard)
 
-    def _store_negative(self, d: Decision) -> None:
+    async def _store_negative(self, d: Decision) -> None:
         try:
-            self.cache.store_negative(d.result)
+            await self.exact.store_negative(d.result)
         except StokerError as e:
             log.debug("negative entry not stored: %s", e)
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
         """Redis answers (for /readyz; the gateway serves either way)."""
-        try:
-            return bool(self.cache.redis.ping())
-        except Exception:
-            return False
+        return await self.exact.ping()
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Let queued stores land (bounded), then stop the pool."""
-        with self._lock:
-            self._lock.wait_for(lambda: self._stores == 0, timeout_s)
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Let writes in flight land (bounded), then release the Redis pool and the threads."""
+        if self._stores:
+            await asyncio.wait(set(self._stores), timeout=timeout_s)
+        await self.exact.aclose()
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -16,6 +16,7 @@ The cache being down never fails a request: it becomes a bypass.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 import uuid
@@ -25,7 +26,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -45,7 +45,7 @@ from gateway.flights import Flight, Flights
 from gateway.identity import Api, Resolved, parse_body, resolve
 from gateway.options import GatewayOptions
 from gateway.requestlog import RequestLog
-from gateway.upstream import Upstream, kept_headers
+from gateway.upstream import Stream, Upstream
 
 PATHS: dict[Api, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _JSON = "application/json"
@@ -119,7 +119,7 @@ class Completions:
                 )
             return await self._call(r, d, t0, auth, flight)
         finally:
-            if flight is not None and key is not None and not flight.relayed:
+            if flight is not None and key is not None and not flight.keep:
                 self.flights.end(key, flight)
 
     # -- hits --
@@ -192,7 +192,9 @@ class Completions:
                 a = answer_of(r.api, orjson.loads(reply.content), reply.elapsed_ms)
             except orjson.JSONDecodeError:
                 raise UpstreamFailed("the upstream answered something that is not JSON") from None
-            self._settle(r, d, a, flight)
+            written = self._settle(r, d, a, flight)
+            if written is not None:  # read your writes: the next identical request hits
+                await _wait(written, self.opts.lookup_budget_s)
         elif reply.status >= 500:
             self.gate.store_negative_later(d)
         self._done(r, d, Served(d.outcome, a, (time.perf_counter() - t0) * 1000))
@@ -202,16 +204,30 @@ class Completions:
 
     def _settle(
         self, r: Resolved, d: Decision, a: Answer | None, flight: Flight[Shared] | None
-    ) -> None:
+    ) -> asyncio.Event | None:
         """Store a complete answer (a miss, unless no-store) and hand it to the flight's
         followers, also when the cache was bypassed for being slow or down: the request was
-        cacheable (else it would have no flight), so its answer is theirs too."""
+        cacheable (else it would have no flight), so its answer is theirs too. The event
+        (set once the entry is written) when a store started; with a flight, the flight then
+        ends with the store (flight.keep), so requests arriving before the entry lands still
+        get this answer, not another upstream call."""
         if a is None:
-            return
-        if r.write and d.outcome == "miss":
-            self.gate.store_later(d, a)
-        if flight is not None and a.finish_reason in _SHAREABLE:
-            flight.land((a, d))
+            return None
+        shared = flight is not None and a.finish_reason in _SHAREABLE
+        if shared:
+            flight.land((a, d))  # type: ignore[union-attr]
+        if not (r.write and d.outcome == "miss"):
+            return None
+        if not shared:
+            return self.gate.store_later(d, a)
+        assert flight is not None
+
+        def landed() -> None:  # on the loop, when the write is over
+            self.flights.end(flight.key, flight)
+
+        written = self.gate.store_later(d, a, on_done=landed)
+        flight.keep = written is not None
+        return written
 
     async def _stream(
         self,
@@ -223,17 +239,19 @@ class Completions:
         flight: Flight[Shared] | None,
     ) -> Response:
         cm = self.upstream.stream(path, r.upstream_body, headers)
-        resp = await cm.__aenter__()
-        if resp.status_code != 200:
-            content = await resp.aread()
-            await cm.__aexit__(None, None, None)
-            if resp.status_code >= 500:
+        up = await cm.__aenter__()
+        if up.status != 200:
+            try:
+                content = await up.read()
+            finally:
+                await cm.__aexit__(None, None, None)
+            if up.status >= 500:
                 self.gate.store_negative_later(d)
             self._done(r, d, Served(d.outcome, None, (time.perf_counter() - t0) * 1000))
-            return Response(content, resp.status_code, kept_headers(resp) | self._headers(d))
-        body = self._relay(r, d, t0, cm, resp, flight)
+            return Response(content, up.status, up.headers | self._headers(d))
         if flight is not None:
-            flight.relayed = True  # the relay ends it, when the stream ends
+            flight.keep = True  # the relay ends it, when the stream ends
+        body = self._relay(r, d, t0, cm, up, flight)
         return StreamingResponse(body, media_type=_SSE, headers=self._headers(d))
 
     async def _relay(
@@ -242,19 +260,19 @@ class Completions:
         d: Decision,
         t0: float,
         cm: Any,
-        resp: httpx.Response,
+        up: Stream,
         flight: Flight[Shared] | None,
     ) -> AsyncIterator[bytes]:
         """The upstream's chunks to the client as they come, kept; at the end (or when the
         client goes away) the stream is closed and, if whole, stored and logged."""
         asm, reader, whole = Assembler(r.api), SSEReader(), False
         try:
-            async for raw in resp.aiter_raw():
+            async for raw in up.chunks():
                 for payload in reader.feed(raw):
                     asm.add(payload)
                 yield raw
             whole = True
-        except httpx.HTTPError:
+        except UpstreamFailed:
             pass  # the upstream broke off: the client sees the stream end early; nothing stored
         finally:
             with anyio.CancelScope(shield=True):  # a client that left cancels us: close anyway
@@ -262,8 +280,7 @@ class Completions:
             elapsed = (time.perf_counter() - t0) * 1000
             M.UPSTREAM_SECONDS.observe(elapsed / 1000)
             a = asm.answer(elapsed) if whole else None
-            self._settle(r, d, a, flight)
-            if flight is not None:
+            if self._settle(r, d, a, flight) is None and flight is not None:
                 self.flights.end(flight.key, flight)
             self._done(r, d, Served(d.outcome, a, elapsed))
 
@@ -290,6 +307,13 @@ class Completions:
 
 # Answers a follower may be handed: they ended on their own, as a stored one would have.
 _SHAREABLE = frozenset({"stop", "tool_calls"})
+
+
+async def _wait(ev: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(ev.wait(), timeout_s)
+    except TimeoutError:
+        return  # a slow cache delays no answer past its budget
 
 
 async def read_body(request: Request, limit: int) -> bytes:

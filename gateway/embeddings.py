@@ -2,7 +2,7 @@
 
 Vectors are kept as float32 bytes under the embedding key of caches/keys.py (embedder id
 "upstream:<model>[:<dimensions>]"), with the policy's embedding TTL. A request's texts are
-read in one MGET on a cache thread (within the lookup budget; a failure reads as all misses),
+read in one MGET on the event loop (within the lookup budget; a failure reads as all misses),
 the misses are asked upstream in one call, and written back without holding the response.
 Token inputs (lists of ints) go upstream untouched: they are not texts to key.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import redis
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -34,6 +35,7 @@ PATH = "/v1/embeddings"
 class Embeddings:
     def __init__(self, gate: CacheGate, upstream: Upstream, opts: GatewayOptions) -> None:
         self.gate, self.upstream, self.opts = gate, upstream, opts
+        self._writes: set[asyncio.Task[None]] = set()
 
     async def handle(self, request: Request) -> Response:
         body = parse_body(
@@ -70,13 +72,9 @@ class Embeddings:
         )
 
     async def _cached(self, keys: list[str]) -> list[np.ndarray | None]:
-        loop = asyncio.get_running_loop()
-        r = self.gate.cache.redis
         try:
-            raw = await asyncio.wait_for(
-                loop.run_in_executor(self.gate.pool, r.mget, keys), self.opts.lookup_budget_s
-            )
-        except Exception:  # a cache that is down or slow reads as all misses (fail open)
+            raw = await asyncio.wait_for(self.gate.exact.ar.mget(keys), self.opts.lookup_budget_s)
+        except (TimeoutError, redis.RedisError):  # down or slow: all misses (fail open)
             M.bypass("cache_down")
             return [None] * len(keys)
         return [None if b is None else np.frombuffer(as_bytes(b), dtype=np.float32) for b in raw]
@@ -102,16 +100,18 @@ class Embeddings:
     def _write_later(self, keys: list[str], vecs: list[np.ndarray]) -> None:
         ttl = self.gate.cache.policy.embedding_ttl_s
 
-        def write() -> None:
+        async def write() -> None:
             try:
-                pipe = self.gate.cache.redis.pipeline(transaction=False)
+                pipe = self.gate.exact.ar.pipeline(transaction=False)
                 for k, v in zip(keys, vecs, strict=True):
                     pipe.set(k, v.astype(np.float32).tobytes(), ex=ttl)
-                pipe.execute()
-            except Exception:  # a lost write costs one upstream call later
+                await pipe.execute()
+            except redis.RedisError:  # a lost write costs one upstream call later
                 M.stored("failed")
 
-        self.gate.pool.submit(write)
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def _passthrough(self, body: dict[str, Any], headers: dict[str, str]) -> Response:
         M.bypass("token input")

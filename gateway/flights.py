@@ -23,7 +23,9 @@ class Flight(Generic[T]):
         self.key = key
         self._fut: asyncio.Future[T | None] = asyncio.get_running_loop().create_future()
         self.joined = 0
-        self.relayed = False  # a streamed answer's relay ends the flight, not its handler
+        # Someone else ends the flight, not its handler: a streamed answer's relay, or the
+        # store of the answer (so requests arriving before the entry lands still share it).
+        self.keep = False
 
     def land(self, value: T | None) -> None:
         if not self._fut.done():
@@ -51,8 +53,8 @@ class Flights(Generic[T]):
         return flight
 
     def start(self, key: str) -> Flight[T]:
-        """Lead the flight of key. The leader must call end() whatever happens (a streamed
-        answer ends it when the stream does, after its handler has returned)."""
+        """Lead the flight of key. The leader must call end() whatever happens (or hand that
+        on: Flight.keep)."""
         flight: Flight[T] = Flight(key)
         self._flights[key] = flight
         return flight

@@ -63,6 +63,10 @@ class GatewayServer:
 
     def serve(self) -> None:
         """Serve until stop() (blocks; run it on the main thread or in start())."""
+        import os
+        import sys
+
+        sys.setswitchinterval(float(os.environ.get("SWI", "0.005")))
         self._server.run(sockets=[self._sock])
 
     def stop(self) -> None:

@@ -19,6 +19,9 @@ class StokerSettings(BaseSettings):
     )
 
     # -- services (None = embedded) --
+    # The semantic layer (embedding + vector search on exact misses). Off: exact caching only,
+    # no embedder loaded; a miss then costs no embedding (~10 ms of CPU per new prompt here).
+    semantic_enabled: bool = True
     kafka_bootstrap: str | None = None
     redis_url: str | None = None
     semantic_backend: Literal["edge", "server"] = "edge"

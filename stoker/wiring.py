@@ -21,7 +21,13 @@ import redis
 from rich.console import Console
 
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from caches.embedders import (
+    BatchingEmbedder,
+    CachedEmbedder,
+    Embedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+)
 from caches.l1 import L1Cache
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
@@ -77,6 +83,15 @@ def build_redis(s: StokerSettings) -> redis.Redis:
     return redis.Redis.from_url(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
+def build_async_redis(s: StokerSettings) -> Any:
+    """redis.asyncio on the settings' Redis (the gateway's event loop; its own connections)."""
+    import redis.asyncio as aredis
+
+    if not s.redis_url:
+        raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
+    return aredis.Redis.from_url(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
 def build_embedder(s: StokerSettings) -> Embedder:
     """One model per process: loading all-MiniLM-L6-v2 takes seconds and ~100 MB."""
     ident = (s.embedder, s.embedder_model, s.embedder_url)
@@ -86,10 +101,12 @@ def build_embedder(s: StokerSettings) -> Embedder:
             if not s.embedder_url:
                 raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
             key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
-            emb = OpenAIEmbedder(s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key)
+            model: Embedder = OpenAIEmbedder(
+                s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
+            )
         else:
-            emb = SentenceTransformerEmbedder(s.embedder_model)
-        _EMBEDDERS[ident] = emb
+            model = SentenceTransformerEmbedder(s.embedder_model)
+        emb = _EMBEDDERS[ident] = BatchingEmbedder(model)  # concurrent callers share calls
     if s.embedder_dim is not None and s.embedder_dim != emb.dim:
         raise ConfigError(
             f"{s.embedder_model} embeds in {emb.dim} dimensions, but "
@@ -165,7 +182,7 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
     r = build_redis(s)
     pol = policy_from(s)
     l1 = build_l1(s, r)
-    if not semantic:
+    if not semantic or not s.semantic_enabled:
         return CacheClient(r, policy=pol, l1=l1)
     emb = build_embedder(s)
     store = build_semantic(s, emb.dim)
@@ -343,7 +360,10 @@ def build_gateway(s: StokerSettings, *, upstream_url: str | None = None) -> Gate
         forward_auth=not opts.api_key_tenants,
     )
     parts = GatewayParts(
-        CacheGate(cache, opts), upstream, build_request_log(s, opts.log_buffer), opts
+        CacheGate(cache, build_async_redis(s), opts),
+        upstream,
+        build_request_log(s, opts.log_buffer),
+        opts,
     )
     parts.on_shutdown.append(cache.close)
     return parts

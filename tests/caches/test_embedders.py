@@ -123,3 +123,44 @@ def test_cached_embedder__computes_each_text_once_per_tenant(redis_client: redis
     cached.embed("globex", ["a"])  # another tenant has its own embedding keys
     assert inner.calls[-1] == ["a"]
     assert 0 < redis_client.ttl(K.embedding_key("acme", "counting", "a")) <= 60
+
+
+def test_batching_embedder__concurrent_callers_share_model_calls_and_get_their_rows():
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from caches.embedders import BatchingEmbedder
+
+    inner = CountingEmbedder()
+    gate = threading.Event()
+    slow = inner.embed
+
+    def held(texts: Sequence[str]) -> np.ndarray:
+        gate.wait(5)  # the first call holds the model while the others queue up
+        return slow(texts)
+
+    inner.embed = held  # type: ignore[method-assign]
+    batching = BatchingEmbedder(inner)
+    texts = [f"text {'x' * i}" for i in range(20)]
+    with ThreadPoolExecutor(20) as pool:
+        futures = [pool.submit(batching.embed, [t]) for t in texts]
+        gate.set()
+        rows = [f.result(10) for f in futures]
+    for t, row in zip(texts, rows, strict=True):
+        assert row.shape == (1, 4) and row[0][0] == len(t)
+    assert batching.batches < len(texts)  # later callers rode on shared calls
+    assert sum(len(c) for c in inner.calls) == len(texts)
+    batching.close()
+
+
+def test_batching_embedder__a_model_error_reaches_every_waiting_caller():
+    from caches.embedders import BatchingEmbedder
+
+    class Broken(CountingEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            raise ConfigError("model gone")
+
+    b = BatchingEmbedder(Broken())
+    with pytest.raises(ConfigError, match="model gone"):
+        b.embed(["a"])
+    b.close()
