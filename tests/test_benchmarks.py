@@ -38,6 +38,20 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         {"invalidation_latency_50"},
     ),
     "bench_warm_qps.py": (["--rates", "5", "--seconds", "1"], {"warm_qps_5"}),
+    "bench_gateway.py": (
+        [
+            "--no-litellm",
+            "--seconds",
+            "1",
+            "--misses",
+            "10",
+            "--load-seconds",
+            "2",
+            "--load-concurrency",
+            "12",
+        ],
+        {"gateway_hit", "gateway_miss_overhead", "gateway_herd", "gateway_load"},
+    ),  # fmt: skip
     "bench_l1.py": (
         ["--keys", "200", "--readers", "2", "--reads", "500", "--rounds", "1"],
         {"l1_exact_hits"},
