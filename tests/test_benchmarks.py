@@ -51,7 +51,7 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
             "12",
         ],
         {"gateway_hit", "gateway_miss_overhead", "gateway_herd", "gateway_load"},
-    ),  # fmt: skip
+    ),
     "bench_l1.py": (
         ["--keys", "200", "--readers", "2", "--reads", "500", "--rounds", "1"],
         {"l1_exact_hits"},
