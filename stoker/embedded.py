@@ -155,6 +155,10 @@ class ChildService:
         self._port: int | None = None
 
     # -- what subclasses define --
+    def pick_port(self) -> int:
+        """The port to launch on (a subclass that needs more than one port picks them here)."""
+        return free_port()
+
     def argv(self, port: int, workdir: Path) -> list[str]:
         raise NotImplementedError
 
@@ -186,7 +190,7 @@ class ChildService:
         if self._workdir is None:
             self._workdir = Path(tempfile.mkdtemp(prefix=f"stoker-{self.name}-"))
             atexit.register(self.stop)
-        self._port = free_port()
+        self._port = self.pick_port()
         # A file, not a PIPE: nobody reads a pipe, and a full one blocks the child (64 KB).
         try:
             with (self._workdir / _LOG_NAME).open("ab") as log:

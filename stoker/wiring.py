@@ -38,6 +38,7 @@ from gateway.requestlog import KafkaLog, NullLog, RequestLog
 from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
 from schemas.errors import BrokerUnavailable, ConfigError
+from stoker.redisconn import connect, connect_async
 from stoker.settings import StokerSettings
 from streams.base import Handler
 from streams.jobs import JobRecords, KafkaStatusSink
@@ -78,18 +79,17 @@ def policy_from(s: StokerSettings) -> CachePolicy:
 
 
 def build_redis(s: StokerSettings) -> redis.Redis:
+    """One server, or a Redis Cluster for a redis+cluster:// URL (see redisconn.py)."""
     if not s.redis_url:
         raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
-    return redis.Redis.from_url(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return connect(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
 def build_async_redis(s: StokerSettings) -> Any:
     """redis.asyncio on the settings' Redis (the gateway's event loop; its own connections)."""
-    import redis.asyncio as aredis
-
     if not s.redis_url:
         raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
-    return aredis.Redis.from_url(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return connect_async(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
 def build_embedder(s: StokerSettings) -> Embedder:

@@ -24,6 +24,8 @@ import pytest  # noqa: E402
 import redis  # noqa: E402
 
 from stoker.embedded import EmbeddedStack  # noqa: E402
+from stoker.embedded_cluster import EmbeddedCluster  # noqa: E402
+from stoker.redisconn import connect  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -46,14 +48,63 @@ def stack() -> Iterator[EmbeddedStack]:
         yield s
 
 
+TOPOLOGIES = ("standalone", "cluster")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "topologies: run each test on a standalone redis-server and on a Redis Cluster"
+    )
+    config.addinivalue_line(
+        "markers", "standalone_only(why): keep this test of a `topologies` module standalone"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules marked `topologies` run every test that reaches Redis twice: on the session's
+    redis-server and on the session's Redis Cluster (3 primaries, 1 replica each).
+
+    Which suites, and why not all: the cache client and its contract, invalidation, purge,
+    cutover, profile, scheduler and L1 are where keys, scripts, pipelines and scans meet the
+    cluster's rules (one slot per multi-key command, a scan per primary, tracking per node);
+    the rest (CLI, gateway routes, streams, demo) reach Redis only through those parts, so a
+    second run of them would double the suite's time and test nothing new. Tests marked
+    `standalone_only` say why in their reason.
+    """
+    if "redis_topology" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("topologies") is None:
+        return
+    only = metafunc.definition.get_closest_marker("standalone_only")
+    params = ["standalone"] if only is not None else list(TOPOLOGIES)
+    metafunc.parametrize("redis_topology", params, indirect=True)
+
+
+@pytest.fixture
+def redis_topology(request: pytest.FixtureRequest) -> str:
+    """standalone, unless the test's module is marked `topologies` (then each in turn)."""
+    return str(getattr(request, "param", "standalone"))
+
+
 @pytest.fixture(scope="session")
-def redis_url(stack: EmbeddedStack) -> str:
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    """A real Redis Cluster on loopback: 3 primaries with 1 replica each (started on first use)."""
+    with EmbeddedCluster(primaries=3, replicas=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redis_url(stack: EmbeddedStack, redis_topology: str, request: pytest.FixtureRequest) -> str:
+    if redis_topology == "cluster":
+        cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
+        return cluster.url
     return stack.redis_url
 
 
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    """A client of the test's topology on an empty database (every primary flushed)."""
+    client = connect(redis_url, decode_responses=False)
     client.flushdb()
     try:
         yield client
