@@ -10,13 +10,18 @@ import redis.exceptions as rex
 
 from schemas.errors import BackendUnavailable, CacheUnavailable, StokerError
 
+# What a Redis failure looks like from redis-py: RedisError, and on a cluster also
+# RedisClusterException, which is no RedisError (raised when no node answers for the slots,
+# as in the seconds of a failover).
+REDIS_ERRORS: tuple[type[Exception], ...] = (rex.RedisError, rex.RedisClusterException)
+
 
 @contextmanager
 def redis_boundary(op: str) -> Iterator[None]:
     """Every Redis failure is retriable for the caller: the entry's TTL is the guarantee."""
     try:
         yield
-    except rex.RedisError as e:
+    except REDIS_ERRORS as e:
         raise CacheUnavailable(f"redis {op} failed: {type(e).__name__}: {e}") from e
 
 

@@ -22,7 +22,7 @@ import redis
 
 from caches import keys as K
 from caches import metrics as M
-from caches.boundary import as_bytes, redis_boundary
+from caches.boundary import REDIS_ERRORS, as_bytes, redis_boundary
 from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
@@ -183,7 +183,7 @@ class CacheClient:
                 return hit
             key = p.cache_key()
             negative = self.redis.exists(key.negative())
-        except redis.RedisError as e:
+        except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
         if negative:
             return self.negative(p)

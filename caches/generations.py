@@ -10,7 +10,8 @@ Protocol, one round trip each side:
 3. ``WRITE_SCRIPT`` lands the entry only if every generation still equals the snapshot, no
    namespace is retired and every versioned doc is at or above its floor; in the same
    atomic step it adds the key to the doc / context indexes, whose TTL follows the entry's.
-All keys of one call share the tenant hash tag, so this holds on Redis Cluster too.
+All keys of one call share the tenant hash tag, so this holds on Redis Cluster too; the moves
+that span tenants (retire, reinstate, batched floors) go one slot at a time (caches/slots.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import redis
 
 from caches import constants as C
 from caches import keys as K
+from caches import slots
 from caches.boundary import as_bytes, redis_boundary
 from schemas.common import DocRef, utcnow
 
@@ -198,7 +200,7 @@ class Generations:
         with redis_boundary("snapshot"):
             pipe = self._r.pipeline(transaction=False)
             pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
-            pipe.mget(names)
+            slots.mget_in(pipe, names)  # one tenant: one slot
             globally_retired, vals = pipe.execute()
         return ticket_of(key, docs, names, bool(globally_retired), vals)
 
@@ -274,7 +276,11 @@ class Generations:
                 tenants = sorted(as_bytes(t).decode() for t in self._r.smembers(C.TENANT_REGISTRY))
             keys = [K.model_gen_key(K.Namespace(t, model_id, model_version, "")) for t in tenants]
             fresh = int(time.time() * 1000)
-            n = int(self._reinstate(keys=keys, args=[fresh, C.GENERATION_TTL_S])) if keys else 0
+            # One script per slot on a cluster (each tenant's keys live in its own).
+            n = sum(
+                int(self._reinstate(keys=group, args=[fresh, C.GENERATION_TTL_S]))
+                for group in slots.groups(self._r, keys)
+            )
             self._r.delete(retired_marker_key(model_id, model_version))
         return n
 
@@ -308,9 +314,6 @@ class Generations:
         with redis_boundary("raise doc floors"):
             pipe = self._r.pipeline(transaction=False)
             for tenant, doc_id, floor in floors:
-                self._raise_floor(
-                    keys=[K.doc_floor_key(tenant, doc_id), K.doc_gen_key(tenant, doc_id)],
-                    args=[floor, C.GENERATION_TTL_S],
-                    client=pipe,
-                )
+                keys = [K.doc_floor_key(tenant, doc_id), K.doc_gen_key(tenant, doc_id)]
+                slots.script_in(pipe, self._raise_floor, keys, [floor, C.GENERATION_TTL_S])
             return [int(v) for v in pipe.execute()]

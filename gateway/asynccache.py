@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 import redis.asyncio as aredis
 
 from caches import constants as C
 from caches import metrics as CM
+from caches import slots
+from caches.boundary import REDIS_ERRORS
 from caches.client import CacheClient, CacheRequest, LookupResult, PreparedWrite, Probe
 from caches.generations import (
     WRITE_LUA,
@@ -51,7 +52,7 @@ class AsyncExact:
             if await self.ar.exists(p.cache_key().negative()):
                 return self.cache.negative(p)
             return await self._snapshot(p.req, p.exact_key)
-        except redis.RedisError as e:
+        except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
 
     async def ticket(self, req: CacheRequest) -> LookupResult:
@@ -61,7 +62,7 @@ class AsyncExact:
             return p
         try:
             return await self._snapshot(req, req.key().exact())
-        except redis.RedisError as e:
+        except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis snapshot failed: {type(e).__name__}: {e}") from e
 
     async def _snapshot(self, req: CacheRequest, exact_key: str) -> LookupResult:
@@ -74,7 +75,7 @@ class AsyncExact:
         names = gen_keys(key, req.docs)
         pipe = self.ar.pipeline(transaction=False)
         pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
-        pipe.mget(names)
+        slots.mget_in(pipe, names)  # one tenant: one slot
         retired, vals = await pipe.execute()
         ticket = ticket_of(key, req.docs, names, bool(retired), vals)
         return LookupResult("miss", ticket=ticket, key=exact_key)
@@ -86,7 +87,7 @@ class AsyncExact:
         keys, argv = write_call(w.ticket, w.payload, self.cache.policy.exact_ttl_s)
         try:
             reply: Any = await self._write(keys=keys, args=argv)
-        except redis.RedisError as e:
+        except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis write failed: {type(e).__name__}: {e}") from e
         return write_outcome(reply)
 
@@ -95,13 +96,13 @@ class AsyncExact:
             return
         try:
             await self.ar.set(res.ticket.key.negative(), b"1", ex=self.cache.policy.negative_ttl_s)
-        except redis.RedisError as e:
+        except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis negative write failed: {e}") from e
 
     async def ping(self) -> bool:
         try:
             return bool(await self.ar.ping())
-        except redis.RedisError:
+        except REDIS_ERRORS:
             return False
 
     async def aclose(self) -> None:

@@ -26,10 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import redis.asyncio as aredis
 
 from caches import keys as K
+from caches.boundary import REDIS_ERRORS
 from caches.client import AnswerExtras, CacheClient, CacheRequest, LookupResult, StoreResult
 from caches.live import scopes_of, version_for
 from gateway import metrics as M
@@ -39,6 +39,9 @@ from gateway.options import GatewayOptions
 from schemas.errors import StokerError
 
 log = logging.getLogger(__name__)
+
+# Redis down, or a live-version hash that does not parse.
+_UNREADABLE: tuple[type[Exception], ...] = (*REDIS_ERRORS, ValueError, KeyError)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class LiveVersionCache:
             self._seen[model_id] = (now, scopes)  # one refresh at a time per model
             try:
                 scopes = scopes_of(await self._ar.hgetall(K.live_versions_key(model_id)))
-            except (redis.RedisError, ValueError, KeyError) as e:  # serve the last one seen
+            except _UNREADABLE as e:  # serve the last one seen
                 log.debug("live version of %s unreadable: %s", model_id, e)
             self._seen[model_id] = (now, scopes)
         return version_for(scopes, tenant) or self._default

@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 import orjson
-import redis
 from starlette.requests import Request
 from starlette.responses import Response
 
 from caches import keys as K
-from caches.boundary import as_bytes
+from caches.boundary import REDIS_ERRORS, as_bytes
 from gateway import metrics as M
 from gateway.cachegate import CacheGate
 from gateway.completions import read_body
@@ -30,6 +29,8 @@ from gateway.options import GatewayOptions
 from gateway.upstream import Upstream
 
 PATH = "/v1/embeddings"
+# Redis down or slow: every text is a miss (fail open).
+_DOWN: tuple[type[Exception], ...] = (TimeoutError, *REDIS_ERRORS)
 
 
 class Embeddings:
@@ -74,7 +75,7 @@ class Embeddings:
     async def _cached(self, keys: list[str]) -> list[np.ndarray | None]:
         try:
             raw = await asyncio.wait_for(self.gate.exact.ar.mget(keys), self.opts.lookup_budget_s)
-        except (TimeoutError, redis.RedisError):  # down or slow: all misses (fail open)
+        except _DOWN:  # down or slow: all misses (fail open)
             M.bypass("cache_down")
             return [None] * len(keys)
         return [None if b is None else np.frombuffer(as_bytes(b), dtype=np.float32) for b in raw]
@@ -106,7 +107,7 @@ class Embeddings:
                 for k, v in zip(keys, vecs, strict=True):
                     pipe.set(k, v.astype(np.float32).tobytes(), ex=ttl)
                 await pipe.execute()
-            except redis.RedisError:  # a lost write costs one upstream call later
+            except REDIS_ERRORS:  # a lost write costs one upstream call later
                 M.stored("failed")
 
         task = asyncio.get_running_loop().create_task(write())

@@ -8,7 +8,8 @@ Every move follows the lease protocol of caches/generations.py, in this order:
 A write that landed before step 1 is already in the index (the write script adds it in the same
 atomic step), and none that begins to land after step 1 gets through, so nothing stale survives.
 Every move is idempotent: floors only rise, a second delete finds nothing, and an older event
-replayed after a newer one deletes no more than the newer one did.
+replayed after a newer one deletes no more than the newer one did. A batch spans tenants, so on
+a Redis Cluster its reads and deletes go one slot at a time (caches/slots.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import redis
 
 from caches import keys as K
+from caches import slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.generations import Generations
 from caches.semantic.base import SemanticStore
@@ -82,6 +84,7 @@ class Invalidator:
     ) -> None:
         self._r = r
         self._semantic = semantic
+        self._cluster = slots.is_cluster(r)
         self.generations = Generations(r)
         self.purger = Purger(r, semantic)
         self._purge_opts = purge_opts or PurgeOptions()
@@ -152,8 +155,7 @@ class Invalidator:
         if dropped:
             with redis_boundary("delete entries"):
                 pipe = self._r.pipeline(transaction=False)
-                if doomed:
-                    pipe.unlink(*doomed)
+                slots.unlink_in(pipe, doomed, self._cluster)  # tenants' slots differ
                 for i, keys in dropped.items():
                     pipe.srem(indexes[i], *keys)
                 pipe.execute()
@@ -254,7 +256,7 @@ class Invalidator:
         for i in range(0, len(keys), FETCH_CHUNK):
             chunk = keys[i : i + FETCH_CHUNK]
             with redis_boundary("fetch entries"):
-                blobs = self._r.mget(chunk)
+                blobs = slots.mget(self._r, chunk)  # a batch spans tenants: MGET per slot
             for key, blob in zip(chunk, blobs, strict=True):
                 yield key, None if blob is None else as_bytes(blob)
 
@@ -274,8 +276,7 @@ class Invalidator:
         if stale or gone:
             with redis_boundary("delete entries"):
                 pipe = self._r.pipeline(transaction=False)
-                if stale:
-                    pipe.unlink(*stale)
+                slots.unlink_in(pipe, stale, cluster=False)  # one tenant: the index's slot
                 pipe.srem(index, *stale, *gone)
                 pipe.execute()
         if self._semantic is not None and (stale or gone):

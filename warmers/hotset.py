@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from caches import slots
 from caches.boundary import redis_boundary
 from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_gen_key, normalise_prompt
@@ -374,7 +375,8 @@ class HotSetSelector:
         if not check:
             return items
         with redis_boundary("hot set doc generations"):
-            now = self.cache_redis.mget([doc_gen_key(i.tenant, doc) for i, doc in check])
+            # Tenants' keys lie in different slots: one MGET per slot on a cluster.
+            now = slots.mget(self.cache_redis, [doc_gen_key(i.tenant, doc) for i, doc in check])
         changed: set[int] = set()
         for (i, doc), cur in zip(check, now, strict=True):
             logged = (i.item.request.doc_generations or {}).get(doc)

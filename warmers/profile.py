@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 import redis
 
+from caches import slots
 from caches.boundary import redis_boundary
 from caches.constants import KEY_ROOT
 from caches.keys import enc, tenant_tag
@@ -180,7 +181,7 @@ class TrafficProfile:
             remember = []
             for t in tenants:
                 keys, argv, mem = deltas[t].script_args(self.ttl_s, self._rep_memo)
-                pipe.evalsha(self._script.sha, len(keys), *keys, *argv)
+                slots.evalsha_in(pipe, self._script.sha, keys, argv)  # one tenant: one slot
                 remember.append(mem)
             try:
                 return pipe.execute(), remember

@@ -72,7 +72,7 @@ def _purger(s: StokerSettings) -> tuple[Purger, str]:
 def _retire(purger: Purger, spec: PurgeSpec) -> None:
     from caches.generations import Generations
 
-    gens = Generations(purger.redis)  # type: ignore[arg-type]  # standalone or cluster
+    gens = Generations(purger.redis)  # standalone or cluster
     assert spec.model_version is not None
     if spec.tenant is None:
         tenants = gens.retire_model_version(spec.model_id, spec.model_version)

@@ -9,6 +9,8 @@ from caches.client import CacheClient, CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.errors import RequestRejected
 
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
+
 D1 = DocRef(doc_id="kb/celsius", version=3)
 
 

@@ -30,6 +30,7 @@ def outcome(raw: Any) -> str:
     return str(raw.headers["x-stoker-cache"])
 
 
+@pytest.mark.topologies  # the asyncio cluster client too: see tests/conftest.py
 def test_gateway__miss_then_exact_hit_with_the_same_answer_and_headers(
     make_gateway: GatewayFactory, sim: SimulatorThread
 ) -> None:
@@ -61,6 +62,7 @@ def test_gateway__completions_route_keys_apart_from_chat(
     assert again.parse().choices[0].text == comp.parse().choices[0].text
 
 
+@pytest.mark.topologies  # the asyncio cluster client too: see tests/conftest.py
 def test_gateway__tenants_never_share_an_entry(make_gateway: GatewayFactory, sim: SimulatorThread):
     gw = make_gateway(sim.url)
     assert outcome(ask(client(gw, "acme"))) == "miss"
@@ -148,6 +150,7 @@ def test_gateway__cache_control_no_cache_refreshes_and_no_store_writes_nothing(
     assert outcome(ask(c, other)) == "miss"
 
 
+@pytest.mark.topologies  # the asyncio cluster client too: see tests/conftest.py
 def test_gateway__moves_to_the_live_version_without_a_restart(
     make_gateway: GatewayFactory, sim: SimulatorThread, redis_client: redis.Redis
 ) -> None:
@@ -230,6 +233,7 @@ def test_gateway__a_lookup_over_its_budget_goes_upstream(
     redis_client.execute_command("CLIENT", "UNPAUSE")
 
 
+@pytest.mark.topologies  # the asyncio cluster client too: see tests/conftest.py
 def test_gateway__an_upstream_failure_pauses_retries_of_that_request(
     make_gateway: GatewayFactory, scripted: Served, script: Script
 ) -> None:
@@ -250,6 +254,7 @@ def _negative(c: openai.OpenAI) -> bool:
     return False
 
 
+@pytest.mark.topologies  # the asyncio cluster client too: see tests/conftest.py
 def test_gateway__semantic_hit_serves_a_paraphrase_with_its_score(
     make_gateway: GatewayFactory, sim: SimulatorThread
 ) -> None:

@@ -28,6 +28,8 @@ from streams.worker import Worker, WorkerConfig
 from tests.cli import run_stoker
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
+
 TENANTS = ("acme", "globex")
 
 
@@ -318,7 +320,10 @@ def test_deploy_worker__stopped_mid_purge_resumes_without_rescanning(
     r: redis.Redis = client.redis
     ns = [K.Namespace(t, "llama", "v1", "t1") for t in TENANTS]
     keys = [K.CacheKey(n, f"p{i}", "{}", "c").exact() for n in ns for i in range(1_000)]
-    r.mset(dict.fromkeys(keys, b"x"))
+    pipe = r.pipeline(transaction=False)  # not MSET: the tenants' keys lie in different slots
+    for k in keys:
+        pipe.set(k, b"x")
+    pipe.execute()
     slow = PurgeOptions(rate=500, batch=50)  # 2,000 keys: 4 s, so the stop lands mid-purge
     cut = kafka_cutover(client, edge_store, settings, slow)
     first = RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}")
@@ -365,6 +370,7 @@ def cli_env(s: StokerSettings) -> dict[str, str]:
     }
 
 
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 def test_deploy_cli__wait_until_done_exits_0_with_a_worker(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
@@ -382,6 +388,7 @@ def test_deploy_cli__wait_until_done_exits_0_with_a_worker(
     assert client.redis.exists(*old) == 0
 
 
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 def test_deploy_cli__times_out_with_exit_1_when_no_worker_runs(settings: StokerSettings):
     res = stoker(
         "deploy", "--model", "llama", "--version", "v2", "--previous", "v1",
@@ -391,6 +398,7 @@ def test_deploy_cli__times_out_with_exit_1_when_no_worker_runs(settings: StokerS
     assert "timed out" in res.stderr and "no status from a deploy worker" in res.stderr
 
 
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 @pytest.mark.parametrize(
     "args",
     [
@@ -467,6 +475,7 @@ def _dead_backend_prewarmer(client: CacheClient) -> Any:
     )
 
 
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 def test_deploy_cli__a_prewarm_below_its_bar_fails_wait_with_the_reason(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
@@ -489,6 +498,7 @@ def test_deploy_cli__a_prewarm_below_its_bar_fails_wait_with_the_reason(
     assert client.redis.exists(*old) == len(old)  # nothing retired, nothing purged
 
 
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 def test_deploy_cli__wait_follows_every_partition_of_the_status_topic(
     kafka_bootstrap: str, unique: str
 ):

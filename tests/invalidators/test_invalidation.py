@@ -11,6 +11,8 @@ from invalidators.invalidation import InvalidationUnsupported, Invalidator
 from schemas.common import DocRef
 from schemas.events import Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
 
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
+
 
 def req(prompt: str, *docs: tuple[str, int], tenant: str = "acme", **kw: str) -> CacheRequest:
     fields = {"model_id": "llama", "model_version": "v1", "template_version": "t1"} | kw

@@ -6,6 +6,7 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import redis
 
 from caches import keys as K
@@ -15,6 +16,8 @@ from invalidators.invalidation import Invalidator
 from schemas.common import DocRef
 from schemas.entries import CacheEntry
 from schemas.events import KnowledgeBaseChanged
+
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
 
 DOCS = [f"kb/doc-{i}" for i in range(40)]
 WRITERS, WRITES_EACH = 4, 2_500

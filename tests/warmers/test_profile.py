@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
+import pytest
 import redis
 from confluent_kafka import Message
 
 from tests.events import encode, request
 from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
 from warmers.traffic import TrafficHandler
+
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
 
 MONDAY_10 = week_and_hour(datetime(2025, 3, 3, 10, 15, tzinfo=UTC))
 

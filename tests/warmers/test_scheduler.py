@@ -12,6 +12,8 @@ import redis
 from tests.waiting import wait_for
 from warmers.scheduler import LeaderLock, SchedulerConfig, WarmScheduler
 
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
+
 # Short enough that a takeover happens within a second, long enough that a loaded 2-core box
 # (renewals every 100 ms) never lets a live leader's lock lapse.
 TTL_S = 0.6
