@@ -23,7 +23,14 @@ the refused reservation is gone, so the next lookup's reservation is new and fil
 `sync()` is a round trip on the tracking connection: once it returns, every message for a
 change made before the call has been applied (tests and benchmarks use it instead of sleeps).
 The TTL (default 5 s) bounds staleness if the server ever drops the tracking state silently.
-Standalone Redis only: on a cluster, tracking is per node (one listener per primary; not built).
+
+On a Redis Cluster each primary reports changes of its own keys only, so there is one tracking
+connection per primary (caches/tracking.py), and the L1 is on only while every primary that
+serves slots has a tracking connection that the server said OK to. Losing any of them empties
+the L1 and turns it off, as one server's did. Every TOPOLOGY_S the L1 asks the cluster which
+primaries serve the slots (CLUSTER SLOTS): a failover is seen at once (the dead primary's
+connection drops), a resharding or a promotion with the old primary alive within TOPOLOGY_S;
+any change empties the L1 and it turns on again once the new set of connections is tracking.
 """
 
 from __future__ import annotations
@@ -32,16 +39,15 @@ import itertools
 import logging
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.connection import Connection
 
 from caches import constants as C
 from caches import keys as K
+from caches.tracking import Listener, Sync, Topology
 from schemas.entries import CacheEntry
 
 log = logging.getLogger(__name__)
@@ -51,11 +57,9 @@ DEFAULT_MAX_ENTRIES = 10_000
 # A safety net, not the mechanism: invalidation messages drop entries within a millisecond on
 # loopback; the TTL only bounds what a silently lost tracking session could leave behind.
 DEFAULT_TTL_S = 5.0
-# How long the listener blocks for a message before checking stop() and sync requests: stop()
-# takes at most this, and a sync() one round trip more.
-_READ_S = 0.05
-# Reconnect back-off after the listener connection dropped (the L1 is off meanwhile).
-_RECONNECT_S = 0.5
+# How often a cluster's primaries are asked for (one CLUSTER SLOTS per process): bounds how
+# long a resharding, or a promotion whose old primary stays up, goes unseen.
+TOPOLOGY_S = 1.0
 # Reservations outstanding at most, as a multiple of max_entries: a lookup that missed and was
 # never followed by a write leaves one behind; past the cap they are all dropped (safe: a fill
 # without its reservation is refused, which costs only a Redis read).
@@ -83,18 +87,17 @@ class L1Cache:
             if tenants
             else [f"{C.KEY_ROOT}:{{t:"]
         )
-        kwargs = dict(r.connection_pool.connection_kwargs)
-        kwargs["protocol"] = 3  # invalidations arrive as RESP3 pushes on the tracking connection
-        self._conn_kwargs: dict[str, Any] = kwargs
+        self._topology = Topology(r)
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[float, CacheEntry]] = OrderedDict()
         self._pending: dict[str, int] = {}
         self._tokens = itertools.count(1)
         self._tracking = False
+        self._listeners: dict[str, Listener] = {}  # primary (host:port) -> its connection
+        self._serving: list[str] = []  # the primaries the last topology check found
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._syncs: list[_Sync] = []  # round trips asked for, not yet sent
-        self._thread = threading.Thread(target=self._listen, name="l1-invalidations", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="l1-topology", daemon=True)
         # For tests and metrics: keys dropped by messages, fills kept and refused.
         self.invalidations = 0
         self.fills = 0
@@ -103,16 +106,22 @@ class L1Cache:
     # -- lifecycle --
 
     def start(self, timeout_s: float = 5.0) -> L1Cache:
-        """Start the listener and wait (bounded) until tracking is on."""
-        self._thread.start()
+        """Start a listener per primary and wait (bounded) until every one is tracking."""
+        self._follow()
+        if self._topology.cluster:
+            self._watcher.start()
         if not self._ready.wait(timeout_s):
             log.warning("L1: tracking not on after %.1f s; the L1 stays off until it is", timeout_s)
         return self
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5 * _READ_S + 1.0)
+        if self._watcher.is_alive():
+            self._watcher.join(TOPOLOGY_S + 2.0)
+        with self._lock:
+            listeners, self._listeners = list(self._listeners.values()), {}
+        for listener in listeners:
+            listener.stop()
         self._set_tracking(False)
 
     def __enter__(self) -> L1Cache:
@@ -129,12 +138,15 @@ class L1Cache:
         """A PING round trip on the tracking connection: True once every invalidation message
         the server queued for us before this call has been applied; False if tracking is off
         or the round trip did not complete within timeout_s."""
-        if not self._tracking:
-            return False
-        ask = _Sync(f"l1-sync-{uuid.uuid4().hex}")
         with self._lock:
-            self._syncs.append(ask)
-        return ask.done.wait(timeout_s) and ask.ok
+            if not self._tracking:
+                return False
+            listeners = list(self._listeners.values())
+        asks = [Sync() for _ in listeners]
+        for listener, ask in zip(listeners, asks, strict=True):
+            listener.ask_sync(ask)
+        deadline = time.monotonic() + timeout_s
+        return all(a.done.wait(max(0.0, deadline - time.monotonic())) and a.ok for a in asks)
 
     # -- the read path --
 
@@ -210,78 +222,56 @@ class L1Cache:
 
     def _set_tracking(self, on: bool) -> None:
         with self._lock:
-            self._tracking = on
-            if not on:  # messages may have been lost: nothing cached can be trusted
-                self._entries.clear()
-                self._pending.clear()
-                asked, self._syncs = self._syncs, []
-                for ask in asked:
-                    ask.finish(ok=False)
+            self._set_tracking_locked(on)
 
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            conn = Connection(**self._conn_kwargs)  # type: ignore[no-untyped-call]
-            sent: dict[str, _Sync] = {}
-            try:
-                self._track(conn)
-                while not self._stop.is_set():
-                    self._send_syncs(conn, sent)
-                    if conn.can_read(timeout=_READ_S):
-                        reply = conn.read_response(push_request=True)  # pushes call _on_push
-                        self._on_reply(reply, sent)
-            except redis.RedisError as exc:
-                log.warning("L1: tracking connection lost (%s); L1 off until it is back", exc)
-            finally:
-                self._set_tracking(False)
-                for ask in sent.values():  # their answers are lost with the connection
-                    ask.finish(ok=False)
-                conn.disconnect()  # type: ignore[no-untyped-call]
-            self._stop.wait(_RECONNECT_S)
+    def _set_tracking_locked(self, on: bool) -> None:
+        self._tracking = on
+        if on:
+            self._ready.set()
+        else:  # messages may have been lost: nothing cached can be trusted
+            self._entries.clear()
+            self._pending.clear()
 
-    def _send_syncs(self, conn: Connection, sent: dict[str, _Sync]) -> None:
+    # -- one listener per primary --
+
+    def _on_state(self, listener: Listener, on: bool) -> None:
         with self._lock:
-            asked, self._syncs = self._syncs, []
-        for ask in asked:
-            sent[ask.payload] = ask
-            conn.send_command("PING", ask.payload)  # type: ignore[no-untyped-call]
+            if self._listeners.get(listener.name) is not listener:
+                return  # stopped after a topology change; _follow turned the L1 off then
+            self._set_tracking_locked(on and self._all_tracking())
 
-    @staticmethod
-    def _on_reply(reply: Any, sent: dict[str, _Sync]) -> None:
-        """A non-push reply on the tracking connection can only answer a sync PING: the server
-        wrote every message it queued for us before it."""
-        if reply is None:
-            return
-        payload = reply.decode() if isinstance(reply, bytes) else str(reply)
-        ask = sent.pop(payload, None)
-        if ask is not None:
-            ask.finish(ok=True)
+    def _all_tracking(self) -> bool:
+        return set(self._listeners) == set(self._serving) and all(
+            lst.tracking for lst in self._listeners.values()
+        )
 
-    def _track(self, conn: Connection) -> None:
-        conn.connect()  # type: ignore[no-untyped-call]
-        conn._parser.set_invalidation_push_handler(self._on_push)
-        args = ("CLIENT", "TRACKING", "ON", "BCAST", *_prefix_args(self.prefixes))
-        conn.send_command(*args)  # type: ignore[no-untyped-call]
-        reply = conn.read_response()
-        if reply not in (b"OK", "OK"):
-            raise redis.ResponseError(f"CLIENT TRACKING answered {reply!r}")
-        self._set_tracking(True)
-        self._ready.set()
+    def _watch(self) -> None:
+        while not self._stop.wait(TOPOLOGY_S):
+            try:
+                self._follow()
+            except Exception:  # the watcher must outlive any one bad answer
+                log.exception("L1: topology check failed; trying again in %.1f s", TOPOLOGY_S)
 
-
-class _Sync:
-    """One sync() round trip: the PING payload, and whether its answer came back."""
-
-    __slots__ = ("done", "ok", "payload")
-
-    def __init__(self, payload: str) -> None:
-        self.payload = payload
-        self.ok = False
-        self.done = threading.Event()
-
-    def finish(self, *, ok: bool) -> None:
-        self.ok = ok
-        self.done.set()
-
-
-def _prefix_args(prefixes: Sequence[str]) -> list[str]:
-    return [a for p in prefixes for a in ("PREFIX", p)]
+    def _follow(self) -> None:
+        """Listen to exactly the primaries that serve slots now; a change empties the L1."""
+        now = self._topology.primaries_now()
+        if now is None or now == self._serving:
+            return  # nobody answered (keep what we have: lost connections turn the L1 off)
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._serving:
+                log.info("L1: primaries now %s (were %s)", now, self._serving)
+            self._serving = now
+            gone = [self._listeners.pop(n) for n in list(self._listeners) if n not in now]
+            new = [
+                Listener(n, self._topology.connect_kwargs(n), self.prefixes, self._on_push,
+                         self._on_state)
+                for n in now if n not in self._listeners
+            ]  # fmt: skip
+            self._listeners.update((lst.name, lst) for lst in new)
+            self._set_tracking_locked(False)
+        for lst in gone:
+            lst.stop()
+        for lst in new:
+            lst.start()

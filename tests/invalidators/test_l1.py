@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from caches import slots
 from caches.client import CacheClient, CacheRequest
 from caches.l1 import L1Cache
 from caches.policy import CachePolicy
@@ -14,7 +15,10 @@ from invalidators.invalidation import Invalidator
 from invalidators.purge import Purger, PurgeSpec
 from schemas.common import DocRef
 from schemas.events import KnowledgeBaseChanged
+from stoker.redisconn import connect
 from tests.waiting import wait_for
+
+pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
 
 # Far above the bounded waits below, so only an invalidation message can drop an entry.
 LONG_TTL_S = 600.0
@@ -35,7 +39,7 @@ def serving(redis_client: redis.Redis, l1: L1Cache) -> CacheClient:
 
 @pytest.fixture
 def writer(redis_url: str) -> Iterator[CacheClient]:
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     yield CacheClient(r, policy=CachePolicy(exact_ttl_s=600))
     r.close()
 
@@ -90,11 +94,11 @@ def test_l1__a_change_between_read_and_fill_is_not_cached(writer, l1, redis_clie
 
 def test_l1__lost_tracking_connection_empties_and_disables_then_recovers(serving, writer, l1):
     key = cached(serving, writer, CacheRequest("acme", "llama", "v1", "t1", "x?"))
-    admin = writer.redis
-    tracking_ids = [c["id"] for c in admin.client_list() if "t" in c["flags"]]
-    assert tracking_ids
-    for cid in tracking_ids:
-        admin.client_kill_filter(_id=cid)
+    killed = 0
+    for _, node in slots.primaries(writer.redis):  # one tracking connection per primary
+        for cid in [c["id"] for c in node.client_list() if "t" in c["flags"]]:
+            killed += node.client_kill_filter(_id=cid)
+    assert killed == len(slots.primaries(writer.redis))
     wait_for(lambda: len(l1) == 0, 5, "the L1 to empty on a lost connection")
     assert not l1.sync(0.5) or l1.tracking  # a round trip needs a tracking connection
     assert key not in l1
