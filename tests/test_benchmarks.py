@@ -29,6 +29,7 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         ["--events", "40000", "--rounds", "1"],
         {"ingest_traffic", "ingest_traffic_replay"},
     ),
+    "bench_ingest_scaling.py": (["--events", "60000", "--rounds", "1"], {"ingest_scaling"}),
     "bench_purge.py": (
         ["--keys", "3000", "--throttled-keys", "2000", "--rounds", "1", "--rate", "4000"],
         {"purge_unthrottled", "purge_throttled"},
