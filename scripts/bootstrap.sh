@@ -15,6 +15,29 @@ LOCK_ONLY=0
 [[ "${1:-}" == "--lock-only" ]] && LOCK_ONLY=1
 die() { echo "bootstrap: $*" >&2; exit 1; }
 
+# promtool runs the alert-rule unit tests (tests/deploy/test_alert_rules.py); Debian's prometheus
+# package ships it. On PATH: nothing to do. Missing: apt-get install it (as root, else via sudo),
+# updating the package lists only if the first try fails; --no-install-recommends leaves out
+# prometheus-node-exporter.
+install_promtool() {
+    command -v promtool >/dev/null && return 0
+    local how="apt-get install -y prometheus" sudo=() out
+    command -v apt-get >/dev/null \
+        || die "promtool is missing and there is no apt-get: put promtool on PATH (https://prometheus.io/download/)"
+    if [[ $EUID != 0 ]]; then
+        command -v sudo >/dev/null || die "promtool is missing; as root run: $how"
+        sudo=(sudo)
+    fi
+    echo "bootstrap: promtool is missing; running: ${sudo[*]:+sudo }$how" >&2
+    local install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q --no-install-recommends prometheus)
+    out="$("${install[@]}" 2>&1)" || out="$("${sudo[@]}" apt-get update -q 2>&1 && "${install[@]}" 2>&1)" \
+        || { printf '%s\n' "$out" >&2; die "could not install promtool; run: sudo $how"; }
+    hash -r
+    command -v promtool >/dev/null || die "apt-get installed prometheus but promtool is not on PATH"
+}
+[[ $LOCK_ONLY == 1 ]] || install_promtool
+
 [[ -f "$LOCK" ]] || die "$LOCK is missing (git checkout $LOCK, or make lock)"
 WANT="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ $LOCK_ONLY == 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
