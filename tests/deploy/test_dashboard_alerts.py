@@ -173,8 +173,8 @@ def test_alerts__the_four_required_rules_on_existing_metrics():
         assert sorted(unknown) == [], r["alert"]
         assert r["for"] and r["labels"]["severity"] in ("warning", "critical")
         assert r["annotations"]["summary"]
-    assert "0.8 *" in rules["StokerHitRateDropped"]["expr"]  # down more than 20%
-    assert "offset 15m" in rules["StokerHitRateDropped"]["expr"]
+    # what StokerHitRateDropped, StokerSchedulerLeaderMissing and StokerServedWrongAboveBudget
+    # do is tested by running them: deploy/prometheus/alerts_test.yml (test_alert_rules.py)
     assert "> 5" in rules["StokerInvalidationLagHigh"]["expr"]
     assert "histogram_quantile(0.99" in rules["StokerInvalidationLagHigh"]["expr"]
 
