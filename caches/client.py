@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import msgspec
+import orjson
 import redis
 
 from caches import keys as K
@@ -27,9 +28,14 @@ from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold
-from caches.policy import CachePolicy, request_bypass_reason, response_refusal_reason
+from caches.policy import (
+    CachePolicy,
+    prompt_bypass_reason,
+    request_bypass_reason,
+    response_refusal_reason,
+)
 from caches.semantic.base import SemanticPoint, SemanticQuery, SemanticStore
-from schemas.common import DocRef, RequestParams
+from schemas.common import DocRef, RequestParams, tenant_problem
 from schemas.entries import CacheEntry, Provenance, Source
 from schemas.errors import CacheUnavailable, RequestRejected
 
@@ -198,15 +204,18 @@ class CacheClient:
     # a caller with a Redis client of its own kind (the gateway's asyncio client).
 
     def probe(self, req: CacheRequest) -> Probe | LookupResult:
-        """Refuse an oversized prompt (RequestRejected), bypass what must never be cached,
-        serve an L1 hit; else what the Redis read needs, the key reserved in the L1."""
-        self._check_size(req)
-        bypass = request_bypass_reason(req.params)
+        """Refuse what cannot be keyed (RequestRejected: an oversized prompt, a bad tenant id,
+        text that is not Unicode), bypass what must never be cached, serve an L1 hit; else
+        what the Redis read needs, the key reserved in the L1."""
+        bypass = self._screen(req)
         if bypass:
             return LookupResult("bypass", reason=bypass)
         # The hit path builds only the key string; the CacheKey object is for misses (~1 us).
-        ns, prompt_norm, params_canon, ctx = req.key_parts()
-        exact_key = ns.exact_prefix + K.key_digest(prompt_norm, params_canon, ctx)
+        try:
+            ns, prompt_norm, params_canon, ctx = req.key_parts()
+            exact_key = ns.exact_prefix + K.key_digest(prompt_norm, params_canon, ctx)
+        except _UNKEYABLE as e:
+            raise _unkeyable(e) from None
         l1, token = self.l1, None
         if l1 is not None:
             cached = l1.get(exact_key)
@@ -253,20 +262,26 @@ class CacheClient:
         """A write ticket without reading the cache (Cache-Control: no-cache): the answer
         computed next replaces whatever is cached, under the same generation checks. A bypass
         for what must never be cached; raises RequestRejected, CacheUnavailable."""
-        self._check_size(req)
-        bypass = request_bypass_reason(req.params)
+        bypass = self._screen(req)
         if bypass:
             return LookupResult("bypass", reason=bypass)
-        key = req.key()
-        return LookupResult(
-            "miss", ticket=self.generations.snapshot(key, req.docs), key=key.exact()
-        )
+        try:
+            key = req.key()
+            exact_key = key.exact()
+        except _UNKEYABLE as e:
+            raise _unkeyable(e) from None
+        return LookupResult("miss", ticket=self.generations.snapshot(key, req.docs), key=exact_key)
 
-    def _check_size(self, req: CacheRequest) -> None:
+    def _screen(self, req: CacheRequest) -> str | None:
+        """RequestRejected for a request no key may name; else why it bypasses, or None."""
+        problem = tenant_problem(req.tenant)  # memoised: tenants are few
+        if problem is not None:
+            raise RequestRejected(f"bad tenant {req.tenant[:40]!r}: {problem}")
         if len(req.prompt) > self.policy.max_prompt_chars:
             raise RequestRejected(
                 f"prompt of {len(req.prompt)} chars is over the limit of {self.policy.max_prompt_chars}"
             )
+        return request_bypass_reason(req.params) or prompt_bypass_reason(req.prompt)
 
     def _semantic_lookup(
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
@@ -374,7 +389,10 @@ class CacheClient:
                 reasoning=extras.reasoning,
                 tool_calls=list(extras.tool_calls) if extras.tool_calls else None,
             )
-        return PreparedWrite(t, entry.to_bytes())
+        try:
+            return PreparedWrite(t, entry.to_bytes())
+        except (UnicodeEncodeError, TypeError) as e:  # a lone surrogate or a non-JSON value
+            return StoreResult(False, f"answer cannot be encoded: {type(e).__name__}: {e}")
 
     def finish_store(self, w: PreparedWrite, refused_by: str | None) -> StoreResult:
         """After the write script ran: refused as stale, or landed and indexed for semantic
@@ -447,6 +465,15 @@ class CacheClient:
             log.warning("semantic index write failed, exact entry kept: %s", e)
             return False
         return True
+
+
+# What building a key raises on text that is not Unicode (a lone surrogate: "\ud800") or on
+# a value JSON cannot carry (an integer past 64 bits in a parameter): the request's fault.
+_UNKEYABLE = (UnicodeEncodeError, orjson.JSONEncodeError)
+
+
+def _unkeyable(e: Exception) -> RequestRejected:
+    return RequestRejected(f"request cannot be keyed: {type(e).__name__}: {e}")
 
 
 def _same_namespace(entry: CacheEntry, req: CacheRequest) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from caches import constants as C
@@ -53,6 +54,22 @@ def request_bypass_reason(params: RequestParams) -> str | None:
     return None
 
 
+# C0 controls but tab, newline and carriage return, and DEL: no person types them, so a prompt
+# holding one is binary data or a client bug, and its nearest neighbours in embedding space are
+# arbitrary (a semantic hit would serve another question's answer).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def prompt_bypass_reason(prompt: str) -> str | None:
+    """Why a prompt must never be cached, or None: empty (every empty prompt of a namespace
+    would share one answer) or holding control characters (NUL, ...)."""
+    if not prompt or prompt.isspace():
+        return "empty prompt"
+    if _CONTROL.search(prompt) is not None:
+        return "prompt holds control characters"
+    return None
+
+
 # Answers that ended on their own: "stop", or a call of the caller's tools. Anything else
 # ("length", "content_filter", a stream cut short) is a truncated or altered answer.
 COMPLETE_FINISHES = frozenset({"stop", "tool_calls"})
@@ -73,6 +90,10 @@ def response_refusal_reason(
         return f"incomplete answer (finish_reason {finish_reason})"
     if not response.strip() and not has_tool_calls:
         return "empty response"
-    if len(response.encode()) > max_bytes:
+    try:
+        size = len(response.encode())
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800"): not text, and no JSON holds it
+        return "response is not valid Unicode text"
+    if size > max_bytes:
         return f"response over {max_bytes} bytes"
     return None

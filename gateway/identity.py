@@ -29,8 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from caches.client import CacheRequest
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
 from gateway.options import GatewayOptions
-from schemas.common import DocRef, RequestParams
-from schemas.events import Tenant
+from schemas.common import DocRef, RequestParams, Tenant, tenant_problem
 
 Api = Literal["chat", "completion"]
 
@@ -170,11 +169,11 @@ def _tenant(headers: Mapping[str, str], ext: Extension, opts: GatewayOptions) ->
 
 
 def _valid_tenant(tenant: str) -> str:
-    """The events' tenant rule: 1-128 characters, no Redis Cluster hash-tag braces."""
-    if not 1 <= len(tenant) <= 128 or "{" in tenant or "}" in tenant:
-        raise BadRequest(
-            f"bad tenant {tenant[:40]!r}: 1-128 characters, no braces", param=TENANT_HEADER
-        )
+    """The events' tenant rule (schemas.common.tenant_problem), so every tenant the gateway
+    serves is one its request log can name."""
+    problem = tenant_problem(tenant)
+    if problem is not None:
+        raise BadRequest(f"bad tenant {tenant[:40]!r}: {problem}", param=TENANT_HEADER)
     return tenant
 
 

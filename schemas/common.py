@@ -2,10 +2,55 @@
 
 from __future__ import annotations
 
+import functools
+import unicodedata
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+# Tenant ids key every cache entry and vector filter, so one rule serves the events, the cache
+# client (caches.client.CacheRequest) and the gateway's tenant header.
+TENANT_MAX_CHARS = 128
+MAX_INT64 = 2**63 - 1
+
+
+@functools.lru_cache(maxsize=4096)  # few tenants exist: the hot paths check each once
+def tenant_problem(tenant: str) -> str | None:
+    """Why `tenant` cannot name a tenant, or None. The rule, and why each part of it:
+    - 1-128 characters: it is in every Redis key;
+    - no "{" or "}": the tenant sits in the keys' Redis Cluster hash tag ("{t:<tenant>}"), and
+      a brace inside it would move the key to another slot;
+    - no control characters and no lone surrogates: neither is text, and a lone surrogate
+      cannot be encoded as UTF-8 (Redis keys, JSON, Kafka records);
+    - not blank and no leading or trailing whitespace: " acme" and "acme" would be two tenants
+      that look like one, and a whitespace-only id names nobody.
+    """
+    if not 1 <= len(tenant) <= TENANT_MAX_CHARS:
+        return f"must be 1-{TENANT_MAX_CHARS} characters, got {len(tenant)}"
+    if "{" in tenant or "}" in tenant:
+        return "must not contain { or } (the Redis Cluster hash tag)"
+    if tenant.strip() != tenant:
+        return "must not be blank or start or end with whitespace"
+    if not tenant.isprintable() and any(_not_text(c) for c in tenant):
+        return "must not contain control characters or lone surrogates"
+    return None
+
+
+def _not_text(c: str) -> bool:
+    # isprintable() is also False for spaces other than " " (a no-break space is fine inside)
+    return unicodedata.category(c) in ("Cc", "Cs")
+
+
+def _check_tenant(tenant: str) -> str:
+    problem = tenant_problem(tenant)
+    if problem is not None:  # a custom error: rendered "tenant: <problem>", no "Value error"
+        raise PydanticCustomError("invalid_tenant", problem)
+    return tenant
+
+
+Tenant = Annotated[str, AfterValidator(_check_tenant)]
 
 
 def utcnow() -> datetime:
@@ -20,7 +65,9 @@ class DocRef(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     doc_id: str = Field(min_length=1, max_length=512)
-    version: int | None = Field(default=None, ge=0)
+    # Bounded to int64: JSON encoders, Redis and Lua carry no bigger integer, and a version
+    # past it made the context hash raise on every lookup and warm that named the doc.
+    version: int | None = Field(default=None, ge=0, le=MAX_INT64)
 
 
 class RequestParams(BaseModel):

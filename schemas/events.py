@@ -8,13 +8,16 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.common import DocRef, RequestParams, utcnow
+from schemas.common import MAX_INT64, DocRef, RequestParams, Tenant, utcnow
 
-# "{" and "}" are banned because the tenant goes into Redis keys as a Cluster hash tag
-# ("{tenant}..."); a brace inside it would move the key to another slot.
-Tenant = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^{}]+$")]
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 ModelRef = Annotated[str, Field(min_length=1, max_length=256)]
+# What one request can cost. No served request computes for an hour (gateways time out in
+# minutes) and no context holds 10M tokens (the largest windows today); a bigger figure is a
+# unit bug (us sent as ms) or an attack on the warmer's ranking, where a query that "cost"
+# 1e300 ms outranks every real one, and its sums would overflow the profile's int64 counters.
+MAX_REQUEST_MS = 3_600_000.0
+MAX_REQUEST_TOKENS = 10_000_000
 
 
 def _new_id() -> str:
@@ -84,10 +87,10 @@ class RequestLogged(BaseEvent):
     params: RequestParams = RequestParams()
     context_docs: tuple[DocRef, ...] = ()
     cache_outcome: Literal["exact", "semantic", "negative", "miss", "bypass"]
-    latency_ms: float = Field(ge=0)
-    gpu_ms: float = Field(ge=0)
-    tokens_in: int = Field(ge=0)
-    tokens_out: int = Field(ge=0)
+    latency_ms: float = Field(ge=0, le=MAX_REQUEST_MS)
+    gpu_ms: float = Field(ge=0, le=MAX_REQUEST_MS)
+    tokens_in: int = Field(ge=0, le=MAX_REQUEST_TOKENS)
+    tokens_out: int = Field(ge=0, le=MAX_REQUEST_TOKENS)
     route: str | None = Field(default=None, max_length=256)
     # The paraphrase-cluster key, when the gateway already knows it.
     cluster_key: str | None = Field(default=None, max_length=256)
@@ -139,7 +142,7 @@ class KnowledgeBaseChanged(BaseEvent):
     schema_version: Literal[1] = 1
     tenant: Tenant
     doc_id: str = Field(min_length=1, max_length=512)
-    doc_version: int = Field(ge=0)
+    doc_version: int = Field(ge=0, le=MAX_INT64)
     change: Literal["updated", "retracted", "deleted"]
 
 

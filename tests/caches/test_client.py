@@ -103,6 +103,17 @@ def test_store__refuses_empty_error_and_oversized(cache_client: CacheClient, ans
     assert cache_client.lookup(req()).outcome == "miss"
 
 
+@pytest.mark.parametrize("finish", ["length", "content_filter", "cancelled"])
+def test_store__refuses_a_truncated_or_altered_answer(cache_client: CacheClient, finish: str):
+    """A caller that passes the upstream's finish_reason never caches an answer cut at
+    max_tokens; only "stop" and "tool_calls" are answers that ended on their own."""
+    res = cache_client.lookup(req())
+    out = cache_client.store(res, "the first half of an answer", finish_reason=finish)
+    assert not out.landed and out.reason == f"incomplete answer (finish_reason {finish})"
+    assert cache_client.lookup(req()).outcome == "miss"
+    assert cache_client.store(res, "a whole answer", finish_reason="stop").landed
+
+
 def test_lookup__oversized_prompt_is_rejected_clearly(cache_client: CacheClient):
     with pytest.raises(RequestRejected, match="over the limit"):
         cache_client.lookup(req("x" * 40_000))
