@@ -45,11 +45,14 @@ class HandlerNotAvailable(StokerError):
 
 
 def traffic_handler(s: StokerSettings) -> Handler:
-    """The traffic profile on the settings' Redis."""
+    """The traffic profile on the settings' Redis; events outside the settings' time bounds
+    around this process's clock go to the dead-letter topic (warmers/eventtime.py)."""
+    from warmers.eventtime import EventTimes
     from warmers.profile import TrafficProfile
     from warmers.traffic import TrafficHandler
 
-    return TrafficHandler(TrafficProfile(W.build_redis(s), s.traffic_retention_weeks))
+    times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
+    return TrafficHandler(TrafficProfile(W.build_redis(s), s.traffic_retention_weeks), times)
 
 
 def invalidation_handler(s: StokerSettings) -> Handler:

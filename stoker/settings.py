@@ -92,6 +92,12 @@ class StokerSettings(BaseSettings):
     worker_create_topics: bool = True
     # Weeks of traffic the profile keeps (its keys expire after that).
     traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
+    # The event times the traffic worker learns from, around its clock (warmers/eventtime.py):
+    # up to this far ahead (a producer's clock skew; 5 min: NTP keeps hosts within ms) ...
+    traffic_max_clock_skew_s: float = Field(default=300.0, ge=0, le=86_400)
+    # ... and this far back (a year and a day: a replayed log of last year is still learned
+    # from; None: any age, for a replay on a simulated clock). Others are dead-lettered.
+    traffic_max_event_age_s: float | None = Field(default=366 * 86_400.0, gt=0)
 
     # -- deploy cutover (invalidators/cutover.py) --
     # How long the previous version's namespace is kept after the new one is READY, so a rollback

@@ -49,6 +49,7 @@ from caches import slots
 from caches.boundary import redis_boundary
 from caches.constants import KEY_ROOT
 from caches.keys import enc, tenant_tag
+from schemas.common import utcnow
 from schemas.errors import CacheUnavailable
 from warmers.profile_delta import APPLY_LUA, Observation, RepMemo, TenantDelta, aggregate
 
@@ -102,9 +103,16 @@ class HourlyCounts:
 class TrafficProfile:
     """Writes batches of observations exactly once per offset, and answers the warmers' reads."""
 
-    def __init__(self, r: redis.Redis, retention_weeks: int = 4) -> None:
+    def __init__(
+        self,
+        r: redis.Redis,
+        retention_weeks: int = 4,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.r = r
         self.retention_weeks = retention_weeks
+        # The retained weeks end at the clock's week, never at the newest event's (weeks()).
+        self.clock = clock
         # Keys live a week past retention: the oldest kept week stays whole until it ages out.
         self.ttl_s = (retention_weeks + 1) * WEEK_S
         self._script = r.register_script(APPLY_LUA)
@@ -208,10 +216,14 @@ class TrafficProfile:
         return sorted((m, t) for m, t in pairs)
 
     def weeks(self, tenant: str, model_id: str, template_version: str) -> list[int]:
-        """Weeks with data, newest first, at most retention_weeks of them."""
+        """Weeks with data, newest first, at most retention_weeks of them, none after the
+        clock's week. The clock bounds them, not the newest event: events dated 2999 once made
+        the newest weeks an attacker's, and the tenant's real weeks fell out of the reads.
+        (The traffic worker refuses such events too: warmers/eventtime.py.)"""
         key = _base(tenant, model_id, template_version, "w")
+        now_week = week_and_hour(self.clock())[0]
         with redis_boundary("profile weeks"):
-            raw: Any = self.r.zrevrange(key, 0, self.retention_weeks - 1)
+            raw: Any = self.r.zrevrangebyscore(key, now_week, "-inf", 0, self.retention_weeks)
         return [int(w) for w in raw]
 
     def top_queries(

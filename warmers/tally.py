@@ -26,6 +26,7 @@ from msgspec import UNSET
 from schemas.codec import MAX_EVENT_BYTES
 from schemas.errors import EventDecodeError
 from streams.base import Decoded, Poison, message_value
+from warmers.eventtime import TimeWindow
 from warmers.observe import (
     DECODE_ERRORS,
     DECODER,
@@ -62,6 +63,15 @@ def _hour_window(ts: datetime) -> tuple[int, int, datetime | None, datetime | No
     return week, how, lo, lo + _HOUR
 
 
+def _hour_of(
+    ts: datetime, times: TimeWindow | None
+) -> tuple[int, int, datetime | None, datetime | None, bool]:
+    """_hour_window, and whether the whole hour lies inside the accepted times (then no event
+    of that hour needs its own check)."""
+    week, how, lo, hi = _hour_window(ts)
+    return week, how, lo, hi, times is None or times.covers(lo, hi)
+
+
 def _fast(value: bytes | None) -> Request | None:
     """The request, or None when the fast path is unsure (decode_event decides)."""
     try:
@@ -78,8 +88,11 @@ class BatchTally:
         # (prompt, params, context_docs, cluster_key) -> (query key, cacheable)
         self._queries: dict[tuple[Any, ...], tuple[str, bool]] = {}
 
-    def add(self, messages: Sequence[Message], out: Decoded) -> tuple[dict[str, TenantDelta], int]:
-        """(deltas, good events) of a batch; poison and cache outcomes go into `out`.
+    def add(
+        self, messages: Sequence[Message], out: Decoded, times: TimeWindow | None = None
+    ) -> tuple[dict[str, TenantDelta], int]:
+        """(deltas, good events) of a batch; poison and cache outcomes go into `out`. Events
+        outside `times` are poison (warmers/eventtime.py).
 
         The hot loop: aggregate() inlined into the decode loop (~1.5 us an event besides
         msgspec's decode), so it stays one function; a call per event costs ~0.1 us."""
@@ -93,6 +106,7 @@ class BatchTally:
         lo: datetime | None = None
         hi: datetime | None = None
         week = how = 0
+        inside = False  # the current hour lies wholly inside `times`
         for msg in messages:
             p, t = msg.partition(), msg.topic()
             if p != partition or t != topic:  # records come in runs per partition
@@ -100,20 +114,22 @@ class BatchTally:
                 firsts, lasts = runs.setdefault(f"{t}:{p}", ({}, {}))
             r = _fast(msg.value())
             if r is None:
-                self._slow(msg, deltas, runs, out)
+                self._slow(msg, deltas, runs, out, times)
                 continue
             try:
                 if not lo <= r.ts < hi:  # type: ignore[operator]
-                    week, how, lo, hi = _hour_window(r.ts)  # type: ignore[arg-type]
+                    week, how, lo, hi, inside = _hour_of(r.ts, times)  # type: ignore[arg-type]
             except TypeError:  # naive against aware bounds (or the reverse), or no bounds
-                week, how, lo, hi = _hour_window(r.ts)  # type: ignore[arg-type]
+                week, how, lo, hi, inside = _hour_of(r.ts, times)  # type: ignore[arg-type]
             memo_key = (r.prompt, r.params, r.context_docs, r.cluster_key)
             q, cacheable = queries.get(memo_key) or self._query(memo_key, r)
             tenant = r.tenant
             d = deltas.get(tenant)
             if d is None and (d := _new_delta(tenant, deltas)) is None:
-                self._slow(msg, deltas, runs, out)  # a brace in the tenant: poison
+                self._slow(msg, deltas, runs, out, times)  # a bad tenant id: poison
                 continue
+            if not inside and _refused(msg, r.ts, times, out):  # type: ignore[arg-type]
+                continue  # checked after the fields, as observe_slow does
             offset = msg.offset() or 0
             firsts.setdefault(tenant, offset)
             lasts[tenant] = offset
@@ -149,11 +165,12 @@ class BatchTally:
         deltas: dict[str, TenantDelta],
         runs: dict[str, tuple[dict[str, int], dict[str, int]]],
         out: Decoded,
+        times: TimeWindow | None,
     ) -> None:
         """decode_event decides: poison for the dead-letter topic, or one more count."""
         part, offset = f"{msg.topic()}:{msg.partition()}", msg.offset() or 0
         try:
-            o, outcome = observe_slow(message_value(msg), part, offset)
+            o, outcome = observe_slow(message_value(msg), part, offset, times)
         except EventDecodeError as exc:
             out.poison.append(Poison(msg, exc))
             return
@@ -170,6 +187,14 @@ class BatchTally:
             d.add_cost(where, o.qkey, 1, round(o.gpu_ms * 1000), o.tokens, o.representative)
 
 
+def _refused(msg: Message, ts: datetime, times: TimeWindow | None, out: Decoded) -> bool:
+    """True (and the record is poison) when ts lies outside the accepted times."""
+    refusal = None if times is None else times.refusal(ts)
+    if refusal is not None:
+        out.poison.append(Poison(msg, refusal))
+    return refusal is not None
+
+
 def _new_delta(tenant: str, deltas: dict[str, TenantDelta]) -> TenantDelta | None:
     if not tenant_ok(tenant):
         return None
@@ -183,10 +208,14 @@ def _with_spans(
     for part, (firsts, lasts) in runs.items():
         for tenant, first in firsts.items():
             deltas[tenant].parts[part] = [first, lasts[tenant]]
-    return deltas, sum(d.events for d in deltas.values())
+    # a tenant whose every event was refused for its time has a delta with nothing in it
+    counted = {t: d for t, d in deltas.items() if d.events}
+    return counted, sum(d.events for d in counted.values())
 
 
-def observe_batch(messages: Sequence[Message]) -> list[Observation]:
+def observe_batch(
+    messages: Sequence[Message], times: TimeWindow | None = None
+) -> list[Observation]:
     """The good events of a batch one by one (the per-event reference; and what
     TrafficProfile.write_deltas reads after a watermark refusal). Poison is left out."""
     fast = FastDecoder()  # its own memo: this may run in the apply thread
@@ -194,10 +223,10 @@ def observe_batch(messages: Sequence[Message]) -> list[Observation]:
     for msg in messages:
         part = f"{msg.topic()}:{msg.partition()}"
         value, offset = message_value(msg), msg.offset() or 0
-        obs = fast.observe(value, part, offset) if len(value) <= MAX_EVENT_BYTES else None
+        obs = fast.observe(value, part, offset, times) if len(value) <= MAX_EVENT_BYTES else None
         if obs is None:
             try:
-                obs = observe_slow(value, part, offset)[0]
+                obs = observe_slow(value, part, offset, times)[0]
             except EventDecodeError:
                 continue
         out.append(obs)

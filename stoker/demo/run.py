@@ -220,6 +220,7 @@ class Pass:
             settings = stack.settings(
                 kafka_broker="tansu", topic_prefix=prefix, worker_poll_s=0.05, deploy_grace_s=0,
                 gateway_lookup_budget_ms=500,  # the demo's 2 cores also run every worker
+                traffic_max_event_age_s=None,  # week 1 keeps the sample log's own dates
             )  # fmt: skip
             parts = build_gateway(settings, upstream_url=sim.url)
             cache = parts.gate.cache

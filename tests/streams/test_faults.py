@@ -152,6 +152,8 @@ def test_worker__sigkill_mid_stream_then_restart_counts_exactly(
     env = {**os.environ, "STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap, "STOKER_REDIS_URL": redis_url}
     env |= {"STOKER_KAFKA_BROKER": "tansu", "STOKER_TOPIC_PREFIX": s.topic_prefix}
     env |= {"STOKER_WORKER_BATCH_SIZE": "200"}
+    # the payloads are dated 2025-03-03: past the default one-year horizon of event times
+    env |= {"STOKER_TRAFFIC_MAX_EVENT_AGE_S": str(20 * 365 * 86_400)}
     for p, chunk in enumerate(per_partition):  # the first half
         produce(kafka_bootstrap, topic, [encode(x) for x in chunk[:1000]], partition=p)
 
