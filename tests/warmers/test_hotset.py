@@ -106,8 +106,9 @@ def test_fair_shares__water_filling_with_floor() -> None:
     shares = fair_shares(100, {"a": 1000, "b": 1000, "c": 5}, {"a": 90, "b": 10, "c": 0})
     assert shares["c"] == 5
     assert shares["a"] + shares["b"] == pytest.approx(95)
-    # b's weight 10 is floored at 0.25 x mean(90, 10, 0) = 8.3: it keeps its own 10
-    assert shares["a"] == pytest.approx(95 * 90 / 100)
+    # a's 90 is capped at 4 x the median weight (10) = 40; b's 10 is above the floor of
+    # 0.25 x mean(40, 10, 0) = 4.2, so it keeps its own 10
+    assert shares["a"] == pytest.approx(95 * 40 / 50)
     assert fair_shares(10, {"a": 0}, {"a": 1}) == {"a": 0.0}
 
 
