@@ -90,6 +90,10 @@ class StokerSettings(BaseSettings):
     worker_backoff_max_s: float = Field(default=10.0, gt=0)
     # Create the worker's topics at start; turn off where ACLs forbid CreateTopics.
     worker_create_topics: bool = True
+    # The largest dead letter copied whole into stoker.dlq; a bigger one is truncated (64 KiB
+    # of its value, with its size and sha256 in headers). The default fits Kafka's default
+    # max.message.bytes (1,048,588); set it under your DLQ topic's limit if that is lower.
+    dlq_max_record_bytes: int = Field(default=1_000_000, ge=131_072, le=100_000_000)
     # Weeks of traffic the profile keeps (its keys expire after that).
     traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
     # The event times the traffic worker learns from, around its clock (warmers/eventtime.py):

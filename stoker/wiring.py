@@ -213,6 +213,7 @@ def worker_config(s: StokerSettings, handler: Handler, group: str | None = None)
         backoff_base_s=s.worker_backoff_base_s,
         backoff_max_s=s.worker_backoff_max_s,
         create_topics=s.worker_create_topics,
+        dlq_max_record_bytes=s.dlq_max_record_bytes,
     )
 
 

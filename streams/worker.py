@@ -4,8 +4,9 @@ One batch, in order (numbered as in the code):
 1. consume up to batch_size messages (one confluent-kafka call);
 2. decode: good events for the handler, poison for the dead-letter topic;
 3. handler applies the good events (idempotent: a batch may come again);
-4. poison goes to stoker.dlq (original bytes and headers + dlq.* headers) and the producer is
-   flushed; done after apply so an outage's retries do not dead-letter the same record twice;
+4. poison goes to stoker.dlq (streams/deadletter.py: the original record with dlq.* headers,
+   truncated when it is too big to copy whole) and the producer is flushed; done after apply
+   so an outage's retries do not dead-letter the same record twice;
 5. offsets (last + 1 per partition) are committed synchronously.
 A RetriableError in 3-5 commits nothing: the worker seeks every partition of the batch back to
 the batch's first offset, backs off (doubling, bounded) and reads the same records again; it
@@ -39,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from schemas.errors import BrokerUnavailable, RetriableError
 from streams.base import Decoded, Handler, Poison
+from streams.deadletter import DEFAULT_MAX_RECORD_BYTES, DeadLetters, producer_limit
 from streams.metrics import WorkerMetrics
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
@@ -80,6 +82,8 @@ class WorkerConfig:
     backoff_base_s: float = 0.1
     backoff_max_s: float = 10.0
     create_topics: bool = True
+    # The largest dead letter copied whole; a bigger one is truncated (streams/deadletter.py).
+    dlq_max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
 
 def default_group_id(handler_name: str, topic_prefix: str = "") -> str:
@@ -97,7 +101,7 @@ class Worker:
         self.metrics = WorkerMetrics(handler.name)
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
+        self._dead_letters: DeadLetters | None = None
         self._backoff_s = 0.0
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: _InFlight | None = None
@@ -169,9 +173,9 @@ class Worker:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             consumer.close()  # leaves the group now: partitions move without a session timeout
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.flush(_CLOSE_S)
+        letters, self._dead_letters = self._dead_letters, None
+        if letters is not None:
+            letters.producer.flush(_CLOSE_S)
         self.handler.close()
 
     # -- one batch --
@@ -261,28 +265,15 @@ class Worker:
     def _dead_letter(self, poison: Sequence[Poison]) -> None:
         if not poison:
             return
-        if self._producer is None:
+        if self._dead_letters is None:
             c = self.config
-            self._producer = Producer(producer_config(c.bootstrap, embedded=c.embedded))
-        failed: list[str] = []
-
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                failed.append(err.str())
-
-        for p in poison:
-            self._producer.produce(
-                self.dlq_topic,
-                value=p.message.value(),
-                key=p.message.key(),
-                headers=dead_letter_headers(p, self.handler.name),
-                on_delivery=on_delivery,
-            )
-        left = self._producer.flush(_DLQ_FLUSH_S)
-        if left or failed:
-            raise BrokerUnavailable(
-                f"dead-letter topic {self.dlq_topic}: {left} undelivered, errors {failed[:3]}"
-            )
+            limit = producer_limit(c.dlq_max_record_bytes)
+            conf = producer_config(c.bootstrap, embedded=c.embedded, **{"message.max.bytes": limit})
+            self._dead_letters = DeadLetters(
+                Producer(conf), self.dlq_topic, self.handler.name,
+                max_record_bytes=c.dlq_max_record_bytes, flush_s=_DLQ_FLUSH_S,
+            )  # fmt: skip
+        self._dead_letters.write(poison)
 
     def _commit(self, batch: Sequence[Message]) -> None:
         assert self._consumer is not None
@@ -347,19 +338,3 @@ def next_offsets(batch: Sequence[Message]) -> list[TopicPartition]:
     for m in batch:
         last[(m.topic() or "", m.partition() or 0)] = m.offset() or 0
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
-
-
-def dead_letter_headers(p: Poison, handler_name: str) -> list[tuple[str, str | bytes | None]]:
-    """Original headers first, then where the record sat and why it was refused."""
-    msg = p.message
-    given = msg.headers() or []
-    original = list(given.items()) if isinstance(given, dict) else list(given)
-    return [
-        *original,
-        ("dlq.reason", p.error.reason.encode()),
-        ("dlq.detail", p.error.detail.encode()[:4096]),
-        ("dlq.topic", (msg.topic() or "").encode()),
-        ("dlq.partition", str(msg.partition()).encode()),
-        ("dlq.offset", str(msg.offset()).encode()),
-        ("dlq.handler", handler_name.encode()),
-    ]
