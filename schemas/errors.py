@@ -12,6 +12,8 @@ StokerError                  root: the CLI and the workers catch only this
 │       └── BackendOverloaded    it answered 429: back off (the warmer's AIMD must see every one)
 └── FatalError               cannot go on: exit non-zero (kind="fatal")
     ├── ConfigError          settings that cannot work
+    ├── UsageError           input the user gave cannot be used (a setting out of range or
+    │                        unknown, an unreadable file, a log with no valid row): the CLI exits 2
     └── ServiceStartError    an embedded service did not start
 """
 
@@ -67,6 +69,10 @@ class FatalError(StokerError):
 
 class ConfigError(FatalError):
     pass
+
+
+class UsageError(FatalError):
+    """Bad input to a command: the CLI exits 2 (bad usage), not 1 (failed)."""
 
 
 class ServiceStartError(FatalError):

@@ -1,11 +1,14 @@
-"""The `stoker` command. Exit codes are the contract: 0 done, 1 failed, 2 bad usage."""
+"""The `stoker` command. Exit codes are the contract: 0 done, 1 failed, 2 bad usage (typer's own
+usage errors, and UsageError: a bad or unknown setting, a file that cannot be read)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from schemas.errors import StokerError
+from rich.markup import escape
+
+from schemas.errors import StokerError, UsageError
 from stoker.app import app, console
 
 # Each import registers its commands on `app`.
@@ -30,8 +33,9 @@ def main() -> None:
     try:
         app()
     except StokerError as e:
-        console.print(f"[red]error[/red] ({e.kind}): {e}")
-        sys.exit(1)
+        # one line however long (soft_wrap), and the message's own brackets are not markup
+        console.print(f"[red]error[/red] ({e.kind}): {escape(str(e))}", soft_wrap=True)
+        sys.exit(2 if isinstance(e, UsageError) else 1)
 
 
 if __name__ == "__main__":

@@ -2,21 +2,50 @@
 
 Leave kafka_bootstrap / redis_url / qdrant_url unset to run on the embedded stack (Tansu,
 a redis-server subprocess, Qdrant Edge in-process); set them to point at production services.
+
+A setting that cannot work fails at start with one line naming it (UsageError: the CLI exits
+2): a value out of range ("STOKER_SEMANTIC_THRESHOLD=2: ...") and an environment variable
+STOKER_* that is no setting, with the closest one ("STOKER_SEMANTIC_THRESHOLDS: did you mean
+STOKER_SEMANTIC_THRESHOLD?"). pydantic-settings itself ignores unknown variables: a typo then
+silently ran on the default.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Final, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.common import Tenant
+from schemas.errors import UsageError
+
+PREFIX: Final = "STOKER_"
+# STOKER_* variables stoker reads that are not settings: where the shared data sets live
+# (stoker/data.py, warmers/sample_log.py).
+NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
+# Fields whose input is never echoed in an error (a key may be the value that failed).
+_SECRET_FIELDS: Final = frozenset(
+    {"qdrant_api_key", "embedder_api_key", "gateway_upstream_api_key", "gateway_api_keys"}
+)
 
 
 class StokerSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="STOKER_", frozen=True, extra="forbid", env_nested_delimiter="__"
+        env_prefix=PREFIX, frozen=True, extra="forbid", env_nested_delimiter="__"
     )
+
+    def __init__(self, **values: Any) -> None:
+        """STOKER_* from the environment, `values` winning; UsageError names what is wrong."""
+        check_environment(os.environ)
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise UsageError(describe(e)) from None
 
     # -- services (None = embedded) --
     # The semantic layer (embedding + vector search on exact misses). Off: exact caching only,
@@ -145,8 +174,8 @@ class StokerSettings(BaseSettings):
     gateway_upstream_timeout_s: float = Field(default=300.0, gt=0)
     # API key -> tenant. Set: the bearer key names the tenant, an unknown one is refused (401)
     # and X-Stoker-Tenant is ignored. Unset: the tenant comes from X-Stoker-Tenant.
-    gateway_api_keys: dict[SecretStr, str] = Field(default_factory=dict)
-    gateway_default_tenant: str | None = None
+    gateway_api_keys: dict[SecretStr, Tenant] = Field(default_factory=dict)
+    gateway_default_tenant: Tenant | None = None
     # Let `stoker.tenant` in the request body name the tenant (a client can forge it).
     gateway_tenant_from_body: bool = False
     # The namespace's version before any deploy went READY for a model.
@@ -173,3 +202,51 @@ class StokerSettings(BaseSettings):
     # them (for log shippers); "text" for people at a terminal.
     log_format: Literal["json", "text"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """UsageError naming every STOKER_* variable that is no setting, with the closest name."""
+    fields = StokerSettings.model_fields
+    known = {PREFIX + name.upper() for name in fields} | NOT_SETTINGS
+    # env_nested_delimiter: STOKER_TENANT_THRESHOLDS__ACME=0.97 sets one key of a dict field
+    nested = tuple(PREFIX + n.upper() + "__" for n, f in fields.items() if _is_dict(f.annotation))
+    unknown = [
+        name
+        for name in sorted(environ)
+        if name.upper().startswith(PREFIX)
+        and name.upper() not in known
+        and not name.upper().startswith(nested)
+    ]
+    if unknown:
+        names = sorted(known)
+        raise UsageError("; ".join(_unknown(name, names) for name in unknown))
+
+
+def describe(e: ValidationError) -> str:
+    """One line: each bad setting as its variable, pydantic's words and the value given."""
+    parts = []
+    for err in e.errors(include_url=False)[:5]:
+        loc = [str(x) for x in err["loc"]]
+        field = loc[0] if loc else ""
+        name = PREFIX + field.upper() + "".join(f"__{x}" for x in loc[1:])
+        shown = "" if field in _SECRET_FIELDS else f"={_short(err.get('input'))}"
+        parts.append(f"{name}{shown}: {err['msg']}")
+    more = len(e.errors()) - len(parts)
+    return "bad setting " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _unknown(name: str, known: list[str]) -> str:
+    # compared without the prefix every name shares, which would make any two look alike
+    bare = {k.removeprefix(PREFIX): k for k in known}
+    close = difflib.get_close_matches(name.upper().removeprefix(PREFIX), list(bare), 1, 0.6)
+    hint = f"did you mean {bare[close[0]]}?" if close else "see stoker/settings.py for the settings"
+    return f"unknown setting {name}: {hint}"
+
+
+def _is_dict(annotation: Any) -> bool:
+    return getattr(annotation, "__origin__", None) is dict or "dict[" in str(annotation)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)  # quoted: an empty or blank value shows as '' or ' '
+    return text if len(text) <= 60 else text[:57] + "..."

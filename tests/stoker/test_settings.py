@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from schemas.errors import UsageError
 from stoker.settings import StokerSettings
 from stoker.wiring import policy_from
+from tests.cli import run_stoker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +26,7 @@ def test_settings__read_from_env(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_settings__unknown_field_fails_at_start():
-    with pytest.raises(ValidationError, match="redis_ulr"):
+    with pytest.raises(UsageError, match="STOKER_REDIS_ULR"):
         StokerSettings(redis_ulr="redis://typo")  # type: ignore[call-arg]
 
 
@@ -32,8 +34,52 @@ def test_settings__frozen_and_validated():
     s = StokerSettings()
     with pytest.raises(ValidationError):
         s.redis_url = "x"  # type: ignore[misc]
-    with pytest.raises(ValidationError, match="thresholds"):
+    with pytest.raises(UsageError, match="thresholds"):
         StokerSettings(tenant_thresholds={"acme": 1.5})
+
+
+def test_settings__unknown_env_variable_fails_with_the_closest_name(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("STOKER_SEMANTIC_THRESHOLDS", "0.5")
+    with pytest.raises(UsageError, match=re.escape("did you mean STOKER_SEMANTIC_THRESHOLD?")):
+        StokerSettings()
+    monkeypatch.delenv("STOKER_SEMANTIC_THRESHOLDS")
+    monkeypatch.setenv("STOKER_BOGUS", "1")
+    with pytest.raises(
+        UsageError, match=re.escape("unknown setting STOKER_BOGUS: see stoker/settings.py")
+    ):
+        StokerSettings()
+
+
+def test_settings__nested_dict_variables_and_the_data_dir_are_known(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("STOKER_TENANT_THRESHOLDS__acme", "0.97")  # env_nested_delimiter "__"
+    monkeypatch.setenv("STOKER_DATA_DIR", "/nowhere")  # read by stoker/data.py, not a setting
+    assert StokerSettings().tenant_thresholds == {"acme": 0.97}
+
+
+def test_settings__tenant_ids_follow_the_events_rule():
+    for bad in (" ", "a{b}", "x" * 129):
+        with pytest.raises(UsageError, match="STOKER_GATEWAY_DEFAULT_TENANT"):
+            StokerSettings(gateway_default_tenant=bad)
+
+
+@pytest.mark.parametrize(
+    ("variable", "says"),
+    [
+        ("STOKER_SEMANTIC_THRESHOLD=2", "STOKER_SEMANTIC_THRESHOLD='2': Input should be less"),
+        ("STOKER_SEMANTIC_THRESHOLDS=0.5", "did you mean STOKER_SEMANTIC_THRESHOLD?"),
+        ("STOKER_BOGUS=1", "unknown setting STOKER_BOGUS"),
+    ],
+)
+def test_cli__a_bad_or_unknown_setting_is_one_line_and_exit_2(variable: str, says: str):
+    name, value = variable.split("=")
+    res = run_stoker("status", env={name: value, "STOKER_REDIS_URL": "redis://127.0.0.1:1"})
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0 and says in res.stderr, res.stderr
 
 
 def test_settings__every_field_is_read_by_the_code():
