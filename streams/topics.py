@@ -1,4 +1,7 @@
-"""Topic names and partition counts, explicit topic creation, and client configs per broker kind."""
+"""Topic names and partition counts, explicit topic creation, and client configs per broker kind.
+
+Every config carries `logger`: librdkafka's log lines go through logging (streams/kafkalog.py).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from schemas.errors import BrokerUnavailable, ConfigError
+from streams.kafkalog import KAFKA_LOG
 
 # Logical name -> default partition count. Partitions bound consumer parallelism per group.
 TOPICS: Final[Mapping[str, int]] = MappingProxyType(
@@ -75,11 +79,12 @@ def ensure_topics(
     bad = {name: n for name, n in names_partitions.items() if n < 1}
     if bad:  # checked here because Tansu accepts 0 partitions where Kafka refuses them
         raise ConfigError(f"partition counts must be >= 1, got {bad}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(bootstrap))
     new = [NewTopic(name, num_partitions=n) for name, n in names_partitions.items()]
     futures = admin.create_topics(new, request_timeout=timeout_s, operation_timeout=timeout_s)
     # One deadline for all: the futures resolve together from a single CreateTopics request.
     _, pending = concurrent.futures.wait(futures.values(), timeout=timeout_s)
+    admin.poll(0)  # hand librdkafka's log lines to logging (streams/kafkalog.py)
     # Drop the client now: a raised error's traceback would keep it, and its reconnect loop
     # against a dead broker, alive (destroying it also cancels what is still pending).
     del admin
@@ -115,6 +120,7 @@ def consumer_config(
         "group.id": group_id,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        "logger": KAFKA_LOG,
     }
     if embedded:
         config.update(_EMBEDDED_CONSUMER)
@@ -124,8 +130,13 @@ def consumer_config(
 
 def producer_config(bootstrap: str, *, embedded: bool, **overrides: Any) -> dict[str, Any]:
     """A confluent_kafka Producer config; overrides win, as in consumer_config."""
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": KAFKA_LOG}
     if embedded:
         config.update(_EMBEDDED_PRODUCER)
     config.update(overrides)
     return config
+
+
+def admin_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """A confluent_kafka AdminClient config. Its log lines wait for poll(): call it."""
+    return {"bootstrap.servers": bootstrap, "logger": KAFKA_LOG} | overrides

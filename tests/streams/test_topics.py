@@ -10,8 +10,10 @@ from confluent_kafka.admin import AdminClient
 
 from schemas.errors import BrokerUnavailable, ConfigError
 from stoker.embedded import free_port
+from streams.kafkalog import KAFKA_LOG
 from streams.topics import (
     TOPICS,
+    admin_config,
     consumer_config,
     ensure_topics,
     producer_config,
@@ -88,7 +90,8 @@ def test_configs__embedded_defaults_and_overrides() -> None:
     assert "session.timeout.ms" not in prod
     assert "fetch.wait.max.ms" not in prod
     p = producer_config("b:9092", embedded=True, **{"linger.ms": 5})
-    assert p == {"bootstrap.servers": "b:9092", "linger.ms": 5}
+    assert p == {"bootstrap.servers": "b:9092", "linger.ms": 5, "logger": KAFKA_LOG}
+    assert c["logger"] is KAFKA_LOG and admin_config("b:9092")["logger"] is KAFKA_LOG
 
 
 def test_round_trip__100_messages_produced_are_consumed(kafka_bootstrap: str, unique: str) -> None:
