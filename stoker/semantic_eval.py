@@ -38,7 +38,7 @@ from caches.matching.guards import Guarded
 from caches.matching.learned import AnswerAgreement, AnswerBank, EntryRadius
 from caches.semantic.base import SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
-from schemas.errors import ConfigError
+from schemas.errors import UsageError
 from stoker.data import CLINC
 
 OOS = "oos"
@@ -52,10 +52,13 @@ Pairs = list[tuple[str, str]]
 
 
 def load_clinc(path: Path = CLINC) -> dict[str, Pairs]:
-    if not path.exists():
-        raise ConfigError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
-    raw: dict[str, list[list[str]]] = orjson.loads(path.read_bytes())
-    return {k: [(u, i) for u, i in v] for k, v in raw.items()}
+    if not path.is_file():
+        raise UsageError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
+    try:
+        raw: dict[str, list[list[str]]] = orjson.loads(path.read_bytes())
+        return {k: [(u, i) for u, i in v] for k, v in raw.items()}
+    except (OSError, orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
+        raise UsageError(f"{path} is not CLINC150's data_full.json: {type(e).__name__}: {e}") from e
 
 
 def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) -> Pairs:

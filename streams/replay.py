@@ -2,7 +2,11 @@
 
 Each row is validated by the same decoder the workers use (schemas.codec.decode_event), so a
 row the replay accepts is one the traffic worker counts, and a bad row is reported with its
-line number and decode_event's reason instead of reaching the dead-letter topic.
+line number and decode_event's reason instead of reaching the dead-letter topic. A column that
+RequestLogged does not know (the sample log's `intent` label, a gateway's own extras) is left
+out of the events and named once in the summary: it must not cost the row.
+A file that cannot be read at all (missing, a directory, not the format its suffix says,
+truncated) is an UnreadableLog: the CLI says so in one line and exits 2.
 Pacing keeps the log's own gaps between events, divided by `speed` (None: as fast as possible);
 events keep their original timestamps, so the profile learns the log's hours of the week.
 """
@@ -21,7 +25,7 @@ import orjson
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas.codec import decode_event, encode_event
-from schemas.errors import BrokerUnavailable, ConfigError, EventDecodeError, StokerError
+from schemas.errors import BrokerUnavailable, EventDecodeError, StokerError, UsageError
 from schemas.events import RequestLogged
 
 FORMATS = ("jsonl", "csv", "parquet")
@@ -33,6 +37,14 @@ _QUEUE_FULL_WAIT_S = 0.05
 _FLUSH_S = 30.0
 # At most this many bad rows are kept for the summary; the count is always exact.
 _KEEP_BAD = 1_000
+
+
+# The fields a row may carry; anything else is ignored (and named once).
+FIELDS: frozenset[str] = frozenset(RequestLogged.model_fields)
+
+
+class UnreadableLog(UsageError):
+    """The log cannot be read at all: missing, a directory, or not the format it claims."""
 
 
 class BadRow(StokerError):
@@ -51,6 +63,12 @@ class ReplaySummary:
     bad: int = 0
     failed: int = 0  # the broker refused or did not confirm
     bad_rows: list[BadRow] = field(default_factory=list)
+    ignored_columns: set[str] = field(default_factory=set)  # not RequestLogged fields
+
+    @property
+    def valid(self) -> int:
+        """Rows that were valid events (sent, or outside --from/--to)."""
+        return self.sent + self.skipped
 
 
 def detect_format(path: Path) -> str:
@@ -59,40 +77,67 @@ def detect_format(path: Path) -> str:
     if fmt is None and suffix in ("parquet", "pq"):
         fmt = "parquet"
     if fmt is None:
-        raise ConfigError(f"cannot tell the format of {path.name}: use .jsonl, .csv or .parquet")
+        raise UnreadableLog(f"cannot tell the format of {path.name}: use .jsonl, .csv or .parquet")
     return fmt
 
 
 def count_rows(path: Path, fmt: str) -> int:
-    if fmt == "jsonl":
-        with path.open("rb") as f:
-            return sum(1 for line in f if line.strip())
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
+    """Rows of the log (-1 for csv: unknown until read); UnreadableLog if it cannot be read."""
+    _check_file(path)
+    try:
+        if fmt == "jsonl":
+            with path.open("rb") as f:
+                return sum(1 for line in f if line.strip())
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
 
-        return int(pq.ParquetFile(path).metadata.num_rows)
+            return int(pq.ParquetFile(path).metadata.num_rows)
+    except Exception as exc:  # pyarrow and the OS each raise their own kinds
+        raise UnreadableLog(f"cannot read {path.name} as {fmt}: {_why(exc)}") from exc
     return -1  # csv: unknown until read (quoted fields may span lines)
 
 
 def read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
-    """(line number, row) pairs; line numbers are 1-based file lines (csv: header = line 1)."""
+    """(line number, row) pairs; line numbers are 1-based file lines (csv: header = line 1).
+    UnreadableLog when the file cannot be read as `fmt` at all."""
+    _check_file(path)
     if fmt == "jsonl":
         yield from _jsonl_rows(path)
         return
     import pandas as pd
 
-    if fmt == "csv":
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        first = 2
-    else:
-        frame = pd.read_parquet(path)
-        first = 1
+    try:
+        if fmt == "csv":
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+            first = 2
+        else:
+            frame = pd.read_parquet(path)
+            first = 1
+    except Exception as exc:  # pandas, pyarrow and the codecs each raise their own kinds
+        raise UnreadableLog(f"cannot read {path.name} as {fmt}: {_why(exc)}") from exc
     for i, row in enumerate(frame.to_dict("records")):
         yield first + i, {str(k): v for k, v in row.items()}
 
 
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise UnreadableLog(f"{path}: no such file")
+    if not path.is_file():
+        raise UnreadableLog(f"{path}: not a file")
+
+
+def _why(exc: Exception) -> str:
+    """The first line of a reader's error, with its type: what a person can act on."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
-    with path.open("rb") as f:
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise UnreadableLog(f"cannot read {path.name}: {_why(exc)}") from exc
+    with f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -107,10 +152,15 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
             )
 
 
-def to_event(line: int, row: dict[str, Any]) -> RequestLogged:
-    """Clean a flat row (empty cells, NaN, JSON-text columns, numpy scalars) and decode it."""
+def to_event(line: int, row: dict[str, Any], ignored: set[str] | None = None) -> RequestLogged:
+    """Clean a flat row (empty cells, NaN, JSON-text columns, numpy scalars, columns that are
+    no field: added to `ignored`) and decode it."""
     clean: dict[str, Any] = {}
     for k, v in row.items():
+        if k not in FIELDS:
+            if ignored is not None:
+                ignored.add(k)
+            continue
         v = _plain(v)
         if v is None or v == "":
             continue
@@ -199,7 +249,7 @@ class Replayer:
         try:
             if isinstance(row, BadRow):
                 raise row
-            return to_event(line, row)
+            return to_event(line, row, self.summary.ignored_columns)
         except BadRow as bad:
             if self.strict:
                 raise

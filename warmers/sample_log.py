@@ -30,6 +30,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from schemas.errors import UsageError
+
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
 
@@ -66,11 +68,17 @@ def clinc_path(data_dir: Path | None = None) -> Path:
 
 
 def load_clinc(split: str = "train", data_dir: Path | None = None) -> dict[str, list[str]]:
-    """intent -> utterances of one split (out-of-scope ones under "oos")."""
-    rows = orjson.loads(clinc_path(data_dir).read_bytes())[split]
+    """intent -> utterances of one split (out-of-scope ones under "oos"); UsageError when the
+    file is missing or is not CLINC150's data_full.json (a split of [text, intent] pairs)."""
+    path = clinc_path(data_dir)
+    if not path.is_file():
+        raise UsageError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
     out: dict[str, list[str]] = {}
-    for text, intent in rows:
-        out.setdefault(intent, []).append(text)
+    try:
+        for text, intent in orjson.loads(path.read_bytes())[split]:
+            out.setdefault(str(intent), []).append(str(text))
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"{path} is not CLINC150's data_full.json: {type(e).__name__}: {e}") from e
     return out
 
 

@@ -67,14 +67,18 @@ def analyze(
 ) -> None:
     """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
     and TTL (a simulated cache in time order), a recommendation and a verdict."""
-    from warmers.analysis.keyed_log import read_frame
+    from schemas.errors import UsageError
+    from warmers.analysis.keyed_log import UnreadableLog, read_frame
     from warmers.analysis.report import Settings
 
     settings = Settings(parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share)
-    frame = read_frame(log)
-    if labels is not None and labels not in frame.columns:
-        raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
-    report = _run(frame, settings)
+    try:  # a log that cannot be read is bad input: exit 2, as `stoker replay` does
+        frame = read_frame(log)
+        if labels is not None and labels not in frame.columns:
+            raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
+        report = _run(frame, settings)
+    except UnreadableLog as e:
+        raise UsageError(str(e)) from e
     if json_out:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

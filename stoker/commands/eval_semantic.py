@@ -29,7 +29,7 @@ def eval_semantic(
     from caches.embedders import SentenceTransformerEmbedder
     from stoker.semantic_eval import evaluate, load_clinc
 
-    data = load_clinc()  # ConfigError (exit 1) with the path when the data is absent
+    data = load_clinc()  # UsageError (exit 2) with the path when the data is absent or unreadable
     names = [n for n in only.split(",") if n] or None
     with console.status("evaluating") as status:
         ev = evaluate(

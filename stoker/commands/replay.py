@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from schemas.errors import StokerError
+from schemas.errors import StokerError, UsageError
 from stoker.app import app, console
 from stoker.settings import StokerSettings
 
@@ -46,10 +46,8 @@ def parse_time(value: str | None, hint: str) -> datetime | None:
 
 @app.command()
 def replay(
-    log: Annotated[
-        Path,
-        typer.Argument(help="request log: .jsonl, .csv or .parquet", exists=True, dir_okay=False),
-    ],
+    # No exists=True: a missing file is reported like any unreadable one (one line, exit 2).
+    log: Annotated[Path, typer.Argument(help="request log: .jsonl, .csv or .parquet")],
     bootstrap: Annotated[
         str | None, typer.Option(help="Kafka bootstrap; default STOKER_KAFKA_BOOTSTRAP")
     ] = None,
@@ -65,10 +63,11 @@ def replay(
         str | None, typer.Option("--format", help="jsonl, csv or parquet; default from the suffix")
     ] = None,
 ) -> None:
-    """Send every valid row as a RequestLogged event, paced by its timestamps; report bad rows."""
+    """Send every valid row as a RequestLogged event, paced by its timestamps; report bad rows.
+    Exits 2 when the log cannot be read or holds no valid row, 1 when the broker failed."""
     from confluent_kafka import Producer
 
-    from streams.replay import FORMATS, Replayer, detect_format
+    from streams.replay import FORMATS, Replayer, count_rows, detect_format
     from streams.topics import ensure_topics, producer_config, topic_name
 
     pace = parse_speed(speed)
@@ -84,6 +83,7 @@ def replay(
             "give --bootstrap or set STOKER_KAFKA_BOOTSTRAP", param_hint="--bootstrap"
         )
     fmt = fmt or detect_format(log)
+    total = count_rows(log, fmt)  # before any broker work: an unreadable log fails at once
     topic = topic_name("inference.requests", settings.topic_prefix)
     ensure_topics(settings.kafka_bootstrap, {topic: 6})
     embedded = settings.kafka_broker == "tansu"
@@ -91,16 +91,16 @@ def replay(
         producer_config(settings.kafka_bootstrap, embedded=embedded, **{"linger.ms": 5})
     )
     replayer = Replayer(producer, topic, pace, since, until, strict)
-    summary = _run_with_progress(replayer, log, fmt)
+    summary = _run_with_progress(replayer, log, fmt, total)
     _print_summary(summary, topic)
     if summary.failed:
         raise StokerError(f"{summary.failed} events were not confirmed by the broker")
+    if summary.valid == 0:
+        why = f"all {summary.rows} rows are bad" if summary.rows else "it holds no rows"
+        raise UsageError(f"nothing sent from {log.name}: {why}")
 
 
-def _run_with_progress(replayer: Replayer, log: Path, fmt: str) -> ReplaySummary:
-    from streams.replay import count_rows
-
-    total = count_rows(log, fmt)
+def _run_with_progress(replayer: Replayer, log: Path, fmt: str, total: int) -> ReplaySummary:
     columns = (
         TextColumn("replay {task.fields[name]}"),
         BarColumn(),
@@ -134,6 +134,9 @@ def _print_summary(s: ReplaySummary, topic: str) -> None:
     table.add_column("not confirmed", justify="right")
     table.add_row(*(str(x) for x in (s.rows, s.sent - s.failed, s.skipped, s.bad, s.failed)))
     console.print(table)
+    if s.ignored_columns:  # once per replay, not per row
+        names = ", ".join(sorted(s.ignored_columns))
+        console.print(f"ignored column(s) that RequestLogged does not have: {names}")
     if s.bad_rows:
         bad = Table(title=f"bad rows (first {min(_SHOW_BAD, len(s.bad_rows))} of {s.bad})")
         bad.add_column("line", justify="right")

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from schemas.errors import ConfigError
 from stoker.app import app, console
 
 
@@ -21,10 +20,9 @@ def sample_log(
     seed: Annotated[int, typer.Option(help="random seed (same seed, same log)")] = 150,
 ) -> None:
     """Generate the sample traffic log (3 tenants, Zipf intents, real paraphrases, weekly shape)."""
-    from warmers.sample_log import SampleSpec, clinc_path, generate, write
+    from warmers.sample_log import SampleSpec, generate, load_clinc, write
 
-    if not clinc_path().exists():
-        raise ConfigError(f"CLINC150 not found at {clinc_path()}; set STOKER_DATA_DIR")
+    load_clinc()  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
     with console.status(f"generating {days} days of traffic ..."):
         df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed))
     write(df, out)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import orjson
 import typer
 
-from schemas.errors import ConfigError, ServiceStartError
+from schemas.errors import ConfigError, ServiceStartError, UsageError
 from stoker.app import app, console
 
 if TYPE_CHECKING:
@@ -24,11 +24,11 @@ def _load_answers(path: Path | None) -> dict[str, str]:
     try:
         table = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
-        raise ConfigError(f"--answers {path}: {e}") from e
+        raise UsageError(f"--answers {path}: {type(e).__name__}: {e}") from e
     if not isinstance(table, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in table.items()
     ):
-        raise ConfigError(f"--answers {path}: need a JSON object of prompt -> answer strings")
+        raise UsageError(f"--answers {path}: need a JSON object of prompt -> answer strings")
     return table
 
 

@@ -277,10 +277,10 @@ def test_cli__bad_arguments_exit_2(tmp_path, args):
      ("log.txt", b"{}", "cannot tell the format"),
      ("log.csv", b"ts,prompt\n2026-01-01T00:00:00,hi\n", "lacks required column")],
 )  # fmt: skip
-def test_cli__unreadable_log_exits_1_with_a_clear_message(tmp_path, name, content, says):
+def test_cli__unreadable_log_exits_2_with_a_clear_message(tmp_path, name, content, says):
     path = tmp_path / name
     if content is not None:
         path.write_bytes(content)
     proc = cli(str(path))
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad input, as for `stoker replay`
     assert says in " ".join(proc.stderr.split())  # rich wraps at 80 columns
