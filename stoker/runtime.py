@@ -36,10 +36,12 @@ def embedded_settings(
     settings: StokerSettings, console: Console, *, what: str = "this process"
 ) -> Iterator[StokerSettings]:
     """The settings as given, or pointed at an embedded stack (Tansu, redis-server, a Qdrant
-    Edge folder) when no Kafka is configured; the stack lives as long as the block."""
+    Edge folder) when no Kafka is configured; the stack lives as long as the block, and its
+    addresses are in the state folder's embedded.json meanwhile (stoker/embedded_state.py)."""
     if settings.kafka_bootstrap:
         yield settings
         return
+    from stoker import embedded_state
     from stoker.embedded import EmbeddedStack
 
     with EmbeddedStack(kafka=True, redis=not settings.redis_url) as stack:
@@ -48,12 +50,17 @@ def embedded_settings(
             fields["redis_url"] = stack.redis_url
         if settings.semantic_backend == "edge" and settings.qdrant_path is None:
             fields["qdrant_path"] = stack.qdrant_path  # one store for every part, removed at stop
-        console.print(
-            "no STOKER_KAFKA_BOOTSTRAP: running on an embedded stack "
-            f"(Kafka at {fields['kafka_bootstrap']}, Redis at {fields.get('redis_url', settings.redis_url)}); "
-            f"it lives as long as {what}"
-        )
-        yield settings.model_copy(update=fields)
+        s = settings.model_copy(update=fields)
+        addresses = {"kafka_bootstrap": s.kafka_bootstrap, "redis_url": s.redis_url,
+                     "qdrant_path": s.qdrant_path}  # fmt: skip
+        path = embedded_state.state_path(settings.state_dir)
+        with embedded_state.published(path, addresses, what):
+            console.print(
+                "no STOKER_KAFKA_BOOTSTRAP: running on an embedded stack "
+                f"(Kafka at {s.kafka_bootstrap}, Redis at {s.redis_url}; both in {path}); "
+                f"it lives as long as {what}"
+            )
+            yield s
 
 
 class WorkerGroup:

@@ -202,6 +202,9 @@ class StokerSettings(BaseSettings):
     # them (for log shippers); "text" for people at a terminal.
     log_format: Literal["json", "text"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Where a process running the embedded stack writes its addresses (embedded.json: Kafka,
+    # Redis, Qdrant path, pid) for scripts, removed at stop; None: ~/.cache/stoker.
+    state_dir: Path | None = None
 
 
 def check_environment(environ: Mapping[str, str]) -> None:

@@ -5,16 +5,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
 
 
+# Where the CLIs a test runs write embedded.json (stoker/embedded_state.py): this run's own
+# folder, never the developer's ~/.cache/stoker, where a stack of theirs may be running.
+STATE_DIR = Path(tempfile.gettempdir()) / f"stoker-test-state-{os.getpid()}"
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without STOKER_* (a developer's shell must not leak into a
-    test), offline for the embedder, plus `extra`."""
+    test), offline for the embedder, the state folder of this run, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
-    return env | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} | dict(extra or {})
+    own = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "STOKER_STATE_DIR": str(STATE_DIR)}
+    return env | own | dict(extra or {})
 
 
 def run_stoker(

@@ -42,18 +42,25 @@ def status(
     """Show running and recent jobs: cutovers with their phase, purge progress, warm figures."""
     from invalidators.jobs import all_jobs
     from schemas.errors import ConfigError
+    from stoker import embedded_state
     from stoker.wiring import build_redis
 
     overrides: dict[str, Any] = {"redis_url": redis_url} if redis_url else {}
     settings = StokerSettings(**overrides)
+    embedded = embedded_state.read(embedded_state.state_path(settings.state_dir))
+    if not settings.redis_url and embedded is not None:  # a running `stoker worker all`'s Redis
+        settings = settings.model_copy(update={"redis_url": embedded["redis_url"]})
     if not settings.redis_url:
-        raise ConfigError("stoker status reads job state from Redis: set STOKER_REDIS_URL")
+        raise ConfigError(
+            "stoker status reads job state from Redis: set STOKER_REDIS_URL "
+            "(or run it beside a process on the embedded stack)"
+        )
     r = build_redis(settings)
     try:
         jobs = [j.to_dict() for j in all_jobs(r, limit)]
     finally:
         r.close()
-    doc = status_document(jobs)
+    doc = status_document(jobs) | {"embedded": embedded}
     if as_json:
         typer.echo(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode())
         return
@@ -61,7 +68,8 @@ def status(
 
 
 def status_document(jobs: list[dict[str, Any]], now: float | None = None) -> dict[str, Any]:
-    """The --json shape: {"schema", "generated_at", "running", "jobs": [record, ...]}."""
+    """The --json shape: {"schema", "generated_at", "running", "jobs": [record, ...]}; the
+    command adds "embedded": the addresses of a running embedded stack, or null."""
     return {
         "schema": SCHEMA_VERSION,
         "generated_at": time.time() if now is None else now,

@@ -62,7 +62,8 @@ def test_status_json__stable_shape_with_every_kind_of_job(redis_client: redis.Re
     out = stoker("status", "--json", STOKER_REDIS_URL=redis_url)
     assert out.returncode == 0, out.stderr
     doc = orjson.loads(out.stdout)
-    assert set(doc) == {"schema", "generated_at", "running", "jobs"} and doc["schema"] == 1
+    assert set(doc) == {"schema", "generated_at", "running", "jobs", "embedded"}
+    assert doc["schema"] == 1 and doc["embedded"] is None  # no embedded stack runs here
     assert all(set(j) == JOB_KEYS for j in doc["jobs"])
     by_type = {j["job_type"]: j for j in doc["jobs"]}
     assert set(by_type) == {"deploy", "purge", "warm"}
