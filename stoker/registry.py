@@ -100,7 +100,9 @@ def scheduler_service(s: StokerSettings) -> Service:
     def warm() -> None:
         plan = runner.plan(Window.next_hour(), budget)
         summary = runner.warm(plan, labels={"by": "scheduler"})
-        log.info("warmed %s: %d planned, %s", plan.window, len(plan.items), summary)
+        # A run that sent nothing is routine (every 15 min, mostly): DEBUG, not a line of INFO.
+        level = logging.INFO if summary.sent or summary.failed else logging.DEBUG
+        log.log(level, "warmed %s: %d planned, %s", plan.window, len(plan.items), summary)
 
     def sweep() -> None:
         if runner.cache.semantic is not None:
