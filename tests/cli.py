@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # Where the CLIs a test runs write embedded.json (stoker/embedded_state.py): this run's own
@@ -32,3 +36,29 @@ def run_stoker(
     return subprocess.run(
         [*STOKER, *args], env=clean_env(env), capture_output=True, text=True, timeout=timeout
     )
+
+
+@contextlib.contextmanager
+def running_stoker(
+    *args: str, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], list[str]]]:
+    """`stoker ARGS` in the background from the repo root, with its stderr lines collected as
+    they come; killed at exit if it still runs. Every wait on it is the caller's, bounded."""
+    proc = subprocess.Popen([*STOKER, *args], cwd=ROOT, env=clean_env(env),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(x.decode() for x in proc.stderr or []))
+    reader.start()
+    try:
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        reader.join(10)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
+    """SIGTERM, as an orchestrator stops a worker, and its exit code (bounded)."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout_s)

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ from streams.base import Handler, Poison
 from streams.deadletter import TRUNCATED_VALUE_BYTES, DeadLetters
 from streams.topics import ensure_topics, producer_config
 from streams.worker import WorkerConfig
-from tests.cli import STOKER, clean_env
+from tests.cli import running_stoker, stop
 from tests.events import encode, request
 from tests.faults.faults_helpers import (
     committed,
@@ -167,16 +164,11 @@ def test_worker_cli__a_1mb_garbage_record_is_dead_lettered_not_fatal(
     topic = f"{prefix}inference.requests"
     ensure_topics(kafka_bootstrap, {topic: 1})
     produce_raw(kafka_bootstrap, topic, [(_garbage(1_010_000), None), (encode(request(3)), None)])
-    env = clean_env({"STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap, "STOKER_REDIS_URL": redis_url,
-                     "STOKER_KAFKA_BROKER": "tansu", "STOKER_TOPIC_PREFIX": prefix,
-                     # the event is dated 2025-03-03: past the default one-year horizon
-                     "STOKER_TRAFFIC_MAX_EVENT_AGE_S": str(20 * 365 * 86_400)})  # fmt: skip
-    proc = subprocess.Popen([*STOKER, "worker", "traffic"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(x.decode() for x in proc.stderr or []))
-    reader.start()
-    try:
+    env = {"STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap, "STOKER_REDIS_URL": redis_url,
+           "STOKER_KAFKA_BROKER": "tansu", "STOKER_TOPIC_PREFIX": prefix,
+           # the event is dated 2025-03-03: past the default one-year horizon
+           "STOKER_TRAFFIC_MAX_EVENT_AGE_S": str(20 * 365 * 86_400)}  # fmt: skip
+    with running_stoker("worker", "traffic", env=env) as (proc, lines):
         profile = TrafficProfile(redis_client)
 
         def counted() -> bool:
@@ -184,14 +176,8 @@ def test_worker_cli__a_1mb_garbage_record_is_dead_lettered_not_fatal(
             return bool(profile.top_queries("acme", "llama", "t1", range(HOURS_PER_WEEK), 1))
 
         wait_for(counted, 90, "the event behind the poison to be counted")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
+        code = stop(proc, 30)
     text = "".join(lines)
-    assert proc.returncode == 0, text
+    assert code == 0, text
     assert "1 dead-lettered" in text and "MSG_SIZE_TOO_LARGE" not in text
     assert committed(kafka_bootstrap, f"{prefix}stoker.traffic", topic) == 2

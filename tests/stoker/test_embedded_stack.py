@@ -3,9 +3,6 @@ serving client and every worker, removed at stop; its addresses in embedded.json
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import threading
 from pathlib import Path
 
 import orjson
@@ -20,23 +17,16 @@ from stoker.registry import available
 from stoker.runtime import WorkerGroup, embedded_settings
 from stoker.settings import StokerSettings
 from stoker.wiring import build_cache_client, build_publisher, build_semantic
-from tests.cli import STOKER, clean_env, run_stoker
+from tests.cli import run_stoker, running_stoker, stop
 from tests.waiting import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_worker_all__one_qdrant_folder_and_an_addresses_file_both_gone_at_stop(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    env = clean_env({"TMPDIR": str(tmp_path), "STOKER_STATE_DIR": str(state)})
-    proc = subprocess.Popen([*STOKER, "worker", "all"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(x.decode() for x in proc.stderr or []))
-    reader.start()
-    try:
+    env = {"TMPDIR": str(tmp_path), "STOKER_STATE_DIR": str(state)}
+    with running_stoker("worker", "all", env=env) as (proc, lines):
         wait_for(lambda: any("worker traffic: group" in x for x in lines) or proc.poll() is not None,
                  120, "worker all to start")  # fmt: skip
         assert proc.poll() is None, "".join(lines)
@@ -52,15 +42,9 @@ def test_worker_all__one_qdrant_folder_and_an_addresses_file_both_gone_at_stop(
         sent = run_stoker("invalidate", "doc", "kb/x", "--tenant", "acme",
                           env={"STOKER_KAFKA_BOOTSTRAP": doc["kafka_bootstrap"]})  # fmt: skip
         assert sent.returncode == 0, sent.stderr
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
+        code = stop(proc)
     text = "".join(lines)
-    assert proc.returncode == 0, text
+    assert code == 0, text
     assert "worker invalidation: 1 events" in text
     assert list(tmp_path.glob("stoker-qdrant-*")) == [], text
     assert not (state / "embedded.json").exists()

@@ -2,47 +2,29 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import threading
-from pathlib import Path
-
 import redis
 
-from tests.cli import STOKER, clean_env
+from tests.cli import running_stoker, stop
 from tests.waiting import wait_for
 from warmers.scheduler import DEFAULT_LOCK_KEY
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_scheduler(env: dict[str, str], r: redis.Redis, renewals: int) -> list[str]:
     """`stoker worker scheduler` until its leader lease was renewed `renewals` times."""
-    proc = subprocess.Popen([*STOKER, "worker", "scheduler"], cwd=ROOT, env=clean_env(env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(x.decode() for x in proc.stderr or []))
-    reader.start()
     seen = {"renewals": 0, "last": -2}
+    with running_stoker("worker", "scheduler", env=env) as (proc, lines):
 
-    def renewed() -> bool:
-        assert proc.poll() is None, "".join(lines)
-        ttl = int(r.pttl(DEFAULT_LOCK_KEY))
-        if ttl > seen["last"] >= 0:  # the lease's time to live went up: renewed
-            seen["renewals"] += 1
-        seen["last"] = ttl
-        return seen["renewals"] >= renewals
+        def renewed() -> bool:
+            assert proc.poll() is None, "".join(lines)
+            ttl = int(r.pttl(DEFAULT_LOCK_KEY))
+            if ttl > seen["last"] >= 0:  # the lease's time to live went up: renewed
+                seen["renewals"] += 1
+            seen["last"] = ttl
+            return seen["renewals"] >= renewals
 
-    try:
         wait_for(renewed, 120, f"{renewals} lease renewals")
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
-    assert proc.returncode == 0, "".join(lines)
+        code = stop(proc)
+    assert code == 0, "".join(lines)
     return lines
 
 
