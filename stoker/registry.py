@@ -52,7 +52,13 @@ def traffic_handler(s: StokerSettings) -> Handler:
     from warmers.traffic import TrafficHandler
 
     times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
-    return TrafficHandler(TrafficProfile(W.build_redis(s), s.traffic_retention_weeks), times)
+    profile = TrafficProfile(
+        W.build_redis(s),
+        s.traffic_retention_weeks,
+        week_capacity=s.traffic_week_capacity,
+        hour_capacity=s.traffic_hour_capacity,
+    )
+    return TrafficHandler(profile, times)
 
 
 def invalidation_handler(s: StokerSettings) -> Handler:

@@ -131,6 +131,12 @@ class StokerSettings(BaseSettings):
     # ... and this far back (a year and a day: a replayed log of last year is still learned
     # from; None: any age, for a replay on a simulated clock). Others are dead-lettered.
     traffic_max_event_age_s: float | None = Field(default=366 * 86_400.0, gt=0)
+    # Queries the profile tracks a week (per tenant, model and template), hour by hour: the heavy
+    # hitters, in bounded memory whatever the tail of one-offs (warmers/profile.py). Measured by
+    # benchmarks/bench_profile_memory.py (bytes) and bench_hot_set_bounded.py (coverage kept).
+    traffic_week_capacity: int = Field(default=20_000, ge=1, le=1_000_000)
+    # ... and of those, the queries each hour of week keeps hourly counts for.
+    traffic_hour_capacity: int = Field(default=1_000, ge=1, le=1_000_000)
 
     # -- deploy cutover (invalidators/cutover.py) --
     # How long the previous version's namespace is kept after the new one is READY, so a rollback

@@ -255,7 +255,12 @@ def build_runner(
         if dry_run
         else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
     )
-    profile = TrafficProfile(cache.redis, s.traffic_retention_weeks)
+    profile = TrafficProfile(
+        cache.redis,
+        s.traffic_retention_weeks,
+        week_capacity=s.traffic_week_capacity,
+        hour_capacity=s.traffic_hour_capacity,
+    )
     hot_cfg = HotSetConfig(
         min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold
     )

@@ -53,6 +53,11 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         ],
         {"gateway_hit", "gateway_miss_overhead", "gateway_herd", "gateway_load"},
     ),
+    "bench_profile_memory.py": (["--scale", "0.005"], {"profile_memory"}),
+    "bench_hot_set_bounded.py": (
+        ["--distinct", "5000", "--week-capacity", "500", "--hour-capacity", "50"],
+        {"hot_set_bounded"},
+    ),
     "bench_l1.py": (
         ["--keys", "200", "--readers", "2", "--reads", "500", "--rounds", "1"],
         {"l1_exact_hits"},

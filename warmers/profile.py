@@ -1,10 +1,11 @@
-"""The traffic profile in Redis: per query, how often it is asked in each hour of the week.
+"""The traffic profile in Redis: the queries asked most each week, hour by hour, in bounded memory.
 
 Key layout (every key carries the tenant hash tag, so one tenant's profile lives in one Redis
 Cluster slot and one Lua script can update it atomically; no key is shared across tenants):
 
     stk:{t:<tenant>}:p:n:<model>:<template>:<week>:<how>   hash  query key -> warmable requests
     stk:{t:<tenant>}:p:h:<model>:<template>:<week>         hash  "<how>" -> warmable, "u<how>" -> never cacheable
+    stk:{t:<tenant>}:p:s:<model>:<template>:<week>         hash  query key -> requests (the week's summary)
     stk:{t:<tenant>}:p:k:<model>:<template>:<week>         hash  query key -> "<GPU requests> <gpu us> <tokens>"
     stk:{t:<tenant>}:p:r:<model>:<template>:<week>         hash  query key -> representative request (JSON)
     stk:{t:<tenant>}:p:w:<model>:<template>                zset  weeks seen (member = score = week number)
@@ -12,12 +13,27 @@ Cluster slot and one Lua script can update it atomically; no key is shared acros
     stk:{t:<tenant>}:p:wm                                  hash  "<topic>:<partition>" -> last applied offset
     stk:p:tenants                                          set   tenants seen (not atomic with the rest)
 
+Bounded: the week's summary "s" holds at most `week_capacity` queries, a space-saving summary
+merged one batch at a time (APPLY_LUA in warmers/profile_delta.py). Only the queries it holds
+get hourly counts ("n"), a cost ("k") and a representative ("r"); an evicted query loses its
+cost and representative, and its hourly counts rank last among equals until their hour needs
+the room. Each hour keeps at most `hour_capacity` queries, by the hour's count, then the
+week's. So a week is at most week_capacity queries and 168 x hour_capacity hourly cells,
+whatever the tail of one-offs. A query tracked since the week last
+had room counts exactly, hour by hour; one that entered a full week is counted hourly from
+then on (its summary count is an upper bound: the smallest count plus its own); any query
+asked more than 1/capacity of the week is tracked. The hot set reads hourly counts, so its
+candidates (the head) are exact. "h" stays exact. Heavy hitters are chosen per week, not per
+hour: a day's hot set needs queries asked a few times a day, under once an hour, which an
+hour's own summary cannot tell from one-offs (per-hour summaries of 250 queries kept 0.89 of
+the exact coverage at K=200; benchmarks/bench_hot_set_bounded.py).
+
 Per-query counts are hashes, not zsets, and a query's three cost figures share one field: the
 write is a read-modify-write per field in APPLY_LUA, where a hash field costs Redis about a
 third less than a zset member (no skiplist), and one packed cost field about 60% of three
-(measured). The kinds "n" and "k" replaced the first layout's "q" (zsets) and "c" (three fields
-per query), so a profile written by an older stoker is never read as the new one; it ages out
-with its TTL.
+(measured); the smallest count is found by reading the summary only when it overflows. The
+kinds "n" and "k" replaced the first layout's "q" (zsets) and "c" (three fields per query), so
+a profile written by an older stoker is never read as the new one; it ages out with its TTL.
 
 <week> counts Monday-based UTC weeks since the epoch; <how> is the hour of the week, 0 = Monday
 00:00-01:00 UTC. The model *version* is left out on purpose: traffic learned under one version
@@ -60,6 +76,15 @@ _EPOCH_SHIFT_DAYS = 3
 PROFILE_TENANTS = f"{KEY_ROOT}:p:tenants"
 # Representatives remembered as written: ~200 bytes each, so 500k bound it near 100 MB.
 _REP_MEMO_MAX = 500_000
+# Queries tracked a week (per namespace), most asked first. A day's hot set draws on the top
+# ~2,000 (HotSetConfig.min_candidates), asked a few times a day each, often less than once an
+# hour; 20,000 keep them all with room for the ones rising (benchmarks/bench_hot_set_bounded.py
+# measures the coverage kept, bench_profile_memory.py the bytes).
+WEEK_CAPACITY = 20_000
+# Queries an hour keeps of those: its hourly counts are what the hot set sums, and the top
+# queries are asked in every hour, so 168 x 20,000 cells would be ~250 MB a week. 1,000 an hour
+# bound a week's cells at 168k, by the hour's count, then the week's.
+HOUR_CAPACITY = 1_000
 # A partial refusal needs one more round trip; more than 4 in a row means another worker keeps
 # moving the same watermark (a rebalance storm), and the batch is retried as a whole later.
 _MAX_REFUSALS = 4
@@ -108,11 +133,16 @@ class TrafficProfile:
         r: redis.Redis,
         retention_weeks: int = 4,
         clock: Callable[[], datetime] = utcnow,
+        week_capacity: int = WEEK_CAPACITY,
+        hour_capacity: int = HOUR_CAPACITY,
     ) -> None:
+        if min(week_capacity, hour_capacity) < 1:
+            raise ValueError(f"capacities must be >= 1, got {week_capacity}, {hour_capacity}")
         self.r = r
         self.retention_weeks = retention_weeks
         # The retained weeks end at the clock's week, never at the newest event's (weeks()).
         self.clock = clock
+        self.capacity = (week_capacity, hour_capacity)
         # Keys live a week past retention: the oldest kept week stays whole until it ages out.
         self.ttl_s = (retention_weeks + 1) * WEEK_S
         self._script = r.register_script(APPLY_LUA)
@@ -173,12 +203,22 @@ class TrafficProfile:
         stale: dict[str, dict[str, int]] = {}
         res: Any
         for t, res, mem in zip(tenants, results[1:], remember, strict=True):
-            if res:
-                it = iter(res)
+            if _s(res[0]) == "stale":
+                it = iter(res[1:])
                 stale[t] = {_s(p): int(w) for p, w in zip(it, it, strict=True)}
             else:
-                self._rep_memo.update(mem)
+                self._remember(mem, {_s(q) for q in res[1:]})
         return stale
+
+    def _remember(self, mem: list[tuple[Any, object]], forget: set[str]) -> None:
+        """Representatives the script kept are remembered; those it did not keep (their query
+        is tracked by no hour), or found gone, are forgotten, so they are sent again."""
+        memo = self._rep_memo
+        for mk, fp in mem:
+            if mk[4] in forget:
+                memo.pop(mk, None)
+            elif fp is not None:
+                memo[mk] = fp
 
     def _run_scripts(
         self, deltas: dict[str, TenantDelta], tenants: list[str]
@@ -188,7 +228,7 @@ class TrafficProfile:
             pipe.sadd(PROFILE_TENANTS, *tenants)
             remember = []
             for t in tenants:
-                keys, argv, mem = deltas[t].script_args(self.ttl_s, self._rep_memo)
+                keys, argv, mem = deltas[t].script_args(self.ttl_s, self.capacity, self._rep_memo)
                 slots.evalsha_in(pipe, self._script.sha, keys, argv)  # one tenant: one slot
                 remember.append(mem)
             try:
@@ -255,7 +295,8 @@ class TrafficProfile:
         for counts in per_hour:
             for q, c in counts.items():
                 sums[q] = sums.get(q, 0) + int(c)
-        best = heapq.nlargest(limit, sums.items(), key=lambda row: row[1])
+        # most asked first, ties by key: the same answer whatever order Redis returned
+        best = heapq.nsmallest(limit, sums.items(), key=lambda row: (-row[1], row[0]))
         return [QueryStat(_s(q), n, len(used)) for q, n in best]
 
     def hourly_counts(

@@ -19,21 +19,26 @@ import orjson
 
 from caches.keys import enc, tenant_tag
 
-# KEYS = [watermark hash, data key 1..n]; ARGV = [ttl_s, JSON batch]. The batch is one JSON
-# argument, not thousands of ARGV items: redis-py packs each argument in Python (~3 us each),
-# while cjson decodes in C; and the per-key maps go to JSON as the dicts they are, so Python
-# builds no flat lists. Increments of one key are applied as one variadic read (HMGET) and one
-# variadic write (HSET) per chunk: a batch of 20k events makes ~10k field increments but only
-# a few hundred keys, and each redis.call from Lua costs about as much as the C work behind it.
-# Batch fields (k = index into KEYS):
+# KEYS = [watermark hash, data key 1..n]; ARGV = [ttl_s, JSON batch, queries kept a week, an hour]. The
+# batch is one JSON argument, not thousands of ARGV items: redis-py packs each argument in Python
+# (~3 us each), while cjson decodes in C; and the per-key maps go to JSON as the dicts they are,
+# so Python builds no flat lists. Increments of one key are applied as one variadic read (HMGET)
+# and one variadic write (HSET) per chunk: a batch of 20k events makes ~10k field increments but
+# only a few hundred keys, and each redis.call from Lua costs about as much as the C work behind.
+# Batch fields (k = index into KEYS; w, c, r = the week's summary, cost, representative keys):
 #   p: [part, first offset, last offset, ...] (offsets as strings: Lua prints 1e+14 past 14 digits)
-#   n: [k, {field: n}, ...] add n to fields     c: [k, {qkey: [misses, gpu us, tokens]}, ...] add
-#   s: [k, {field: value}, ...] set fields      w: [k, week, ...] ZADD week   a: [k, member, ...] SADD
+#   q: [w, c, r, {qkey: n}, [hour k, {qkey: n}, ...]] per week: add n to the week's heavy
+#      hitters (space-saving, see below), then hourly counts of those it keeps
+#   n: [k, {field: n}, ...] add n to fields     c: [k, w, {qkey: [misses, gpu us, tokens]}, ...] add
+#   s: [k, w, {qkey: json}, ...] set fields     m: [k, w, [qkey, ...], ...] check they are still set
+#   w: [k, week, ...] ZADD week   a: [k, member, ...] SADD
+# c and s apply only to queries their week tracks; what is dropped, and what m
+# finds gone, is returned ({"ok", qkey, ...}) so the writer's memo forgets it (TenantDelta).
 APPLY_LUA = """
-local ttl = tonumber(ARGV[1])
+local ttl, cap, hcap = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local b = cjson.decode(ARGV[2])
 local p = b.p
-local stale = {}
+local stale = {'stale'}
 for i = 1, #p, 3 do
   local cur = redis.call('HGET', KEYS[1], p[i])
   if cur and tonumber(cur) >= tonumber(p[i + 1]) then
@@ -41,27 +46,43 @@ for i = 1, #p, 3 do
     stale[#stale + 1] = cur
   end
 end
-if #stale > 0 then return stale end
+if #stale > 1 then return stale end
 for i = 1, #p, 3 do redis.call('HSET', KEYS[1], p[i], p[i + 2]) end
 -- 1000 fields per call (2000 arguments to HSET): far below Lua's unpack limit (~8000)
 local CHUNK = 1000
--- merge(old value or nil, delta) -> new value, for every field of `map`, chunk by chunk
-local function update(key, map, merge)
-  local names, deltas = {}, {}
-  for f, d in pairs(map) do
-    names[#names + 1] = f
-    deltas[#deltas + 1] = d
-  end
+local function hmget(key, names)  -- values in the order of names, false where absent
+  local out = {}
   for c = 1, #names, CHUNK do
     local last = math.min(c + CHUNK - 1, #names)
     local cur = redis.call('HMGET', key, unpack(names, c, last))
-    local args = {}
-    for j = c, last do
-      args[#args + 1] = names[j]
-      args[#args + 1] = merge(cur[j - c + 1], deltas[j])
-    end
-    redis.call('HSET', key, unpack(args))
+    for j = c, last do out[j] = cur[j - c + 1] end
   end
+  return out
+end
+local function hset(key, args)  -- args: field, value, field, value, ...
+  for c = 1, #args, 2 * CHUNK do
+    redis.call('HSET', key, unpack(args, c, math.min(c + 2 * CHUNK - 1, #args)))
+  end
+end
+local function hdel(key, names)
+  for c = 1, #names, CHUNK do
+    redis.call('HDEL', key, unpack(names, c, math.min(c + CHUNK - 1, #names)))
+  end
+end
+local function fields(map)
+  local names = {}
+  for f in pairs(map) do names[#names + 1] = f end
+  return names
+end
+-- merge(old value or false, delta) -> new value, for every field of `map`
+local function update(key, map, merge)
+  local names = fields(map)
+  local cur, args = hmget(key, names), {}
+  for j = 1, #names do
+    args[#args + 1] = names[j]
+    args[#args + 1] = merge(cur[j], map[names[j]])
+  end
+  hset(key, args)
 end
 local function add(old, n) return (tonumber(old) or 0) + n end
 local function add_cost(old, d)
@@ -72,26 +93,190 @@ local function add_cost(old, d)
   end
   return string.format('%d %d %d', m, g, t)
 end
-local function set(key, map)
-  local args = {}
-  for f, v in pairs(map) do
-    args[#args + 1] = f
-    args[#args + 1] = v
-    if #args >= 2 * CHUNK then
-      redis.call('HSET', key, unpack(args))
-      args = {}
+-- The n names of rows with the smallest counts, ties going to the greater name: bucketed by
+-- count, so only the boundary bucket is sorted (a full sort of ~30k rows per batch, with a Lua
+-- comparator, was most of the script's time).
+local function smallest(rows, count, n)
+  local buckets, values, out = {}, {}, {}
+  if n <= 0 then return out end
+  for _, f in ipairs(rows) do
+    local v = count[f]
+    local bucket = buckets[v]
+    if not bucket then
+      bucket = {}
+      buckets[v] = bucket
+      values[#values + 1] = v
+    end
+    bucket[#bucket + 1] = f
+  end
+  table.sort(values)
+  for _, v in ipairs(values) do
+    local bucket = buckets[v]
+    if #bucket > n then
+      table.sort(bucket)
+      for i = #bucket - n + 1, #bucket do out[bucket[i]] = true end
+      return out
+    end
+    for _, f in ipairs(bucket) do out[f] = true end
+    n = n - #bucket
+    if n == 0 then return out end
+  end
+  return out
+end
+-- A week's heavy hitters, at most `cap` queries (space-saving, merged a batch at a time):
+-- 1. tracked queries add their batch count (exact while the week never overflowed);
+-- 2. once full, a new query enters at the smallest count plus its own (an upper bound: it may
+--    have been asked that often before, then evicted);
+-- 3. the `cap` largest stay (ties by name), the rest are evicted.
+-- So count - (the smallest count) <= true count <= count, and any query asked more than 1/cap
+-- of the week's requests is tracked. Returns a lookup of the batch's queries kept, and the
+-- queries evicted.
+local function summary(k, map)
+  local names = fields(map)
+  local cur, fresh = hmget(k, names), 0
+  for j = 1, #names do if not cur[j] then fresh = fresh + 1 end end
+  local size = redis.call('HLEN', k)
+  if size + fresh <= cap then
+    update(k, map, add)
+    return map, {}
+  end
+  local flat = redis.call('HGETALL', k)
+  local count, stored, rows, floor = {}, {}, {}, nil
+  for i = 1, #flat, 2 do
+    local v = tonumber(flat[i + 1])
+    count[flat[i]] = v
+    stored[flat[i]] = true
+    rows[#rows + 1] = flat[i]
+    if floor == nil or v < floor then floor = v end
+  end
+  if size < cap then floor = 0 end  -- never evicted: an absent query was never asked
+  for j = 1, #names do
+    local f = names[j]
+    if cur[j] then count[f] = count[f] + map[f] else
+      count[f] = floor + map[f]
+      rows[#rows + 1] = f
     end
   end
-  if #args > 0 then redis.call('HSET', key, unpack(args)) end
+  local gone = smallest(rows, count, #rows - cap)
+  local kept, args, evicted = {}, {}, {}
+  for j = 1, #names do
+    if not gone[names[j]] then
+      kept[names[j]] = true
+      args[#args + 1] = names[j]
+      args[#args + 1] = count[names[j]]
+    end
+  end
+  for i = 1, #rows do
+    if stored[rows[i]] and gone[rows[i]] then evicted[#evicted + 1] = rows[i] end
+  end
+  hset(k, args)
+  hdel(k, evicted)
+  return kept, evicted
 end
-local n, c, s, w, a = b.n, b.c, b.s, b.w, b.a
+-- Add map's counts to one hour, which keeps at most hcap queries: by that hour's count, then
+-- by the week's (a query asked under once an hour but often in the week outranks a one-off),
+-- then by name. A query enters an hour at its own count.
+local function hour(key, s, map)
+  local names = fields(map)
+  local cur, fresh = hmget(key, names), {}
+  for j = 1, #names do if not cur[j] then fresh[#fresh + 1] = names[j] end end
+  local size = redis.call('HLEN', key)
+  if size + #fresh <= hcap then
+    update(key, map, add)
+    return
+  end
+  local flat = redis.call('HGETALL', key)
+  local count, stored, rows = {}, {}, {}
+  for i = 1, #flat, 2 do
+    count[flat[i]] = tonumber(flat[i + 1])
+    stored[flat[i]] = true
+    rows[#rows + 1] = flat[i]
+  end
+  for _, f in ipairs(fresh) do rows[#rows + 1] = f end
+  for f, n in pairs(map) do count[f] = (count[f] or 0) + n end
+  local week, weekly = hmget(s, rows), {}
+  for i = 1, #rows do weekly[rows[i]] = tonumber(week[i]) or 0 end
+  table.sort(rows, function(x, y)
+    local a, z = count[x], count[y]
+    if a ~= z then return a > z end
+    a, z = weekly[x], weekly[y]
+    if a ~= z then return a > z end
+    return x < y
+  end)
+  local kept, args, evicted = {}, {}, {}
+  for i = 1, math.min(hcap, #rows) do kept[rows[i]] = true end
+  for j = 1, #names do
+    if kept[names[j]] then
+      args[#args + 1] = names[j]
+      args[#args + 1] = count[names[j]]
+    end
+  end
+  for i = hcap + 1, #rows do
+    if stored[rows[i]] then evicted[#evicted + 1] = rows[i] end
+  end
+  hset(key, args)
+  hdel(key, evicted)
+end
+-- One week of a namespace: the summary first, then hourly counts of the queries it keeps.
+-- An evicted query loses its cost and representative at once; its hourly counts stay until
+-- their hours need the room (a week's count of 0 ranks them last among equals), so each hour
+-- stays bounded without a list of the hours every query was asked in. Returns what is kept.
+local function track(s, c, r, weekly, hours)
+  local kept, evicted = summary(s, weekly)
+  hdel(c, evicted)
+  hdel(r, evicted)
+  for i = 1, #hours, 2 do
+    local map = {}
+    for f, n in pairs(hours[i + 1]) do if kept[f] then map[f] = n end end
+    hour(KEYS[hours[i]], s, map)
+  end
+  return kept
+end
+-- Queries each week keeps, by summary key: costs and representatives are written for those
+local kept_by = {}
+-- the entries of map whose query the week (summary key s) keeps; the names of the others
+local function tracked(s, map)
+  local names, keep, dropped = fields(map), {}, {}
+  local kept = kept_by[s]
+  if not kept then  -- a week this batch counted nothing in: ask its summary
+    kept = {}
+    local cur = hmget(s, names)
+    for j = 1, #names do if cur[j] then kept[names[j]] = true end end
+  end
+  for _, f in ipairs(names) do
+    if kept[f] then keep[f] = map[f] else dropped[#dropped + 1] = f end
+  end
+  return keep, dropped
+end
+local forget = {'ok'}
+local function forget_all(names) for _, f in ipairs(names) do forget[#forget + 1] = f end end
+local q, n, c, s, m, w, a = b.q, b.n, b.c, b.s, b.m, b.w, b.a
+for i = 1, #q, 5 do
+  kept_by[KEYS[q[i]]] = track(KEYS[q[i]], KEYS[q[i + 1]], KEYS[q[i + 2]], q[i + 3], q[i + 4])
+end
 for i = 1, #n, 2 do update(KEYS[n[i]], n[i + 1], add) end
-for i = 1, #c, 2 do update(KEYS[c[i]], c[i + 1], add_cost) end
-for i = 1, #s, 2 do set(KEYS[s[i]], s[i + 1]) end
+for i = 1, #c, 3 do update(KEYS[c[i]], (tracked(KEYS[c[i + 1]], c[i + 2])), add_cost) end
+for i = 1, #s, 3 do
+  local keep, dropped = tracked(KEYS[s[i + 1]], s[i + 2])
+  local args = {}
+  for f, v in pairs(keep) do
+    args[#args + 1] = f
+    args[#args + 1] = v
+  end
+  hset(KEYS[s[i]], args)
+  forget_all(dropped)
+end
+for i = 1, #m, 3 do
+  local names = m[i + 2]
+  local refd, have = hmget(KEYS[m[i + 1]], names), hmget(KEYS[m[i]], names)  -- s, r
+  for j = 1, #names do
+    if not (refd[j] and have[j]) then forget[#forget + 1] = names[j] end
+  end
+end
 for i = 1, #w, 2 do redis.call('ZADD', KEYS[w[i]], w[i + 1], w[i + 1]) end
 for i = 1, #a, 2 do redis.call('SADD', KEYS[a[i]], a[i + 1]) end
 for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], ttl) end
-return {}
+return forget
 """
 
 
@@ -183,62 +368,83 @@ class TenantDelta:
         self.reps[where][qkey] = rep
 
     def script_args(
-        self, ttl_s: int, memo: RepMemo
+        self, ttl_s: int, capacity: tuple[int, int], memo: RepMemo
     ) -> tuple[list[str], list[Any], list[tuple[Any, object]]]:
-        """KEYS and ARGV for APPLY_LUA, and the representatives to remember once it ran.
+        """KEYS and ARGV for APPLY_LUA (capacity: queries kept a week, and an hour), and what to
+        tell the memo once it ran: (memo key,
+        fingerprint) for a representative sent, (memo key, None) for one the memo held back.
 
         A representative already written by this process with the same fingerprint is not
         sent again: re-sending ~600 bytes per missed query per batch was a third of Redis's
-        time. The memo only saves writes; Redis holds the state (see TrafficProfile)."""
+        time. The script checks that those it was not sent are still there (the week may have
+        evicted the query since), and names the ones to send again. The memo only saves
+        writes; Redis holds the state (see TrafficProfile)."""
         base = f"{tenant_tag(self.tenant)}:p"
         keys = [f"{base}:wm"]
         wheres = {hk[:3] for hk in self.queries} | {hk[:3] for hk in self.uncacheable}
+        wheres |= set(self.costs)
         paths = {(m, t): f"{enc(m)}:{enc(t)}" for m, t, _ in wheres}
         w: list[Any] = []
         a: list[Any] = []
+        weekly: dict[Where, int] = {}  # index of the week's summary key; k, r follow it
         for m, t, wk in wheres:
             keys += (f"{base}:w:{paths[m, t]}", f"{base}:ns")
             w += (len(keys) - 1, wk)
             a += (len(keys), f"{m}\x1f{t}")
-        n: list[Any] = []
+            weekly[m, t, wk] = len(keys) + 1
+            keys += (f"{base}:{kind}:{paths[m, t]}:{wk}" for kind in ("s", "k", "r"))
+        per_week: dict[Where, tuple[dict[str, int], list[Any]]] = {}
         totals: dict[Where, dict[str, int]] = {}
         for (m, t, wk, how), counts in self.queries.items():
+            week_counts, hours = per_week.setdefault((m, t, wk), ({}, []))
+            for qk, asked in counts.items():
+                week_counts[qk] = week_counts.get(qk, 0) + asked
             keys.append(f"{base}:n:{paths[m, t]}:{wk}:{how}")
-            n += (len(keys), counts)
+            hours += (len(keys), counts)
             totals.setdefault((m, t, wk), {})[str(how)] = sum(counts.values())
+        q: list[Any] = []
+        for (m, t, wk), (week_counts, hours) in per_week.items():
+            i = weekly[m, t, wk]
+            q += (i, i + 1, i + 2, week_counts, hours)
         for (m, t, wk, how), count in self.uncacheable.items():
             totals.setdefault((m, t, wk), {})[f"u{how - _UNCACHEABLE}"] = count
+        n: list[Any] = []
         for (m, t, wk), fields in totals.items():
             keys.append(f"{base}:h:{paths[m, t]}:{wk}")
             n += (len(keys), fields)
         c: list[Any] = []
-        for (m, t, wk), per_q in self.costs.items():  # per_q: qkey -> [misses, gpu us, tokens]
-            keys.append(f"{base}:k:{paths[m, t]}:{wk}")
-            c += (len(keys), per_q)
-        s, remember = self._rep_args(keys, paths, memo)
+        for where, per_q in self.costs.items():  # per_q: qkey -> [misses, gpu us, tokens]
+            c += (weekly[where] + 1, weekly[where], per_q)
+        s, held, remember = self._rep_args(weekly, memo)
         p: list[Any] = []
         for part, (first, last) in self.parts.items():
             p += (part, str(first), str(last))
-        batch = {"p": p, "n": n, "c": c, "s": s, "w": w, "a": a}
-        return keys, [ttl_s, orjson.dumps(batch)], remember
+        batch = {"p": p, "q": q, "n": n, "c": c, "s": s, "m": held, "w": w, "a": a}
+        return keys, [ttl_s, orjson.dumps(batch), *capacity], remember
 
     def _rep_args(
-        self, keys: list[str], paths: dict[tuple[str, str], str], memo: RepMemo
-    ) -> tuple[list[Any], list[tuple[Any, object]]]:
+        self, weekly: dict[Where, int], memo: RepMemo
+    ) -> tuple[list[Any], list[Any], list[tuple[Any, object]]]:
         s: list[Any] = []
+        held: list[Any] = []
         remember: list[tuple[Any, object]] = []
-        base = f"{tenant_tag(self.tenant)}:p"
-        for (m, t, wk), per_q in self.reps.items():
+        for where, per_q in self.reps.items():
+            m, t, wk = where
             fields: dict[str, str] = {}
+            same: list[str] = []
             for q, rep in per_q.items():
                 mk, fp = (self.tenant, m, t, wk, q), rep.fingerprint()
                 if memo.get(mk) != fp:
                     fields[q] = rep.to_json()
                     remember.append((mk, fp))
+                else:
+                    same.append(q)
+                    remember.append((mk, None))
             if fields:
-                keys.append(f"{base}:r:{paths[m, t]}:{wk}")
-                s += (len(keys), fields)
-        return s, remember
+                s += (weekly[where] + 2, weekly[where], fields)
+            if same:
+                held += (weekly[where] + 2, weekly[where], same)
+        return s, held, remember
 
 
 def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:

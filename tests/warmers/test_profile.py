@@ -174,3 +174,98 @@ def test_profile__redis_down_is_cache_unavailable() -> None:
     decoded = h.decode_batch(_batch([request(1)]))
     with pytest.raises(CacheUnavailable):
         h.apply_decoded(decoded)
+
+
+def _asked(prompts: list[str], first_offset: int) -> list[Message]:
+    return _batch([request(i, prompt=p) for i, p in enumerate(prompts)], first_offset=first_offset)
+
+
+def _bounded_stream() -> list[list[str]]:
+    """Four batches of one hour: 3 heavy queries asked from the start, then a tail of 30
+    one-offs per batch, and "late" which grows heavy only once the week is full."""
+    heavy = [f"heavy {i}" for i in range(3) for _ in range(6 - i)]  # asked 6, 5, 4 times
+    tail = [[f"once {b} {i}" for i in range(30)] for b in range(4)]
+    late = [[], [], ["late"] * 9, ["late"] * 9]
+    return [heavy + tail[b] + late[b] for b in range(4)]
+
+
+def _hour_fields(redis_client: redis.Redis, kind: str) -> int:
+    keys = list(redis_client.scan_iter(match=f"stk:{{t:acme}}:p:{kind}:*"))
+    return sum(int(redis_client.hlen(k)) for k in keys)
+
+
+@pytest.mark.standalone_only("scans one tenant's keys; the cluster run adds nothing the rest miss")
+def test_profile__a_week_keeps_at_most_its_capacity(redis_client: redis.Redis) -> None:
+    profile = TrafficProfile(redis_client, week_capacity=8)
+    offset = 0
+    truth: dict[str, int] = {}
+    for prompts in _bounded_stream():
+        for p in prompts:
+            truth[p] = truth.get(p, 0) + 1
+        _ingest(profile, _asked(prompts, offset))
+        offset += len(prompts)
+        assert _hour_fields(redis_client, "s") <= 8
+    # Only tracked queries have a cost and a representative (hourly counts of evicted ones
+    # stay until their hour needs the room).
+    assert _hour_fields(redis_client, "s") == 8
+    assert _hour_fields(redis_client, "k") == _hour_fields(redis_client, "r") == 8
+    top = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 100)
+    assert len(top) <= 1_000  # the hour's own bound (default capacity)
+    reps = profile.representatives("acme", "llama", "t1", [s.qkey for s in top])
+    by_prompt = {reps[s.qkey]["prompt"]: s for s in top if s.qkey in reps}
+    assert len(by_prompt) == 8  # the tracked ones
+    # Tracked before the week overflowed: exact, across four batches.
+    assert [by_prompt[f"heavy {i}"].count for i in range(3)] == [24, 20, 16]
+    # Entered once full: counted hourly from then on (18 of 18: it stayed).
+    assert by_prompt["late"].count == truth["late"] == 18
+    assert top[0].qkey == by_prompt["heavy 0"].qkey and by_prompt["late"] in top[:4]
+    # The hour's totals stay exact whatever the summary drops.
+    hc = profile.hourly_counts("acme", "llama", "t1")[MONDAY_10[0]]
+    assert hc.warmable[MONDAY_10[1]] == sum(truth.values())
+
+
+def test_profile__a_query_evicted_and_asked_again_gets_a_representative(
+    redis_client: redis.Redis,
+) -> None:
+    # The writer's memo held the representative back as already written; the week had evicted
+    # it meanwhile. The script names it, and the next miss writes it again.
+    profile = TrafficProfile(redis_client, week_capacity=2)
+    _ingest(profile, _asked(["again"], 0))
+    _ingest(profile, _asked(["x", "x", "y", "y"], 1))  # "again" (1) is evicted by x and y (2)
+    stats = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    assert [s.count for s in stats] == [2, 2, 1]  # its hourly count stays while there is room
+    assert stats[2].qkey not in profile.representatives("acme", "llama", "t1", [stats[2].qkey])
+    _ingest(profile, _asked(["again"] * 3, 5))  # back in; its memo entry is dropped
+    top = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)[0]
+    assert top.count == 4  # 1 + 3: the truth
+    _ingest(profile, _asked(["again"], 8))
+    rep = profile.representative("acme", "llama", "t1", top.qkey)
+    assert rep is not None and rep["prompt"] == "again"
+
+
+def test_profile__capacity_must_be_positive(redis_client: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="capacities"):
+        TrafficProfile(redis_client, week_capacity=0)
+    with pytest.raises(ValueError, match="capacities"):
+        TrafficProfile(redis_client, hour_capacity=0)
+
+
+def test_profile__an_hour_keeps_its_top_by_the_hours_then_the_weeks_count(
+    redis_client: redis.Redis,
+) -> None:
+    profile = TrafficProfile(redis_client, week_capacity=100, hour_capacity=3)
+    tuesday = "2025-03-04T09:00:00Z"
+    # "weekly" is asked once at Monday 10:00 but 5 times on Tuesday; "one-off x" once each.
+    first = [request(i, prompt="weekly", ts=tuesday) for i in range(5)]
+    _ingest(profile, _batch(first))
+    monday = ["top"] * 4 + ["second"] * 2 + [f"one-off {i}" for i in range(6)] + ["weekly"]
+    _ingest(profile, _asked(monday, 5))
+    top = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 10)
+    reps = profile.representatives("acme", "llama", "t1", [s.qkey for s in top])
+    assert [(reps[s.qkey]["prompt"], s.count) for s in top] == [
+        ("top", 4),
+        ("second", 2),
+        ("weekly", 1),  # outranks the one-offs asked as often this hour
+    ]
+    hc = profile.hourly_counts("acme", "llama", "t1")[MONDAY_10[0]]
+    assert hc.warmable[MONDAY_10[1]] == len(monday)  # the totals stay exact
