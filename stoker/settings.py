@@ -150,6 +150,11 @@ class StokerSettings(BaseSettings):
     # pre-warm; below it the pre-warm is retried, then the deploy fails (`--wait` exits 1).
     deploy_prewarm_min_share: float = Field(default=0.5, ge=0.0, le=1.0)
 
+    # -- stoker analyze --
+    # Distinct prompts `stoker analyze` embeds at most (embedding is >95% of its time, ~60-150
+    # prompts/s on 2 cores); a log with more is estimated on a sample, with 95% intervals.
+    analyze_embed_budget: int = Field(default=20_000, ge=1)
+
     # -- warmers --
     # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`).
     warm_backend_url: str = "http://127.0.0.1:8000"

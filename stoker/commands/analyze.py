@@ -64,19 +64,39 @@ def analyze(
     max_false_share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="with --labels: wrong answers tolerated")
     ] = 0.01,
+    embed_budget: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="distinct prompts embedded at most; past it, estimate on a sample with 95% "
+            "intervals [default: STOKER_ANALYZE_EMBED_BUDGET]",
+        ),
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option(help="--no-sample: embed every distinct prompt, whatever the budget")
+    ] = True,
+    embed_cache: Annotated[
+        bool,
+        typer.Option(help="keep embeddings in the embedding cache at STOKER_REDIS_URL, if set"),
+    ] = True,
 ) -> None:
     """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
     and TTL (a simulated cache in time order), a recommendation and a verdict."""
     from schemas.errors import UsageError
+    from stoker.settings import StokerSettings
     from warmers.analysis.keyed_log import UnreadableLog, read_frame
     from warmers.analysis.report import Settings
 
-    settings = Settings(parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share)
+    s = StokerSettings()
+    budget = (embed_budget or s.analyze_embed_budget) if sample else None
+    settings = Settings(
+        parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share, budget
+    )
     try:  # a log that cannot be read is bad input: exit 2, as `stoker replay` does
         frame = read_frame(log)
         if labels is not None and labels not in frame.columns:
             raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
-        report = _run(frame, settings)
+        report = _run(frame, settings, s if embed_cache else None, show_progress=not json_out)
     except UnreadableLog as e:
         raise UsageError(str(e)) from e
     if json_out:
@@ -85,15 +105,15 @@ def analyze(
         _print_report(report)
 
 
-def _run(frame: Any, settings: Any) -> dict[str, Any]:
+def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, Any]:
     from caches.embedders import SentenceTransformerEmbedder
     from warmers.analysis.report import analyze as run_analysis
 
     with console.status("loading the embedder ..."):
-        embedder = SentenceTransformerEmbedder()
+        embedder = _cached(SentenceTransformerEmbedder(), s)
     columns = (TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=console) as progress:
+    with Progress(*columns, console=console, disable=not show_progress) as progress:
         tasks = {
             "embed": progress.add_task("embed prompts", total=None),
             "simulate": progress.add_task("simulate caches", total=None),
@@ -103,6 +123,18 @@ def _run(frame: Any, settings: Any) -> dict[str, Any]:
             progress.update(tasks[stage], completed=done, total=total)
 
         return run_analysis(frame, settings, embedder, on_progress)
+
+
+def _cached(embedder: Any, s: Any) -> Any:
+    """The embedder behind the embedding cache, when there is a Redis to hold it: a second
+    analyze of the same (or an overlapping) log embeds only the prompts it has not seen."""
+    if s is None or not s.redis_url:
+        return embedder
+    from caches.embedders import CachedEmbedder
+    from stoker.wiring import build_redis
+    from warmers.analysis.neighbours import ScopedEmbedder
+
+    return ScopedEmbedder(CachedEmbedder(embedder, build_redis(s), s.embedding_ttl_s))
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -116,6 +148,14 @@ def _print_report(r: dict[str, Any]) -> None:
         f"{len(lg['tenants'])} tenants, {lg['unique_keys']:,} distinct keys, "
         f"{lg['from']} .. {lg['to']}"
     )
+    smp = r["sample"]
+    if smp["sampled"]:
+        console.print(
+            f"[bold]estimated on a sample[/bold]: {smp['embedded_prompts']:,} of "
+            f"{smp['distinct_prompts']:,} distinct prompts embedded (the {smp['head_prompts']:,} "
+            f"most asked, and {100 * smp['tail_rate']:.1f}% of the rest, whole); hit rates "
+            "with their 95% interval"
+        )
     console.print(_dup_table(r))
     console.print(_grid_table(r))
     console.print(_tenant_table(r))
@@ -153,7 +193,9 @@ def _grid_table(r: dict[str, Any]) -> Table:
     rows: dict[Any, list[str]] = {}
     for g in r["simulation"]:
         o = g["overall"]
-        cell = f"{_pct(o['hit_rate_total'])} / {o['gpu_seconds_saved_pct']:.1f}%"
+        lo, hi = o["hit_rate_total_ci"]
+        spread = f" ±{100 * (hi - lo) / 2:.1f}" if hi > lo else ""
+        cell = f"{_pct(o['hit_rate_total'])}{spread} / {o['gpu_seconds_saved_pct']:.1f}%"
         if labelled:
             cell += f" / {_pct(o['false_hit_share'], 2)}"
         rows.setdefault(g["threshold"], []).append(cell)

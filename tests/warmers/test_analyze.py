@@ -236,8 +236,8 @@ def test_cli__json_report_has_a_stable_shape(tmp_path, suffix):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = orjson.loads(proc.stdout)
-    assert set(r) == {"schema", "log", "settings", "duplicates", "simulation", "recommendation",
-                      "verdict", "runtime_s"}  # fmt: skip
+    assert set(r) == {"schema", "log", "sample", "settings", "duplicates", "simulation",
+                      "recommendation", "verdict", "runtime_s"}  # fmt: skip
     assert r["schema"] == "stoker.analyze/1"
     assert r["log"]["requests"] == 20 and r["log"]["tenants"] == ["a", "b"]
     assert r["settings"]["ttls_s"] == [HOUR, DAY]
@@ -246,8 +246,10 @@ def test_cli__json_report_has_a_stable_shape(tmp_path, suffix):
     ]
     stats = r["simulation"][0]["overall"]
     assert set(stats) == {"requests", "hit_rate_exact", "hit_rate_semantic", "hit_rate_total",
-                          "gpu_seconds", "gpu_seconds_saved", "gpu_seconds_saved_pct",
-                          "false_hits", "false_hit_share"}  # fmt: skip
+                          "hit_rate_total_ci", "gpu_seconds", "gpu_seconds_saved",
+                          "gpu_seconds_saved_pct", "false_hits", "false_hit_share"}  # fmt: skip
+    assert stats["hit_rate_total_ci"] == [stats["hit_rate_total"]] * 2  # nothing sampled
+    assert r["sample"]["sampled"] is False and r["sample"]["distinct_prompts"] == 10
     assert set(r["simulation"][0]["tenants"]) == {"a", "b"}
     assert r["duplicates"]["overall"]["exact_dup_rate"] == 0.5
     assert set(r["recommendation"]) == {"threshold", "ttl_s", "labelled", "reason"}
@@ -284,3 +286,59 @@ def test_cli__unreadable_log_exits_2_with_a_clear_message(tmp_path, name, conten
     proc = cli(str(path))
     assert proc.returncode == 2  # bad input, as for `stoker replay`
     assert says in " ".join(proc.stderr.split())  # rich wraps at 80 columns
+
+
+def test_cli__over_the_budget_estimates_with_an_interval_and_no_progress_in_json(tmp_path):
+    log = write_log(tmp_path / "log.jsonl")
+    proc = cli(str(log), "--json", "--embed-budget", "4", "--thresholds", "0.95", "--ttls", "1d")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "embed prompts" not in proc.stderr  # no progress bar with --json
+    r = orjson.loads(proc.stdout)
+    smp = r["sample"]
+    assert smp["sampled"] is True and smp["distinct_prompts"] == 10 and smp["head_prompts"] == 2
+    assert smp["embedded_prompts"] < 10
+    o = r["simulation"][0]["overall"]
+    lo, hi = o["hit_rate_total_ci"]
+    assert lo <= o["hit_rate_total"] <= hi and lo < hi
+    assert o["requests"] == 20  # rates are over the whole log
+
+
+def test_cli__tables_say_the_figures_are_estimated(tmp_path):
+    proc = cli(str(write_log(tmp_path / "log.jsonl")), "--embed-budget", "4", "--ttls", "1d")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "estimated on a sample" in " ".join(proc.stderr.split())
+
+
+def test_cli__embeddings_come_from_the_embedding_cache(tmp_path, embedder, redis_url, redis_client):
+    from caches.keys import embedding_key, normalise_prompt
+    from warmers.analysis.neighbours import ANALYZE_SCOPE
+
+    # DISTINCT[0] and [2] are tenant a's, 2 minutes apart; with [2] cached under [0]'s vector,
+    # analyze sees a paraphrase at cosine 1.0: proof it read the cache, not the model.
+    first, second = (normalise_prompt(DISTINCT[i]) for i in (0, 2))
+    vec = embedder.embed([first])[0].astype(np.float32).tobytes()
+    redis_client.set(embedding_key(ANALYZE_SCOPE, embedder.id, second), vec)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "STOKER_REDIS_URL": redis_url}
+    args = [
+        str(write_log(tmp_path / "log.jsonl")),
+        "--json",
+        "--thresholds",
+        "0.99",
+        "--ttls",
+        "1d",
+    ]
+    proc = subprocess.run([*STOKER, *args], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sim = orjson.loads(proc.stdout)["simulation"]
+    # both of [2]'s requests: a semantic hit writes no entry, so the second is one again
+    assert cell({"simulation": sim}, 0.99, DAY)["hit_rate_semantic"] == 0.1
+    # ... and it wrote the rest: every distinct prompt is cached now
+    scope = embedding_key(ANALYZE_SCOPE, embedder.id, "x").rsplit(":", 1)[0]
+    assert len(list(redis_client.scan_iter(match=f"{scope}:*"))) == 10
+    proc = cli(*args)  # without the cache: the model's own vectors, no such paraphrase
+    assert (
+        cell({"simulation": orjson.loads(proc.stdout)["simulation"]}, 0.99, DAY)[
+            "hit_rate_semantic"
+        ]
+        == 0.0
+    )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from caches.embedders import Embedder, Vectors
+from caches.embedders import CachedEmbedder, Embedder, Vectors
 
 # Neighbours kept per key, best first. The simulation serves the best *live* neighbour, so a
 # key whose 128 nearest are all expired counts a miss even if a 129th is live: a tiny
@@ -25,6 +25,10 @@ NEIGHBOUR_CAP = 128
 BLOCK_ROWS = 512
 # Prompts per embedder call: a progress tick every ~1-3 s on 2 cores.
 EMBED_CHUNK = 256
+
+# The embedding cache's scope for analyze: texts are embedded once for all tenants, so under a
+# name of their own, which no tenant can take (a brace is banned in tenant ids).
+ANALYZE_SCOPE = "{analyze}"
 
 Progress = Callable[[int, int], None]
 _NO_IDS = np.empty(0, dtype=np.int64)
@@ -43,6 +47,16 @@ def embed_unique(texts: Sequence[str], embedder: Embedder, on_progress: Progress
     where = {t: i for i, t in enumerate(unique)}
     out: Vectors = vecs[np.fromiter((where[t] for t in texts), dtype=np.int64, count=len(texts))]
     return out
+
+
+class ScopedEmbedder(Embedder):
+    """The embedding cache as a plain Embedder, every text under ANALYZE_SCOPE."""
+
+    def __init__(self, cached: CachedEmbedder) -> None:
+        self.cached, self.id, self.dim = cached, cached.id, cached.dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        return self.cached.embed(ANALYZE_SCOPE, texts)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,11 @@
 
 Steps of `analyze`:
 1. key every request (keyed_log), time-sorted;
-2. embed each unique normalised prompt once and build the neighbour graph (neighbours);
-3. duplicates: exact and near (per threshold) against every earlier request;
-4. simulate a cache per (threshold, TTL), plus exact-only per TTL (threshold None);
-5. recommend a threshold and a TTL, and give the verdict.
+2. over the embedding budget, keep a sample of prompts, whole (sample: what is estimated, how);
+3. embed each unique normalised prompt once and build the neighbour graph (neighbours);
+4. duplicates: exact and near (per threshold) against every earlier request;
+5. simulate a cache per (threshold, TTL), plus exact-only per TTL (threshold None);
+6. recommend a threshold and a TTL, and give the verdict.
 The report is one JSON-ready dict whose shape does not depend on the data (SCHEMA names it).
 """
 
@@ -24,6 +25,7 @@ from caches.embedders import Embedder
 from warmers.analysis.keyed_log import KeyedLog, key_frame
 from warmers.analysis.neighbours import build_neighbours, embed_unique
 from warmers.analysis.recommend import recommend, verdict
+from warmers.analysis.sample import Sample, draw
 from warmers.analysis.simulation import EXACT, SEMANTIC, Duplicates, duplicates, simulate
 
 SCHEMA = "stoker.analyze/1"
@@ -37,6 +39,8 @@ class Settings:
     labels: str | None = None
     # A threshold qualifies while under 1% of the answers the cache serves are wrong.
     max_false_share: float = 0.01
+    # Distinct prompts embedded at most; past it, a sample (warmers/analysis/sample.py).
+    embed_budget: int | None = None
 
 
 def analyze(
@@ -46,7 +50,9 @@ def analyze(
     on_progress: Progress = lambda _s, _d, _t: None,
 ) -> dict[str, Any]:
     clock = {"start": time.perf_counter()}
-    log = key_frame(frame, settings.labels)
+    full = key_frame(frame, settings.labels)
+    sample = draw(full, settings.embed_budget)
+    log = sample.log
     clock["keyed"] = time.perf_counter()
     vecs = embed_unique(log.key_prompt, embedder, lambda d, t: on_progress("embed", d, t))
     nb = build_neighbours(log.key_group, vecs, min(settings.thresholds, default=1.0))
@@ -60,7 +66,7 @@ def analyze(
         for ttl in settings.ttls_s:
             run = simulate(log, cands, ttl)
             grid.append(
-                {"threshold": thr, "ttl_s": ttl, **_sim_stats(log, run.outcome, run.false_hit)}
+                {"threshold": thr, "ttl_s": ttl, **_sim_stats(sample, run.outcome, run.false_hit)}
             )
             on_progress("simulate", len(grid), total)
     clock["simulated"] = time.perf_counter()
@@ -72,7 +78,8 @@ def analyze(
     )
     return {
         "schema": SCHEMA,
-        "log": _log_facts(log),
+        "log": _log_facts(full),
+        "sample": sample.facts,
         "settings": {
             "thresholds": list(settings.thresholds),
             "ttls_s": list(settings.ttls_s),
@@ -81,7 +88,7 @@ def analyze(
             "embedder": embedder.id,
             "capped_keys": nb.capped_keys,
         },
-        "duplicates": _dup_stats(log, dups, settings.thresholds),
+        "duplicates": _dup_stats(sample, dups, settings.thresholds),
         "simulation": grid,
         "recommendation": rec,
         "verdict": verdict(chosen["overall"]["hit_rate_total"]),
@@ -110,68 +117,64 @@ def _log_facts(log: KeyedLog) -> dict[str, Any]:
     }
 
 
-def _per_tenant(
-    log: KeyedLog, stats: Callable[[npt.NDArray[np.bool_]], dict[str, Any]]
-) -> dict[str, Any]:
-    """{"overall": stats(all rows), "tenants": {name: stats(that tenant's rows)}}."""
+def _per_tenant(sample: Sample, stats: Callable[[int | None], dict[str, Any]]) -> dict[str, Any]:
+    """{"overall": stats(None), "tenants": {name: stats(that tenant's index)}}."""
     return {
-        "overall": stats(np.ones(log.requests, dtype=np.bool_)),
-        "tenants": {name: stats(log.tenant == i) for i, name in enumerate(log.tenants)},
+        "overall": stats(None),
+        "tenants": {name: stats(i) for i, name in enumerate(sample.log.tenants)},
     }
 
 
-def _rate(part: npt.NDArray[np.bool_], rows: npt.NDArray[np.bool_]) -> float:
-    n = int(rows.sum())
-    return round(float((part & rows).sum()) / n, 6) if n else 0.0
-
-
 def _sim_stats(
-    log: KeyedLog, outcome: npt.NDArray[np.int8], false_hit: npt.NDArray[np.bool_]
+    sample: Sample, outcome: npt.NDArray[np.int8], false_hit: npt.NDArray[np.bool_]
 ) -> dict[str, Any]:
+    log = sample.log
     exact, semantic = outcome == EXACT, outcome == SEMANTIC
+    hit = exact | semantic
     labelled = log.label is not None
 
-    def stats(rows: npt.NDArray[np.bool_]) -> dict[str, Any]:
-        hits = (exact | semantic) & rows
-        gpu_all = float(log.gpu_ms[rows].sum()) / 1000
-        saved = float(log.gpu_ms[hits].sum()) / 1000
-        false = int((false_hit & rows).sum())
+    def stats(tenant: int | None) -> dict[str, Any]:
+        gpu_all = sample.gpu_ms[tenant] / 1000
+        saved_ms = np.where(hit, log.gpu_ms, 0.0)
+        saved = sample.total(saved_ms, tenant) / 1000
+        false = sample.total(false_hit, tenant)
+        hits = sample.total(hit, tenant)
         return {
-            "requests": int(rows.sum()),
-            "hit_rate_exact": _rate(exact, rows),
-            "hit_rate_semantic": _rate(semantic, rows),
-            "hit_rate_total": _rate(exact | semantic, rows),
+            "requests": sample.requests[tenant],
+            "hit_rate_exact": sample.rate_of(exact, tenant),
+            "hit_rate_semantic": sample.rate_of(semantic, tenant),
+            "hit_rate_total": sample.rate_of(hit, tenant),
+            # 95% interval of the estimate (a point when nothing was sampled)
+            "hit_rate_total_ci": sample.interval(hit, tenant, sample.requests[tenant]),
             "gpu_seconds": round(gpu_all, 3),
             "gpu_seconds_saved": round(saved, 3),
             "gpu_seconds_saved_pct": round(100 * saved / gpu_all, 3) if gpu_all else 0.0,
-            "false_hits": false if labelled else None,
+            "false_hits": round(false) if labelled else None,
             # of the answers the cache serves, the share that is wrong
-            "false_hit_share": (round(false / int(hits.sum()), 6) if hits.any() else 0.0)
-            if labelled
-            else None,
+            "false_hit_share": (round(false / hits, 6) if hits else 0.0) if labelled else None,
         }
 
-    return _per_tenant(log, stats)
+    return _per_tenant(sample, stats)
 
 
-def _dup_stats(log: KeyedLog, dups: Duplicates, thresholds: tuple[float, ...]) -> dict[str, Any]:
-    bypass = log.key < 0
+def _dup_stats(sample: Sample, dups: Duplicates, thresholds: tuple[float, ...]) -> dict[str, Any]:
+    bypass = sample.log.key < 0
 
-    def stats(rows: npt.NDArray[np.bool_]) -> dict[str, Any]:
-        exact = _rate(dups.exact, rows)
+    def stats(tenant: int | None) -> dict[str, Any]:
+        exact = sample.rate_of(dups.exact, tenant)
         near = [
             {
                 "threshold": thr,
-                "near_dup_rate": _rate(dups.near[thr], rows),
-                "repeatable_rate": round(exact + _rate(dups.near[thr], rows), 6),
+                "near_dup_rate": sample.rate_of(dups.near[thr], tenant),
+                "repeatable_rate": round(exact + sample.rate_of(dups.near[thr], tenant), 6),
             }
             for thr in thresholds
         ]
         return {
-            "requests": int(rows.sum()),
-            "uncacheable_rate": _rate(bypass, rows),
+            "requests": sample.requests[tenant],
+            "uncacheable_rate": sample.rate_of(bypass, tenant),
             "exact_dup_rate": exact,
             "near_dup": near,
         }
 
-    return _per_tenant(log, stats)
+    return _per_tenant(sample, stats)
