@@ -3,11 +3,13 @@
 Logs come from warmers/longtail_log.py (5 tenants, Zipf intents and phrasings, 25% filler
 variations, 40% one-off pairs: a 1M-row log has ~490k distinct prompts, ~450k of them asked
 once). Each run is the real command, `stoker analyze LOG --json`, a process of its own, with the
-embedding cache on a redis-server started here:
-1. the 1M-row log, default embedding budget, the cache empty: `seconds` is its wall time
-   (model load, reading and keying the log, embedding the sample, the simulations);
-2. a 100k-row log with --no-sample (every distinct prompt embedded): the full computation;
-3. the same 100k-row log with the default budget (its embeddings now cached).
+embedding cache on a redis-server started here (or --redis-url: a second run then skips the
+full computation's embedding):
+1. a 100k-row log with --no-sample (every distinct prompt embedded): the full computation;
+2. the same 100k-row log with the default budget (its embeddings now cached);
+3. the 1M-row log, default embedding budget, --no-embed-cache (cold: nothing from 1-2 helps):
+   `seconds` is its wall time (model load, reading and keying the log, embedding the sample,
+   the simulations).
 hit_rate_error_points = the largest |estimated - full| overall hit rate over every threshold
 and TTL of the grid, in points; ci_covers = how many of those cells' 95% intervals hold the
 full figure.
@@ -55,21 +57,25 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--compare-rows", type=int, default=100_000)
     ap.add_argument("--budget", type=int, default=None, help="default: the settings' budget")
+    ap.add_argument("--redis-url", default=None, help="the embedding cache (default: a new one)")
     args = ap.parse_args()
     budget = ["--embed-budget", str(args.budget)] if args.budget else []
-    server = RedisServer()
-    server.launch()
+    server = None if args.redis_url else RedisServer()
     with tempfile.TemporaryDirectory(prefix="stoker-analyze-") as tmp:
         try:
-            server.wait_ready()
+            if server is not None:
+                server.launch()
+                server.wait_ready()
+            url = args.redis_url or server.url  # type: ignore[union-attr]
             big, small = Path(tmp, "big.parquet"), Path(tmp, "small.parquet")
-            generate(LongTailSpec(rows=args.rows)).to_parquet(big)
             generate(LongTailSpec(rows=args.compare_rows, seed=17)).to_parquet(small)
-            seconds, report = run(big, server.url, *budget)
-            _, full = run(small, server.url, "--no-sample")
-            _, est = run(small, server.url, *budget)
+            _, full = run(small, url, "--no-sample")
+            _, est = run(small, url, *budget)
+            generate(LongTailSpec(rows=args.rows)).to_parquet(big)
+            seconds, report = run(big, url, *budget, "--no-embed-cache")
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
     cells_full, cells_est = grid(full), grid(est)
     errors, covers = [], 0
     for at, f in cells_full.items():
