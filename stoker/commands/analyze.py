@@ -69,7 +69,7 @@ def analyze(
         typer.Option(
             min=1,
             help="distinct prompts embedded at most; past it, estimate on a sample with 95% "
-            "intervals [default: STOKER_ANALYZE_EMBED_BUDGET]",
+            "intervals (default: STOKER_ANALYZE_EMBED_BUDGET, 20000)",
         ),
     ] = None,
     sample: Annotated[
