@@ -5,9 +5,13 @@ Model of one generation (what `Simulator.generate` does, in order):
    a 429 (`QueueFull`) when `queue` requests already wait: overload is visible, as on vLLM;
 2. hold the slot for prefill_ms_per_token * tokens_in + decode_ms_per_token * tokens_out
    (tokens = whitespace-separated words); that time is also reported as `gpu_ms`;
-3. answer from the answer table (normalised prompt -> answer, so paraphrases can share one)
-   or else deterministically from sha256(model, normalised prompt): same prompt, same answer;
-   an answer cites the source markers its prompt holds ("[tenant:acme]", "[doc:kb/x@v3]"),
+3. answer as a model would (phrasing.py): the facts of the question's meaning, its specifics
+   (amounts, dates, directions, names), in wording of its own. The meaning of a prompt comes
+   from SimConfig.meanings (a test or demo hands over what a real model would understand:
+   which questions are paraphrases), else the prompt is its own meaning. Paraphrases agree in
+   meaning, never in text; the same prompt gets the same answer unless vary_wording, when every
+   call words it anew, as sampling would. An explicit answer table (`answers`) overrides all.
+   An answer cites the source markers its prompt holds ("[tenant:acme]", "[doc:kb/x@v3]"),
    first, as a RAG model cites what it read: the demo scores stale and cross-tenant hits by
    them, whatever the key scheme did (a scoring convenience of the simulator; say so).
 
@@ -25,6 +29,7 @@ import asyncio
 import hashlib
 import heapq
 import itertools
+import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -32,16 +37,8 @@ from dataclasses import dataclass, field
 
 from caches.keys import normalise_prompt
 from warmers.backends.base import FinishReason
+from warmers.backends.phrasing import render
 
-# 64 plain words: answers read as text and their token count equals their word count.
-_WORDS = (
-    "the a cache answer model token batch slot queue prefill decode latency request reply "
-    "warm cold hot key value tenant version template context document index vector search "
-    "query result store write read hit miss expire refresh policy budget rate window hour "
-    "week day traffic shape cluster paraphrase intent score rank cost time memory compute "
-    "server client replica node shard region stream event offset topic"
-)
-_VOCAB = tuple(_WORDS.split())
 # Source markers a prompt may carry, cited in the answer (see step 3 above).
 CITATION = re.compile(r"\[(?:tenant|doc):[^\s\[\]]{1,300}\]")
 # One token with the whitespace before it, as real tokenizers keep it (" cache"): the chunks of
@@ -63,6 +60,9 @@ class SimConfig:
     default_max_tokens: int = 64
     models: tuple[str, ...] = ("sim-model",)
     answers: Mapping[str, str] = field(default_factory=dict)
+    # prompt -> meaning id: which prompts a model would answer alike (see step 3)
+    meanings: Mapping[str, str] = field(default_factory=dict)
+    vary_wording: bool = False
 
     def __post_init__(self) -> None:
         if self.slots < 0 or self.queue < 0:
@@ -124,6 +124,8 @@ class Simulator:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # heap by arrival: FIFO
         self._seq = itertools.count()
         self._answers = {normalise_prompt(p): a for p, a in self.config.answers.items()}
+        self._meanings = {normalise_prompt(p): m for p, m in self.config.meanings.items()}
+        self._calls = itertools.count()
         self.stats = SimStats(slots=self._slots)
 
     # -- capacity --
@@ -181,20 +183,23 @@ class Simulator:
         limit = max_tokens or cfg.default_max_tokens
         norm = normalise_prompt(prompt)
         table = self._answers.get(norm)
-        digest = hashlib.sha256(f"{model}\x1f{norm}".encode()).digest()
-        if table is not None:
-            words = table.split()
-        else:
-            span = cfg.default_max_tokens - cfg.min_answer_tokens + 1
-            n = cfg.min_answer_tokens + int.from_bytes(digest[:4], "big") % span
-            stream = hashlib.shake_256(digest).digest(n)
-            words = [f"sim-{digest[:4].hex()}:"] + [_VOCAB[b % len(_VOCAB)] for b in stream[1:]]
-        words[1:1] = CITATION.findall(prompt)
+        words = table.split() if table is not None else self._phrase(model, prompt, norm)
+        words[:0] = CITATION.findall(prompt)
         finish: FinishReason = "length" if len(words) > limit else "stop"
         words = words[:limit]
         tokens_in = count_tokens(prompt)
         gpu_ms = cfg.prefill_ms_per_token * tokens_in + cfg.decode_ms_per_token * len(words)
         return SimAnswer(" ".join(words), tokens_in, len(words), gpu_ms, finish)
+
+    def _phrase(self, model: str, prompt: str, norm: str) -> list[str]:
+        cfg = self.config
+        meaning = f"{model}\x1f{self._meanings.get(norm, norm)}"
+        digest = hashlib.sha256(meaning.encode()).digest()
+        span = cfg.default_max_tokens - cfg.min_answer_tokens + 1
+        length = cfg.min_answer_tokens + int.from_bytes(digest[:4], "big") % span
+        seed = f"{model}\x1f{norm}" + (f"\x1f{next(self._calls)}" if cfg.vary_wording else "")
+        # A model's own answers end within its default budget: only a smaller max_tokens cuts one.
+        return render(meaning, prompt, random.Random(seed), length)[: cfg.default_max_tokens]
 
     # -- the slot gate --
 
