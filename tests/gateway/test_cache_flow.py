@@ -261,11 +261,20 @@ def test_gateway__semantic_hit_serves_a_paraphrase_with_its_score(
     gw = make_gateway(sim.url, semantic_threshold=0.9)
     c = client(gw)
     assert outcome(ask(c, [{"role": "user", "content": "how do i reset my password"}])) == "miss"
+    # The answer is indexed for semantic search after the response went out: wait for it.
+    wait_for(lambda: _landed(gw.url) >= 1, 10, "the answer to be stored and indexed")
     para = [{"role": "user", "content": "How can I reset my password?"}]
     hit = ask(c, para)
     assert outcome(hit) == "semantic"
     assert 0.9 <= float(hit.headers["x-stoker-score"]) < 1
     assert hit.headers["x-stoker-rule"].startswith("cosine>=")
+
+
+def _landed(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith('stoker_gateway_stores_total{result="landed"}'):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_gateway__key_header_names_the_entry_in_redis(
