@@ -6,7 +6,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +26,11 @@ FILTER_FIELDS = (
     "context_hash",
     "params_hash",
 )
+
+
+# The point's second named vector; the prompt's is the default (unnamed) one.
+ANSWER_VECTOR = "answer"
+Kind = Literal["entry", "probe"]
 
 
 def point_id(entry_key: str) -> str:
@@ -56,6 +61,18 @@ class SemanticPoint:
     expires_at: float
     prompt: str
     docs: tuple[str, ...] = ()
+    # What the backend answered, embedded: the evidence a verified matcher weighs. An "entry"
+    # point indexes a cached answer (in Redis under entry_key); a "probe" point only records
+    # what the backend answered to a prompt (a monitor re-ask), with no entry behind it.
+    answer_vector: npt.NDArray[np.float32] | None = None
+    kind: Kind = "entry"
+
+    def named_vectors(self) -> dict[str, Any]:
+        """The point's vectors as both Qdrant clients take them (the prompt's is unnamed)."""
+        vecs: dict[str, Any] = {"": self.vector.tolist()}
+        if self.answer_vector is not None:
+            vecs[ANSWER_VECTOR] = self.answer_vector.tolist()
+        return vecs
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -64,6 +81,7 @@ class SemanticPoint:
             "expires_at": self.expires_at,
             "prompt": self.prompt,
             "docs": list(self.docs),
+            "kind": self.kind,
         }
 
 
@@ -76,6 +94,9 @@ class SemanticQuery:
     threshold: float
     now: float
     limit: int = 3
+    # False: entries only, without answer vectors (what a static matcher reads). True: entries
+    # and probes, each with its answer vector when it has one (what a verified matcher reads).
+    with_answers: bool = False
 
     def must(self) -> dict[str, str]:
         return namespace_fields(self.ns, self.context_hash, self.params_hash)
@@ -87,12 +108,19 @@ class SemanticMatch:
     score: float
     prompt: str
     payload: dict[str, Any]
+    answer_vector: npt.NDArray[np.float32] | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return "probe" if self.payload.get("kind") == "probe" else "entry"  # older points: entries
 
     @classmethod
-    def of(cls, payload: dict[str, Any] | None, score: float) -> SemanticMatch:
-        """From a search hit's payload (either Qdrant client returns the same payload)."""
+    def of(cls, payload: dict[str, Any] | None, score: float, vectors: Any = None) -> SemanticMatch:
+        """From a search hit's payload and named vectors (both Qdrant clients return the same)."""
         p = dict(payload or {})
-        return cls(str(p["entry_key"]), float(score), str(p["prompt"]), p)
+        answer = vectors.get(ANSWER_VECTOR) if isinstance(vectors, dict) else None
+        vec = None if answer is None else np.asarray(answer, dtype=np.float32)
+        return cls(str(p["entry_key"]), float(score), str(p["prompt"]), p, vec)
 
 
 class SemanticStore(ABC):

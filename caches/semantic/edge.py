@@ -10,6 +10,7 @@ import qdrant_edge as qe
 
 from caches.boundary import qdrant_boundary
 from caches.semantic.base import (
+    ANSWER_VECTOR,
     FILTER_FIELDS,
     SemanticMatch,
     SemanticPoint,
@@ -35,9 +36,8 @@ class EdgeSemanticStore(SemanticStore):
             if any(path.iterdir()):
                 self._shard = qe.EdgeShard.load(str(path))
             else:
-                cfg = qe.EdgeConfig(
-                    vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-                )
+                params = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+                cfg = qe.EdgeConfig(vectors={"": params, ANSWER_VECTOR: params})
                 self._shard = qe.EdgeShard.create(str(path), cfg)
                 self._create_indexes()
 
@@ -46,7 +46,7 @@ class EdgeSemanticStore(SemanticStore):
         self._shard.update(
             qe.UpdateOperation.create_field_index("tenant", qe.KeywordIndexParams(is_tenant=True))
         )
-        for f in (*FILTER_FIELDS[1:], "docs", "entry_key"):
+        for f in (*FILTER_FIELDS[1:], "docs", "entry_key", "kind"):
             self._shard.update(
                 qe.UpdateOperation.create_field_index(f, qe.PayloadSchemaType.Keyword)
             )
@@ -57,7 +57,7 @@ class EdgeSemanticStore(SemanticStore):
     def upsert(self, points: Sequence[SemanticPoint]) -> None:
         if not points:
             return
-        pts = [qe.Point(point_id(p.entry_key), p.vector.tolist(), p.payload()) for p in points]
+        pts = [qe.Point(point_id(p.entry_key), p.named_vectors(), p.payload()) for p in points]
         with qdrant_boundary("upsert"), self._lock:
             self._shard.update(qe.UpdateOperation.upsert_points(pts))
 
@@ -66,18 +66,20 @@ class EdgeSemanticStore(SemanticStore):
             must=[
                 *_must(q.must()),
                 qe.FieldCondition(key="expires_at", range=qe.RangeFloat(gt=q.now)),
-            ]
+            ],
+            must_not=None if q.with_answers else _must({"kind": "probe"}),
         )
         req = qe.SearchRequest(
             query=qe.Query.Nearest(q.vector.tolist()),
             limit=q.limit,
             filter=flt,
             with_payload=True,
+            with_vector=[ANSWER_VECTOR] if q.with_answers else False,
             score_threshold=q.threshold,
         )
         with qdrant_boundary("search"):
             hits = self._shard.search(req)
-        return [SemanticMatch.of(h.payload, h.score) for h in hits]
+        return [SemanticMatch.of(h.payload, h.score, h.vector) for h in hits]
 
     def delete_entries(self, entry_keys: Sequence[str]) -> None:
         if entry_keys:

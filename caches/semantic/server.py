@@ -10,6 +10,7 @@ from qdrant_client import models as qm
 
 from caches.boundary import qdrant_boundary
 from caches.semantic.base import (
+    ANSWER_VECTOR,
     FILTER_FIELDS,
     SemanticMatch,
     SemanticPoint,
@@ -33,7 +34,10 @@ class ServerSemanticStore(SemanticStore):
             if not self._c.collection_exists(collection):
                 self._c.create_collection(
                     collection,
-                    vectors_config=qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                    vectors_config={
+                        "": qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                        ANSWER_VECTOR: qm.VectorParams(size=dim, distance=qm.Distance.COSINE),
+                    },
                 )
                 self._create_indexes()
 
@@ -46,7 +50,7 @@ class ServerSemanticStore(SemanticStore):
     def _create_indexes_now(self) -> None:
         tenant = qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
         self._c.create_payload_index(self._col, "tenant", field_schema=tenant)
-        for f in (*FILTER_FIELDS[1:], "docs", "entry_key"):
+        for f in (*FILTER_FIELDS[1:], "docs", "entry_key", "kind"):
             self._c.create_payload_index(self._col, f, field_schema=qm.PayloadSchemaType.KEYWORD)
         self._c.create_payload_index(
             self._col, "expires_at", field_schema=qm.PayloadSchemaType.FLOAT
@@ -56,7 +60,7 @@ class ServerSemanticStore(SemanticStore):
         if not points:
             return
         pts = [
-            qm.PointStruct(id=point_id(p.entry_key), vector=p.vector.tolist(), payload=p.payload())
+            qm.PointStruct(id=point_id(p.entry_key), vector=p.named_vectors(), payload=p.payload())
             for p in points
         ]
         with qdrant_boundary("upsert"):
@@ -64,7 +68,8 @@ class ServerSemanticStore(SemanticStore):
 
     def search(self, q: SemanticQuery) -> list[SemanticMatch]:
         flt = qm.Filter(
-            must=[*_must(q.must()), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))]
+            must=[*_must(q.must()), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))],
+            must_not=None if q.with_answers else _must({"kind": "probe"}),
         )
         with qdrant_boundary("search"):
             res = self._c.query_points(
@@ -73,9 +78,10 @@ class ServerSemanticStore(SemanticStore):
                 query_filter=flt,
                 limit=q.limit,
                 with_payload=True,
+                with_vectors=[ANSWER_VECTOR] if q.with_answers else False,
                 score_threshold=q.threshold,
             )
-        return [SemanticMatch.of(h.payload, h.score) for h in res.points]
+        return [SemanticMatch.of(h.payload, h.score, h.vector) for h in res.points]
 
     def delete_entries(self, entry_keys: Sequence[str]) -> None:
         if entry_keys:
