@@ -13,6 +13,7 @@ Read path, per request:
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -27,7 +28,9 @@ from caches.boundary import REDIS_ERRORS, as_bytes, redis_boundary
 from caches.embedders import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
-from caches.matching.base import Candidate, Matcher, Query, StaticThreshold
+from caches.matching.answers import AnswerJudge
+from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
+from caches.matching.budget import ErrorBudget
 from caches.policy import (
     CachePolicy,
     prompt_bypass_reason,
@@ -88,6 +91,9 @@ class LookupResult(msgspec.Struct, frozen=True):
     reason: str = ""  # why a request bypassed the cache
     ticket: WriteTicket | None = None
     key: str = ""  # the request's exact-entry key ("" for a bypass), for support and logs
+    # A verified matcher's best candidate that fell short of the serving level: the live answer
+    # the miss then gets is judged against it (caches/matching/budget.py, a shadow check).
+    shadow: Shadow | None = None
 
     @property
     def hit(self) -> bool:
@@ -116,6 +122,18 @@ class PreparedWrite:
 
     ticket: WriteTicket
     payload: bytes
+    response: str = ""
+    shadow: Shadow | None = None
+
+
+@dataclass(frozen=True)
+class Shadow:
+    entry_key: str
+    strength: int
+    reference: Vector  # what the backend is taken to mean there (Assessment.reference)
+    members: int
+    tenant: str
+    route: str
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,9 @@ class CacheClient:
         policy: CachePolicy | None = None,
         l1: L1Cache | None = None,
         matcher: Matcher | None = None,
+        budget: ErrorBudget | None = None,
+        judge: AnswerJudge | None = None,
+        shadow_share: float = 0.2,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")
@@ -155,6 +176,13 @@ class CacheClient:
         # Which candidate may serve; its .stats count hits per rule, guard rejections and
         # verification outcomes. Default: the policy's static threshold, as before matchers.
         self.matcher = matcher or StaticThreshold()
+        # A verified matcher's evidence: each miss it nearly served is, at shadow_share, judged
+        # against the live answer it then got (the same share the monitor audits hits at, so
+        # the budget's pairs are sampled alike).
+        self.budget = budget
+        self.judge = judge or AnswerJudge()
+        self.shadow_share = shadow_share
+        self._rng = random.Random()
         self.generations = Generations(r)
         self.l1 = l1  # opt-in in-process L1 for exact hits (caches/l1.py); started by the caller
 
@@ -195,10 +223,13 @@ class CacheClient:
             return self.negative(p)
         if use_semantic and self.semantic is not None:
             hit = self._semantic_lookup(req, key, threshold)
-            if hit is not None:
+            if hit is not None and hit.hit:
                 return hit
+            shadow = None if hit is None else hit.shadow
+        else:
+            shadow = None
         ticket = self.generations.snapshot(key, req.docs)
-        return LookupResult("miss", ticket=ticket, key=p.exact_key)
+        return LookupResult("miss", ticket=ticket, key=p.exact_key, shadow=shadow)
 
     # The read path's I/O-free steps: lookup() runs them around its Redis calls, and so does
     # a caller with a Redis client of its own kind (the gateway's asyncio client).
@@ -251,7 +282,10 @@ class CacheClient:
         """lookup's second half: a semantic hit for the request, else `miss` unchanged."""
         if self.semantic is None or miss.ticket is None:
             return miss
-        return self._semantic_lookup(req, miss.ticket.key, None) or miss
+        got = self._semantic_lookup(req, miss.ticket.key, None)
+        if got is None:
+            return miss
+        return got if got.hit else msgspec.structs.replace(miss, shadow=got.shadow)
 
     @staticmethod
     def observe(res: LookupResult, seconds: float) -> None:
@@ -291,26 +325,37 @@ class CacheClient:
         pol = self.policy
         thr = pol.threshold_for(req.tenant, route) if threshold is None else threshold
         vec = self.embedder.embed_one(req.tenant, key.prompt_norm)
-        q = Query(key.prompt_norm, vec, thr, conservative=pol.conservative_for(req.tenant, route))
+        q = Query(
+            key.prompt_norm, vec, thr, conservative=pol.conservative_for(req.tenant, route),
+            tenant=req.tenant, route=route or "",
+        )  # fmt: skip
         floor, limit = self.matcher.floor_for(q), self.matcher.limit
+        answers = self.matcher.needs_answers
         sq = SemanticQuery(
-            vec, req.ns, key.context_hash, key.params_hash, floor, time.time(), limit
+            vec, req.ns, key.context_hash, key.params_hash, floor, time.time(), limit, answers
         )
         matches = self.semantic.search(sq)
-        if not matches:
+        entries = [m for m in matches if m.kind == "entry"]
+        if not entries:
             return None
         with redis_boundary("semantic fetch"):
-            blobs = self.redis.mget([m.entry_key for m in matches])
-        live = []
-        for m, blob in zip(matches, blobs, strict=True):
+            blobs = self.redis.mget([m.entry_key for m in entries])
+        alive: dict[str, CacheEntry] = {}
+        for m, blob in zip(entries, blobs, strict=True):
             if blob is None:
                 continue  # invalidated or expired in Redis: the vector is an orphan, skip it
             entry = CacheEntry.from_bytes(as_bytes(blob))
             if _same_namespace(entry, req):  # defence in depth; the filter already ensures it
-                live.append((m, entry))
-        if not live:
+                alive[m.entry_key] = entry
+        if not alive:
             return None
-        cands = [Candidate(m.entry_key, m.prompt, m.score) for m, _ in live]
+        # Probes (and dead entries' answers) stay as evidence for a verified matcher; only a
+        # live entry can be served.
+        live = [m for m in matches if m.entry_key in alive or (answers and m.kind == "probe")]
+        cands = [
+            Candidate(m.entry_key, m.prompt, m.score, answer=m.answer_vector, kind=m.kind)
+            for m in live
+        ]
         if self.matcher.needs_vectors:
             # From the embedding cache (one MGET): each cached prompt was embedded under this
             # tenant and the same normalised text when its entry was indexed.
@@ -318,9 +363,21 @@ class CacheClient:
             cands = [replace(c, vector=vecs[i]) for i, c in enumerate(cands)]
         got = self.matcher.decide(q, cands)
         if got is None:
+            return self._shadow(q, cands)
+        m = live[got.index]
+        return LookupResult("semantic", alive[m.entry_key], m.score, got.rule, key=m.entry_key)
+
+    def _shadow(self, q: Query, cands: list[Candidate]) -> LookupResult | None:
+        """None (a plain miss), or a marker carrying the best candidate for a shadow check."""
+        assess = getattr(self.matcher, "assess", None)
+        if assess is None or self.budget is None:
             return None
-        m, entry = live[got.index]
-        return LookupResult("semantic", entry, m.score, got.rule, key=m.entry_key)
+        a = assess(q, cands)
+        if a.index < 0 or a.reference is None:
+            return None
+        key = cands[a.index].entry_key
+        shadow = Shadow(key, a.strength, a.reference, a.members, q.tenant, q.route)
+        return LookupResult("miss", shadow=shadow)
 
     # -- write path --
 
@@ -390,7 +447,7 @@ class CacheClient:
                 tool_calls=list(extras.tool_calls) if extras.tool_calls else None,
             )
         try:
-            return PreparedWrite(t, entry.to_bytes())
+            return PreparedWrite(t, entry.to_bytes(), response, result.shadow)
         except (UnicodeEncodeError, TypeError) as e:  # a lone surrogate or a non-JSON value
             return StoreResult(False, f"answer cannot be encoded: {type(e).__name__}: {e}")
 
@@ -399,7 +456,7 @@ class CacheClient:
         search (this embeds the prompt: milliseconds of CPU, so not on an event loop)."""
         if refused_by is not None:
             return StoreResult(False, f"stale: generation moved at {refused_by}")
-        return StoreResult(True, "landed", semantic_indexed=self._index_semantic(w.ticket))
+        return StoreResult(True, "landed", semantic_indexed=self._index_semantic(w))
 
     def store_negative(self, result: LookupResult) -> bool:
         """Remember for a few seconds that this request failed, so retries do not stampede."""
@@ -443,12 +500,14 @@ class CacheClient:
             gpu_ms=gpu_ms,
         )
 
-    def _index_semantic(self, t: WriteTicket) -> bool:
+    def _index_semantic(self, w: PreparedWrite) -> bool:
         if self.semantic is None or self.embedder is None:
             return False
+        t = w.ticket
         ttl = min(self.policy.semantic_ttl_s, self.policy.exact_ttl_s)
         try:
             vec = self.embedder.embed_one(t.key.ns.tenant, t.key.prompt_norm)
+            answer = self._answer_vector(w)
             point = SemanticPoint(
                 entry_key=t.key.exact(),
                 vector=vec,
@@ -458,6 +517,7 @@ class CacheClient:
                 expires_at=time.time() + ttl,
                 prompt=t.key.prompt_norm,
                 docs=tuple(sorted({d.doc_id for d in t.docs})),
+                answer_vector=answer,
             )
             self.semantic.upsert([point])
         except CacheUnavailable as e:
@@ -465,6 +525,18 @@ class CacheClient:
             log.warning("semantic index write failed, exact entry kept: %s", e)
             return False
         return True
+
+    def _answer_vector(self, w: PreparedWrite) -> Vector | None:
+        """The answer, embedded (not through the embedding cache: answers rarely repeat), when
+        the matcher weighs answers; then the shadow check, if the lookup left one."""
+        if not self.matcher.needs_answers or self.embedder is None:
+            return None
+        vec: Vector = self.embedder.inner.embed([w.response])[0]
+        s = w.shadow
+        if s is not None and self.budget is not None and self._rng.random() < self.shadow_share:
+            same = self.judge.agree(vec, s.reference, s.members)
+            self.budget.record(s.tenant, s.route, s.strength, wrong=not same)
+        return vec
 
 
 # What building a key raises on text that is not Unicode (a lone surrogate: "\ud800") or on

@@ -27,12 +27,15 @@ Vector = npt.NDArray[np.float32]
 
 @dataclass(frozen=True)
 class Candidate:
-    """One search result; `vector` is filled only for matchers with `needs_vectors`."""
+    """One search result; `vector` is filled only for matchers with `needs_vectors`, `answer`
+    (what the backend answered, embedded) and probes only for matchers with `needs_answers`."""
 
     entry_key: str
     prompt: str
     score: float
     vector: Vector | None = None
+    answer: Vector | None = None
+    kind: str = "entry"  # or "probe": evidence only, never served
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Query:
     vector: Vector
     threshold: float  # the policy's static threshold for this tenant and route
     conservative: bool = False
+    tenant: str = ""
+    route: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class Matcher(ABC):
     name: str = "matcher"
     limit: int = 3
     needs_vectors: bool = False
+    needs_answers: bool = False
 
     def __init__(self) -> None:
         self.stats = MatchStats()

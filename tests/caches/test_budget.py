@@ -1,0 +1,56 @@
+"""The error budget: the Clopper-Pearson bound, and a serving level that loosens only on evidence
+and tightens when verdicts go wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from caches.matching.budget import ErrorBudget, MemoryCounts, upper_bound
+
+
+@pytest.mark.parametrize(
+    ("wrong", "checked", "expected"),
+    [
+        (0, 299, 0.00997),  # the rule of three: 3/n
+        (1, 100, 0.0466),
+        (5, 1000, 0.0105),
+        (0, 0, 1.0),
+        (3, 3, 1.0),
+    ],
+)
+def test_upper_bound__matches_the_exact_binomial_bound(wrong, checked, expected):
+    assert upper_bound(wrong, checked) == pytest.approx(expected, abs=2e-4)
+
+
+def _budget(levels: int = 3) -> ErrorBudget:
+    return ErrorBudget(MemoryCounts(), levels=levels, max_wrong_rate=0.01)
+
+
+def test_budget__starts_strict_and_loosens_only_as_far_as_evidence_reaches():
+    b = _budget()
+    assert b.level("acme", "faq") == 2  # no evidence: the strictest level
+    for _ in range(400):
+        b.record("acme", "faq", 1, wrong=False)  # pairs that level 1 (and 0) would serve
+    assert b.level("acme", "faq") == 0  # level 0 has the same 400 clean pairs
+    for _ in range(3):
+        b.record("acme", "faq", 0, wrong=True)  # what only level 0 served went wrong
+    assert b.level("acme", "faq") == 1
+    assert b.level("acme", "chat") == 2  # per route
+    assert b.level("globex", "faq") == 2  # and per tenant
+
+
+def test_budget__tightens_when_the_strict_pairs_go_wrong_too():
+    b = _budget()
+    for _ in range(400):
+        b.record("acme", "", 2, wrong=False)
+    assert b.level("acme", "") == 0
+    for _ in range(8):
+        b.record("acme", "", 2, wrong=True)
+    bounds = b.bounds("acme", "")
+    assert all(x.bound > 0.01 for x in bounds)
+    assert b.level("acme", "") == 2
+
+
+def test_budget__refuses_a_rate_that_is_no_rate():
+    with pytest.raises(ValueError, match="wrong-hit rate"):
+        ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0)
