@@ -1,7 +1,10 @@
-"""Served-answer correctness on CLINC150: the static-threshold curve and stoker's matcher, same run.
+"""Served-answer correctness on CLINC150: the static-threshold curve and the verified matcher
+under its error budget, same run.
 
 Protocol in stoker/semantic_eval.py (test + oos_test shuffled, streamed through a Qdrant Edge
-store, misses stored, labels only score). Figures per configuration: hit_rate, wrong_share,
+store, misses stored with their simulated answers, labels only score). The simulated backend
+knows which queries share a meaning (a perfect-understanding model); the figures depend on it.
+Figures per configuration: hit_rate, wrong_share,
 oos_hit_rate, ceiling; ratio = hit rate / static 0.92's hit rate, meaningful only when the wrong
 share is not above static 0.92's (`wrong_share_ok`).
 """
@@ -13,18 +16,23 @@ import argparse
 from _common import emit
 
 from caches.embedders import SentenceTransformerEmbedder
-from stoker.semantic_eval import BASELINE, evaluate
+from caches.matching.verified import LADDER
+from stoker.semantic_eval import BASELINE, STATIC_CURVE, coverage, evaluate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=0, help="queries; 0 = all 5,500")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--bank", type=int, default=6000, help="warmer prompts with backend answers")
+    ap.add_argument("--coverage-seeds", type=int, default=5, help="runs of the monitor's bound")
     args = ap.parse_args()
+    names = [f"static_{t:.2f}" for t in STATIC_CURVE] + [
+        f"verified_L{k}" for k in range(len(LADDER))
+    ]
     ev = evaluate(
-        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None, bank_size=args.bank
-    )
+        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None,
+        names=[*names, "stoker"],
+    )  # fmt: skip
     base = ev.row(f"static_{BASELINE:.2f}").as_dict()
     for r in ev.rows:
         d = r.as_dict()
@@ -37,6 +45,9 @@ def main() -> None:
         )
     summary = ev.summary()
     emit(summary.pop("name"), embed_s=round(ev.embed_seconds, 1), seed=args.seed, **summary)
+    if args.coverage_seeds:
+        cov = coverage(ev.stream, range(1, args.coverage_seeds + 1))
+        emit(cov.pop("name"), **cov)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
-"""The served-answer correctness protocol on CLINC150 (issue 8), over the real Qdrant Edge store.
+"""The served-answer correctness protocol (issue 15): any labelled data set, streamed through
+the semantic store and matcher that production uses, with a simulated backend that answers
+like a model.
 
-Protocol, per configuration (one fresh store each):
-1. the `test` and `oos_test` utterances, shuffled with a fixed seed, are embedded in one batch;
-2. each query searches the store (top `matcher.limit`, score threshold = the matcher's floor),
-   and the matcher picks a candidate or none, seeing prompts, scores and vectors only;
-3. a pick is a hit, and it is wrong when the cached utterance has another intent (out-of-scope
-   queries are wrong whenever they hit); a miss stores the query, as a live cache stores the
-   answer it then computed;
-4. labels are read only by `_Scorer`, after the decision: hit rate, wrong share, out-of-scope
-   hit rate and the reachable ceiling (in-scope queries whose intent that store already held).
+Protocol, per configuration (one fresh Qdrant Edge store each):
+1. the queries (default: CLINC150 test + oos_test), shuffled with a fixed seed, are embedded in
+   one batch, with two answers of the simulated backend to each (the live answer a miss gets,
+   and the monitor's re-ask of a hit), both embedded as production embeds answers;
+2. each query searches the store as CacheClient._semantic_lookup does (entries only for a
+   static threshold; entries and probes with their answer vectors for the verified matcher);
+3. a hit is wrong when the cached prompt has another label (out-of-scope queries are wrong
+   whenever they hit); a miss stores the query with its live answer's vector, as a live cache
+   stores what it computed; so the bank is exactly the stream's earlier misses plus probes;
+4. verified only: at `monitor_share`, a hit is audited (warmers/monitor.py: re-asked, judged by
+   meaning, a probe left in the store, a verdict for the error budget) and a miss that nearly
+   hit is shadow-checked (its live answer judged against the candidate's); the budget picks the
+   serving level per query from those verdicts alone;
+5. labels are read only by `_Scorer`, after the decision.
 
-Learned matchers get an `AnswerBank` built from the warmer's traffic: the `train` (+ `oos_train`)
-utterances with the answers a backend gave them. The backend (`simulated_answers`) is the
-simulator with an answer table in which paraphrases of one question share one answer: that is
-label information given to the backend, as a real backend's answers depend on meaning; the
-matcher sees only the answers. oos_train prompts are not in the table, so each gets its own.
-Everything runs without Redis: the store is driven directly, as `CacheClient._semantic_lookup`
-drives it, so a run measures matching only (embedding cache and entry fetch are not in question).
+The simulated backend is told which queries share a meaning: the label (each oos query is its
+own meaning), as a model that understands every question perfectly would answer them. It words
+each answer anew (warmers/backends/phrasing.py), so answer texts never match by identity; how
+far apart answer embeddings of different meanings fall is the simulator's convenience, and
+every figure from this protocol depends on it. Run it on your own backend's answers to judge.
 """
 
 from __future__ import annotations
@@ -24,22 +29,25 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from caches.embedders import Embedder
 from caches.keys import Namespace
+from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
-from caches.matching.guards import Guarded
-from caches.matching.learned import AnswerAgreement, AnswerBank, EntryRadius
-from caches.semantic.base import SemanticPoint, SemanticQuery
+from caches.matching.budget import ErrorBudget, MemoryCounts, upper_bound
+from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
+from caches.semantic.base import SemanticMatch, SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.errors import UsageError
 from stoker.data import CLINC
+from warmers.monitor import Auditor, ServedHit
 
 OOS = "oos"
 STATIC_CURVE = (0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98)
@@ -67,27 +75,34 @@ def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) ->
     return rows[:limit] if limit else rows
 
 
-def warmer_traffic(data: dict[str, Pairs], seed: int, size: int) -> Pairs:
-    """What the warmer saw and sent to the backend: a sample of train (+ oos_train)."""
-    rows = data["train"] + data.get("oos_train", [])
-    random.Random(seed + 1).shuffle(rows)
-    return rows[:size]
+def load_csv(path: Path, text_col: str, label_col: str) -> Pairs:
+    """(text, label) rows of a labelled CSV; a clear error for a missing file or column."""
+    import pandas as pd
+
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, OSError) as e:  # pandas' ParserError is a ValueError
+        raise UsageError(f"{path}: not a readable CSV ({e})") from e
+    missing = [c for c in (text_col, label_col) if c not in df.columns]
+    if missing:
+        raise UsageError(f"{path}: no column {missing[0]!r} (columns: {', '.join(df.columns)})")
+    rows = [(t, lab) for t, lab in zip(df[text_col], df[label_col], strict=True) if t.strip()]
+    if not rows:
+        raise UsageError(f"{path}: no row with text in column {text_col!r}")
+    return rows
 
 
-def simulated_answers(traffic: Pairs) -> AnswerFn:
-    """The simulated backend with an answer table: every paraphrase of a question (same intent)
-    gets the answer the backend gives its first one; out-of-scope prompts get their own."""
+def answer_pairs(rows: Pairs, oos_label: str) -> tuple[list[str], list[str]]:
+    """The simulated backend's two answers to each query (live, then a re-ask)."""
     from warmers.backends.simulator import SimConfig, Simulator
 
-    plain = Simulator(SimConfig())
-    first: dict[str, str] = {}
-    for text, intent in traffic:
-        if intent != OOS:
-            first.setdefault(intent, text)
-    canon = {i: plain.answer_for("sim-model", t, None).text for i, t in first.items()}
-    table = {t: canon[i] for t, i in traffic if i != OOS}
-    sim = Simulator(SimConfig(answers=table))
-    return lambda prompt: sim.answer_for("sim-model", prompt, None).text
+    meanings = {t: (t if lab == oos_label else f"label:{lab}") for t, lab in rows}
+    sim = Simulator(SimConfig(meanings=meanings, vary_wording=True))
+    live = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
+    again = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
+    return live, again
 
 
 @dataclass
@@ -120,54 +135,179 @@ class QualityRow:
 class _Scorer:
     """The only reader of labels, called after each decision."""
 
-    def __init__(self, row: QualityRow, intents: Sequence[str]) -> None:
+    def __init__(self, row: QualityRow, labels: Sequence[str], oos_label: str) -> None:
         self.row = row
-        self.intents = intents
+        self.labels = labels
+        self.oos = oos_label
         self.cached: set[str] = set()
 
-    def record(self, i: int, hit: int | None) -> None:
-        r, intent = self.row, self.intents[i]
+    def record(self, i: int, hit: int | None) -> bool:
+        """Tally query i's outcome; True when it was a wrong hit."""
+        r, label = self.row, self.labels[i]
         r.queries += 1
-        r.oos_queries += intent == OOS
-        r.reachable += intent != OOS and intent in self.cached
+        r.oos_queries += label == self.oos
+        r.reachable += label != self.oos and label in self.cached
         if hit is None:
-            self.cached.add(intent)
-            return
+            self.cached.add(label)
+            return False
+        wrong = label == self.oos or self.labels[hit] != label
         r.hits += 1
-        r.oos_hits += intent == OOS
-        r.wrong += intent == OOS or self.intents[hit] != intent
+        r.oos_hits += label == self.oos
+        r.wrong += wrong
+        return wrong
 
 
-def run_stream(
-    name: str,
-    matcher: Matcher,
-    texts: Sequence[str],
-    vecs: Vector,
-    intents: Sequence[str],
-    threshold: float = BASELINE,
-) -> QualityRow:
-    """Steps 2-4 of the protocol for one matcher, on a fresh Edge shard."""
+@dataclass(frozen=True)
+class Stream:
+    """The embedded protocol input: queries, their vectors, the backend's answers to each."""
+
+    texts: list[str]
+    labels: list[str]
+    oos_label: str
+    qv: Vector
+    live: list[str]
+    live_v: Vector
+    again: list[str]
+    again_v: Vector
+
+
+def _search(
+    store: EdgeSemanticStore, vec: Vector, floor: float, limit: int, answers: bool
+) -> list[SemanticMatch]:
+    sq = SemanticQuery(vec, _NS, "ctx", "par", floor, time.time(), limit, answers)
+    return store.search(sq)
+
+
+def run_stream(name: str, matcher: Matcher, st: Stream, threshold: float = BASELINE) -> QualityRow:
+    """Steps 2, 3 and 5 for a matcher that reads no answers (the static curve)."""
     row = QualityRow(name)
-    scorer = _Scorer(row, intents)
+    scorer = _Scorer(row, st.labels, st.oos_label)
+    lookup_ms: list[float] = []
     t0 = time.perf_counter()
-    with _fresh_store(vecs.shape[1]) as store:
-        for i, (text, vec) in enumerate(zip(texts, vecs, strict=True)):
+    with _fresh_store(st.qv.shape[1]) as store:
+        for i, (text, vec) in enumerate(zip(st.texts, st.qv, strict=True)):
             q = Query(text, vec, threshold)
-            sq = SemanticQuery(vec, _NS, "ctx", "par", matcher.floor_for(q), time.time(),
-                               limit=matcher.limit)  # fmt: skip
+            t1 = time.perf_counter()
+            found = _search(store, vec, matcher.floor_for(q), matcher.limit, False)
             cands = [
-                Candidate(m.entry_key, m.prompt, m.score, vecs[int(m.entry_key)])
-                for m in store.search(sq)
+                Candidate(m.entry_key, m.prompt, m.score, st.qv[int(m.entry_key)]) for m in found
             ]
             got = matcher.decide(q, cands)
+            lookup_ms.append((time.perf_counter() - t1) * 1000)
             hit = None if got is None else int(cands[got.index].entry_key)
             scorer.record(i, hit)
             if hit is None:
                 exp = time.time() + _FAR
                 store.upsert([SemanticPoint(str(i), vec, _NS, "ctx", "par", exp, text)])
     row.seconds = time.perf_counter() - t0
-    row.stats = matcher.stats.as_dict()
+    row.stats = {**matcher.stats.as_dict(), **_percentiles(lookup_ms)}
     return row
+
+
+def _percentiles(lookup_ms: list[float]) -> dict[str, float]:
+    """Search + decision per query (the store's search and the matcher; no embedding)."""
+    if not lookup_ms:
+        return {"lookup_ms_p50": 0.0, "lookup_ms_p99": 0.0}
+    p50, p99 = np.percentile(lookup_ms, [50, 99])
+    return {"lookup_ms_p50": float(p50), "lookup_ms_p99": float(p99)}
+
+
+def run_verified(
+    name: str,
+    st: Stream,
+    *,
+    max_wrong_rate: float = 0.01,
+    monitor_share: float = 0.2,
+    shadow_share: float = 1.0,
+    seed: int = 0,
+    judge: AnswerJudge | None = None,
+    fixed_level: int | None = None,
+) -> QualityRow:
+    """Steps 2-5 for the verified matcher under an error budget fed by the monitor alone, or
+    held at `fixed_level` of the ladder (the monitor still audits: its bound is reported)."""
+    judge = judge or AnswerJudge()
+    rng = random.Random(seed)
+    budget = ErrorBudget(MemoryCounts(), len(LADDER), max_wrong_rate)
+    auditor = Auditor(judge, budget)
+    level = [budget.level(_NS.tenant, "") if fixed_level is None else fixed_level]
+    matcher = VerifiedMatcher(lambda q: level[0], bar=judge.bar)
+    row = QualityRow(name)
+    scorer = _Scorer(row, st.labels, st.oos_label)
+    audited = _Tally()
+    verify_ms: list[float] = []
+    t0 = time.perf_counter()
+    with _fresh_store(st.qv.shape[1]) as store:
+        for i, (text, vec) in enumerate(zip(st.texts, st.qv, strict=True)):
+            q = Query(text, vec, BASELINE, tenant=_NS.tenant)
+            t1 = time.perf_counter()
+            found = _search(store, vec, matcher.floor_for(q), matcher.limit, True)
+            cands = [
+                Candidate(m.entry_key, m.prompt, m.score, answer=m.answer_vector, kind=m.kind)
+                for m in found
+            ]
+            got = matcher.decide(q, cands)
+            verify_ms.append((time.perf_counter() - t1) * 1000)
+            if got is None:
+                scorer.record(i, None)
+                _shadow_check(matcher, q, cands, st.live_v[i], budget, judge, rng, shadow_share)
+                exp = time.time() + _FAR
+                store.upsert([SemanticPoint(str(i), vec, _NS, "ctx", "par", exp, text,
+                                            answer_vector=st.live_v[i])])  # fmt: skip
+            else:
+                c = cands[got.index]
+                j = int(c.entry_key)
+                truly_wrong = scorer.record(i, j)
+                if rng.random() < monitor_share:
+                    a = matcher.assess(q, cands)  # the evidence the hit was served on
+                    ref = st.live_v[j] if a.reference is None else a.reference
+                    hit = ServedHit(
+                        _NS, "", "ctx", "par", text, vec, c.entry_key, c.score, got.rule,
+                        strength_of(got.rule), st.live[j], ref, max(a.members, 1),
+                    )  # fmt: skip
+                    _, verdict, probe = auditor.audit(hit, st.again[i], st.again_v[i], time.time())
+                    audited.add(not verdict.same, truly_wrong)
+                    store.upsert([probe])
+            level[0] = budget.level(_NS.tenant, "") if fixed_level is None else fixed_level
+    row.seconds = time.perf_counter() - t0
+    row.stats = {
+        **matcher.stats.as_dict(),
+        "monitor_checked": audited.checked,
+        "monitor_judged_wrong": audited.judged_wrong,
+        "monitor_truly_wrong": audited.truly_wrong,
+        "monitor_bound": upper_bound(audited.judged_wrong, audited.checked),
+        "final_level": level[0],
+        **_percentiles(verify_ms),
+    }
+    return row
+
+
+@dataclass
+class _Tally:
+    checked: int = 0
+    judged_wrong: int = 0
+    truly_wrong: int = 0
+
+    def add(self, judged: bool, truly: bool) -> None:
+        self.checked += 1
+        self.judged_wrong += judged
+        self.truly_wrong += truly
+
+
+def _shadow_check(
+    matcher: VerifiedMatcher,
+    q: Query,
+    cands: list[Candidate],
+    live_vec: Vector,
+    budget: ErrorBudget,
+    judge: AnswerJudge,
+    rng: random.Random,
+    share: float,
+) -> None:
+    """As CacheClient does at store time: the near-miss's live answer against its candidate's."""
+    a = matcher.assess(q, cands)
+    if a.reference is not None and rng.random() < share:
+        same = judge.agree(live_vec, a.reference, a.members)
+        budget.record(q.tenant, q.route, a.strength, wrong=not same)
 
 
 class _fresh_store:
@@ -183,36 +323,18 @@ class _fresh_store:
         self._tmp.cleanup()
 
 
-def configurations(bank: AnswerBank) -> Iterator[tuple[str, Matcher]]:
-    """The static curve, then each way in alone and combined; `stoker` is the chosen default."""
-    for t in STATIC_CURVE:
-        yield f"static_{t:.2f}", StaticThreshold(t)
-    yield "static_0.85+guards", Guarded(StaticThreshold(0.85))
-    yield "static_0.92+guards", Guarded(StaticThreshold(0.92))
-    yield "entry_radius_0.85", EntryRadius(bank, floor=0.85)
-    yield "answers_agree_4of7_0.80", AnswerAgreement(bank, floor=0.80, votes=4)
-    yield "stoker", default_matcher(bank)
-    yield "stoker+guards", Guarded(default_matcher(bank))
-
-
-def default_matcher(bank: AnswerBank) -> Matcher:
-    """Chosen on this protocol (seed 7, bank 6000): 5 of the 7 nearest banked prompts agree for
-    query and candidate, cosine >= 0.78. 4 of 5 served 1.7% wrong; 5 of 5 cost 4 points of hits."""
-    return AnswerAgreement(bank, floor=0.78, votes=5)
-
-
 @dataclass
 class Evaluation:
     rows: list[QualityRow]
     embed_seconds: float
-    bank_size: int
+    stream: Stream
 
     def row(self, name: str) -> QualityRow:
         return next(r for r in self.rows if r.name == name)
 
     def summary(self) -> dict[str, Any]:
-        """The issue's headline line: ours beside static 0.92 (ratio meaningful only when our
-        wrong share is not above static's)."""
+        """The issue's headline line: verified beside static 0.92, with the monitor's bound of
+        the wrong rate beside the true one."""
         ours = self.row("stoker").as_dict()
         base = self.row(f"static_{BASELINE:.2f}").as_dict()
         return {
@@ -220,13 +342,32 @@ class Evaluation:
             "hit_rate": ours["hit_rate"],
             "wrong_share": ours["wrong_share"],
             "oos_hit_rate": ours["oos_hit_rate"],
+            "ceiling": ours["ceiling"],
             "static092_hit_rate": base["hit_rate"],
             "static092_wrong_share": base["wrong_share"],
             "ratio": ours["hit_rate"] / max(base["hit_rate"], 1e-9),
-            "wrong_share_ok": ours["wrong_share"] <= base["wrong_share"],
+            "monitor_bound": ours["monitor_bound"],
+            "true_wrong": ours["wrong_share"],
+            "bound_covers": ours["monitor_bound"] >= ours["wrong_share"],
+            # What verification adds to a semantic lookup, against static 0.92 in the same run
+            # (a wider search returning answer vectors, and the agreement checks).
+            "verification_ms_p50": ours["lookup_ms_p50"] - base["lookup_ms_p50"],
+            "verification_ms_p99": ours["lookup_ms_p99"] - base["lookup_ms_p99"],
             "queries": ours["queries"],
-            "bank": self.bank_size,
         }
+
+
+def embed_stream(embedder: Embedder, rows: Pairs, oos_label: str) -> Stream:
+    live, again = answer_pairs(rows, oos_label)
+    texts = [t for t, _ in rows]
+    from caches.keys import normalise_prompt
+
+    vecs = embedder.embed([normalise_prompt(t) for t in texts] + live + again)
+    n = len(rows)
+    return Stream(
+        texts, [lab for _, lab in rows], oos_label,
+        vecs[:n], live, vecs[n : 2 * n], again, vecs[2 * n :],
+    )  # fmt: skip
 
 
 def evaluate(
@@ -234,28 +375,61 @@ def evaluate(
     *,
     seed: int = 7,
     limit: int | None = None,
-    bank_size: int = 6000,
     names: Sequence[str] | None = None,
-    data: dict[str, Pairs] | None = None,
+    rows: Pairs | None = None,
+    oos_label: str = OOS,
+    max_wrong_rate: float = 0.01,
+    monitor_share: float = 0.2,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Evaluation:
-    """Run the protocol for every configuration (or those in `names`)."""
-    data = data or load_clinc()
-    rows = query_stream(data, seed, limit)
-    traffic = warmer_traffic(data, seed, bank_size)
-    answer = simulated_answers(traffic)
+    """Run the protocol: the static curve, then the verified matcher (name "stoker")."""
+    if rows is None:
+        rows = query_stream(load_clinc(), seed, limit)
+    else:
+        rows = list(rows)
+        random.Random(seed).shuffle(rows)
+        rows = rows[:limit] if limit else rows
     t0 = time.perf_counter()
-    progress(f"embedding {len(rows)} queries and {len(traffic)} warmer prompts")
-    vecs = embedder.embed([t for t, _ in rows] + [t for t, _ in traffic])
+    progress(f"embedding {len(rows)} queries and {2 * len(rows)} simulated answers")
+    st = embed_stream(embedder, rows, oos_label)
     embed_s = time.perf_counter() - t0
-    qv, bv = vecs[: len(rows)], vecs[len(rows) :]
-    bank = AnswerBank(embedder.dim)
-    bank.observe(bv, [answer(t) for t, _ in traffic])  # answers only: no intent reaches the bank
-    texts, intents = [t for t, _ in rows], [i for _, i in rows]
     out = []
-    for name, matcher in configurations(bank):
-        if names and name not in names:
-            continue
-        progress(name)
-        out.append(run_stream(name, matcher, texts, qv, intents))
-    return Evaluation(out, embed_s, len(bank))
+    for t in STATIC_CURVE:
+        name = f"static_{t:.2f}"
+        if not names or name in names:
+            progress(name)
+            out.append(run_stream(name, StaticThreshold(t), st))
+    for k, lvl in enumerate(LADDER):
+        name = f"verified_L{k}"
+        if names and name in names:  # the ladder's own curve: asked for by name only
+            progress(f"{name} ({lvl})")
+            out.append(run_verified(name, st, monitor_share=monitor_share, seed=seed,
+                                    fixed_level=k))  # fmt: skip
+    if not names or "stoker" in names:
+        progress("stoker (verified, error budget)")
+        out.append(run_verified("stoker", st, max_wrong_rate=max_wrong_rate,
+                                monitor_share=monitor_share, seed=seed))  # fmt: skip
+    return Evaluation(out, embed_s, st)
+
+
+def reordered(st: Stream, seed: int) -> Stream:
+    """The same embedded queries and answers in another order (another run of the stream)."""
+    order = np.random.default_rng(seed).permutation(len(st.texts))
+    pick = [int(i) for i in order]
+    return Stream(
+        [st.texts[i] for i in pick], [st.labels[i] for i in pick], st.oos_label, st.qv[order],
+        [st.live[i] for i in pick], st.live_v[order], [st.again[i] for i in pick],
+        st.again_v[order],
+    )  # fmt: skip
+
+
+def coverage(st: Stream, seeds: Sequence[int], **kw: Any) -> dict[str, Any]:
+    """Does the monitor's bound cover the true wrong share? One budgeted run per seed."""
+    runs = []
+    for s in seeds:
+        r = run_verified(f"seed_{s}", reordered(st, s), seed=s, **kw).as_dict()
+        runs.append({"seed": s, "monitor_bound": r["monitor_bound"], "true_wrong": r["wrong_share"],
+                     "hit_rate": r["hit_rate"]})  # fmt: skip
+    covered = sum(r["monitor_bound"] >= r["true_wrong"] for r in runs)
+    return {"name": "semantic_monitor_coverage", "runs": runs, "covered": covered,
+            "share": covered / max(len(runs), 1)}  # fmt: skip

@@ -2,18 +2,18 @@
 
 from caches.matching.base import Accepted, Candidate, Matcher, MatchStats, Query, StaticThreshold
 from caches.matching.guards import Guarded, first_violation
-from caches.matching.learned import AnswerAgreement, AnswerBank, EntryRadius
+from caches.matching.verified import LADDER, Level, VerifiedMatcher
 
 __all__ = [
+    "LADDER",
     "Accepted",
-    "AnswerAgreement",
-    "AnswerBank",
     "Candidate",
-    "EntryRadius",
     "Guarded",
+    "Level",
     "MatchStats",
     "Matcher",
     "Query",
     "StaticThreshold",
+    "VerifiedMatcher",
     "first_violation",
 ]

@@ -1,23 +1,23 @@
-"""Matchers: guards, answer-agreement verification, policy thresholds, and the client plug-in."""
+"""Matchers: guards, verification by the backend's answers, policy thresholds, and the client plug-in."""
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
+
 import pytest
 from prometheus_client import REGISTRY
 
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import SentenceTransformerEmbedder
 from caches.matching import (
-    AnswerAgreement,
-    AnswerBank,
     Candidate,
     Guarded,
     Query,
     StaticThreshold,
     first_violation,
 )
-from caches.matching.learned import answer_id
+from caches.matching.budget import ErrorBudget, MemoryCounts
+from caches.matching.verified import Level, VerifiedMatcher
 from caches.policy import CachePolicy
 
 C2F = "how do i convert celsius to fahrenheit"
@@ -44,14 +44,6 @@ BANK = {
         "tell me today's weather",
     ],
 }
-
-
-def _bank(embedder: SentenceTransformerEmbedder, k: int = 3) -> AnswerBank:
-    bank = AnswerBank(embedder.dim, k=k)
-    prompts = [p for ps in BANK.values() for p in ps]
-    answers = [a for a, ps in BANK.items() for _ in ps]
-    bank.observe(embedder.embed(prompts), answers)
-    return bank
 
 
 def _cands(embedder: SentenceTransformerEmbedder, query: str, cached: list[str]):
@@ -117,45 +109,76 @@ def test_match_stats__reach_prometheus_summed_over_matchers(embedder):
     assert [a - b for a, b in zip(after, before, strict=True)] == [4, 2, 2]
 
 
-def test_answer_bank__votes_for_the_answer_of_the_nearest_phrasings(embedder):
-    bank = _bank(embedder)
-    vote = bank.votes(embedder.embed(["what's my balance right now"]))[0]
-    assert vote.answer == answer_id("Your balance is 120 dollars.")  # normalised equivalence
-    assert vote.count == 3 and vote.nearest > vote.other
+def _bank_cands(embedder: SentenceTransformerEmbedder, query: str, answers: dict[str, str]):
+    """What one search with answers returns: each banked prompt as an entry with its answer
+    vector, best score first (`answers` overrides what the backend said to some prompts)."""
+    prompts = [p for ps in BANK.values() for p in ps]
+    said = {p: a for a, ps in BANK.items() for p in ps} | answers
+    pv = embedder.embed([query, *prompts])
+    av = embedder.embed([f"The answer: {said[p]}." for p in prompts])
+    scores = pv[1:] @ pv[0]
+    cands = [
+        Candidate(f"k{i}", p, float(s), answer=av[i])
+        for i, (p, s) in enumerate(zip(prompts, scores, strict=True))
+    ]
+    return pv[0], sorted(cands, key=lambda c: -c.score)
 
 
-def test_answer_bank__rejects_misshapen_observations(embedder):
-    with pytest.raises(ValueError, match="vectors"):
-        AnswerBank(embedder.dim).observe(np.zeros((2, 3), dtype=np.float32), ["a", "b"])
+def _verified(level: int = 0, **kw) -> VerifiedMatcher:
+    ladder = (Level(0.5, 1), Level(0.5, 2), Level(0.995, 3))
+    return VerifiedMatcher(lambda q: level, ladder=ladder, **kw)
 
 
-def test_answer_agreement__serves_the_agreeing_candidate_not_the_closest(embedder):
-    bank = _bank(embedder)
-    query = "how's the weather looking today"
-    vec, cands = _cands(embedder, query, ["what is my account balance", "what's the weather today"])
-    m = AnswerAgreement(bank, floor=0.0, votes=3)
-    got = m.decide(Query(query, vec, 0.92), cands)
-    assert got is not None and cands[got.index].prompt == "what's the weather today"
-    assert got.rule.startswith("answers-agree>=3/3")
-    assert m.stats.verification["agree"] == 1
+def test_verified__serves_where_the_neighbours_answers_agree(embedder):
+    vec, cands = _bank_cands(embedder, "tell me today's weather please", {})
+    m = _verified()
+    got = m.decide(Query("tell me today's weather please", vec, 0.92), cands)
+    assert got is not None and "weather" in cands[got.index].prompt
+    assert got.rule.startswith("verified:L0:cos>=0.50,agree>=1:s")
+    assert m.stats.hits[got.rule] == 1
 
 
-def test_answer_agreement__refuses_when_answers_differ_or_votes_are_weak(embedder):
-    bank = _bank(embedder)
-    query = "how is the weather today"
-    vec, cands = _cands(embedder, query, ["tell me my bank balance"])
-    m = AnswerAgreement(bank, floor=0.0, votes=3)
-    assert m.decide(Query(query, vec, 0.92), cands) is None
-    assert m.stats.verification["disagree"] == 1
-    with pytest.raises(ValueError, match="votes"):
-        AnswerAgreement(bank, votes=4)
+def test_verified__a_neighbour_that_was_answered_otherwise_vetoes(embedder):
+    q = "tell me today's weather please"
+    vec, cands = _bank_cands(embedder, q, {})
+    near = [c for c in cands if "weather" in c.prompt]
+    # The backend answered one weather phrasing with something else entirely: the region is
+    # not one question, so nothing in it is served.
+    other = {near[-1].prompt: "your parcel left the depot and arrives on monday"}
+    vec, cands = _bank_cands(embedder, q, other)
+    assert _verified().decide(Query(q, vec, 0.92), cands) is None
+
+
+def test_verified__the_level_gates_and_strength_says_which_levels_would_serve(embedder):
+    q = "tell me today's weather please"
+    vec, cands = _bank_cands(embedder, q, {})
+    a = _verified().assess(Query(q, vec, 0.92), cands)
+    assert a.index >= 0 and a.strength == 1  # 3 agreeing neighbours, but the score is < 0.995
+    assert _verified(level=1).decide(Query(q, vec, 0.92), cands) is not None
+    strict = _verified(level=2)
+    assert strict.decide(Query(q, vec, 0.92), cands) is None
+    assert strict.stats.verification == {"below_level": 1}
+
+
+def test_verified__probes_are_evidence_never_served(embedder):
+    q = "tell me today's weather please"
+    vec, cands = _bank_cands(embedder, q, {})
+    probes = [replace(c, kind="probe") for c in cands]
+    assert _verified().decide(Query(q, vec, 0.92), probes) is None
+
+
+def test_verified__ladders_only_tighten_and_the_veto_stays_under_the_bar():
+    with pytest.raises(ValueError, match="loosen"):
+        VerifiedMatcher(lambda q: 0, ladder=(Level(0.8, 2), Level(0.7, 3)))
+    with pytest.raises(ValueError, match="veto"):
+        VerifiedMatcher(lambda q: 0, bar=0.5, veto=0.6)
 
 
 def test_conservative__static_threshold_and_guards_bind_any_matcher(embedder):
-    bank = _bank(embedder)
     vec, cands = _cands(embedder, F2C, [C2F])
-    m = AnswerAgreement(bank, floor=0.0, votes=3)
-    assert m.decide(Query(F2C, vec, 0.92), cands) is not None  # same answer region: served
+    cands = [replace(c, answer=c.vector) for c in cands]
+    m = VerifiedMatcher(lambda q: 0, ladder=(Level(0.5, 0),))
+    assert m.decide(Query(F2C, vec, 0.92), cands) is not None  # no neighbour objects: served
     assert m.decide(Query(F2C, vec, 0.92, conservative=True), cands) is None
     assert m.stats.rejected_by_guard == {"order": 1}
 
@@ -199,14 +222,30 @@ def test_client__guarded_matcher_refuses_the_flip_the_default_serves(cache_clien
     assert guarded.matcher.stats.rejected_by_guard == {"order": 1}
 
 
-def test_client__learned_matcher_records_score_and_rule(cache_client, embedder):
-    res = cache_client.lookup(_req("what is the weather like today"))
-    assert cache_client.store(res, "sunny, 21 degrees").landed
-    client = _client(cache_client, AnswerAgreement(_bank(embedder), floor=0.6, votes=3))
+def test_client__verified_matcher_indexes_answers_serves_and_shadow_checks(cache_client):
+    budget = ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0.01)
+    ladder = (Level(0.6, 1), Level(0.99, 1))
+    level = {"now": 0}
+    client = CacheClient(
+        cache_client.redis, semantic=cache_client.semantic, embedder=cache_client.embedder,
+        policy=cache_client.policy, budget=budget, shadow_share=1.0,
+        matcher=VerifiedMatcher(lambda q: level["now"], ladder=ladder),
+    )  # fmt: skip
+    for prompt in ("what is the weather like today", "how is the weather today"):
+        res = client.lookup(_req(prompt))
+        assert res.outcome == "miss"
+        assert client.store(res, "Sunny and 21 degrees all afternoon.").semantic_indexed
     hit = client.lookup(_req("tell me today's weather please"))
     assert hit.outcome == "semantic" and hit.entry is not None
-    assert hit.entry.prompt == "what is the weather like today"
-    assert hit.rule == "answers-agree>=3/3,cos>=0.60"
-    assert hit.score is not None and 0.6 <= hit.score < 1.0
-    assert client.matcher.stats.as_dict()["semantic_hits"] == 1
+    assert "weather" in hit.entry.prompt
+    assert hit.rule.startswith("verified:L0:cos>=0.60,agree>=1:s0")
+    assert 0.6 <= (hit.score or 0) < 0.99
+    # At the strict level the same query misses, but the miss carries its best candidate, and
+    # the live answer it then gets is judged against that candidate's: evidence for level 0.
+    level["now"] = 1
+    miss = client.lookup(_req("what's the weather today"))
+    assert miss.outcome == "miss" and miss.shadow is not None and miss.shadow.strength == 0
+    assert client.store(miss, "Sunny, 21 degrees this afternoon.").landed
+    assert budget.bounds("acme", "")[0].checked == 1
+    assert budget.bounds("acme", "")[0].wrong == 0
     assert client.lookup(_req("tell me my bank balance")).outcome == "miss"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from caches.matching import StaticThreshold
-from stoker.semantic_eval import CLINC, evaluate, run_stream
+from schemas.errors import UsageError
+from stoker.semantic_eval import CLINC, Stream, evaluate, load_csv, run_stream, run_verified
 
 needs_clinc = pytest.mark.skipif(not CLINC.exists(), reason=f"CLINC150 not at {CLINC}")
 
@@ -16,13 +17,20 @@ def _unit(rows: list[list[float]]) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def _stream(texts, vecs, labels, answers=None) -> Stream:
+    answers = vecs if answers is None else answers
+    return Stream(
+        list(texts), list(labels), "oos", vecs, list(texts), answers, list(texts), answers
+    )
+
+
 def test_run_stream__scores_wrong_oos_and_ceiling_from_labels_after_the_fact():
     # 0 stored; 1 hits 0 (same intent, right); 2 hits 0 (other intent, wrong);
     # 3 is out of scope and hits 0 (wrong); 4 is far: a miss, stored.
     vecs = _unit([[1, 0, 0], [1, 0.01, 0], [1, 0, 0.01], [1, 0.01, 0.01], [0, 1, 0]])
     texts = ["a", "a2", "b", "z", "c"]
     intents = ["A", "A", "B", "oos", "C"]
-    row = run_stream("t", StaticThreshold(0.9), texts, vecs, intents).as_dict()
+    row = run_stream("t", StaticThreshold(0.9), _stream(texts, vecs, intents)).as_dict()
     assert row["queries"] == 5 and row["hits"] == 3 and row["wrong_hits"] == 2
     assert row["oos_hit_rate"] == 1.0
     assert row["ceiling"] == pytest.approx(1 / 5)  # only query 1's intent was cached before it
@@ -37,20 +45,36 @@ def test_run_stream__decisions_do_not_depend_on_labels():
     texts = [f"t{i}" for i in range(len(vecs))]
     a = [f"i{i % 60}" for i in range(len(vecs))]
     b = [f"j{(i * 7) % 13}" for i in range(len(vecs))]
-    ra = run_stream("a", StaticThreshold(0.9), texts, vecs, a).as_dict()
-    rb = run_stream("b", StaticThreshold(0.9), texts, vecs, b).as_dict()
+    ra = run_stream("a", StaticThreshold(0.9), _stream(texts, vecs, a)).as_dict()
+    rb = run_stream("b", StaticThreshold(0.9), _stream(texts, vecs, b)).as_dict()
     assert ra["hits"] == rb["hits"] > 0
     assert ra["wrong_hits"] != rb["wrong_hits"]
+    va = run_verified("a", _stream(texts, vecs, a), seed=1).as_dict()
+    vb = run_verified("b", _stream(texts, vecs, b), seed=1).as_dict()
+    assert va["hits"] == vb["hits"] and va["monitor_checked"] == vb["monitor_checked"]
+
+
+def test_load_csv__names_the_missing_column_and_the_unreadable_file(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("text,intent\nhello there,greet\n,greet\nbye,leave\n")
+    assert load_csv(f, "text", "intent") == [("hello there", "greet"), ("bye", "leave")]
+    with pytest.raises(UsageError, match="no column 'label'"):
+        load_csv(f, "text", "label")
+    with pytest.raises(UsageError, match="no such file"):
+        load_csv(tmp_path / "missing.csv", "text", "intent")
 
 
 @needs_clinc
-def test_evaluate__short_real_run_learned_beats_static_at_092(embedder):
-    ev = evaluate(embedder, limit=600, bank_size=1200, names=["static_0.92", "stoker"])
+def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw(embedder):
+    ev = evaluate(embedder, limit=600, names=["static_0.92", "stoker"])
     static, ours = ev.row("static_0.92").as_dict(), ev.row("stoker").as_dict()
     for r in (static, ours):
         assert r["queries"] == 600
         assert r["hits"] - r["wrong_hits"] <= round(r["ceiling"] * 600)  # right hits are reachable
-    assert ours["hit_rate"] > static["hit_rate"]
     assert ours["verification"]["agree"] == ours["hits"]
+    assert all(rule.startswith("verified:L") for rule in ours["hits_by_rule"])
     s = ev.summary()
-    assert s["name"] == "semantic_quality_clinc" and s["ratio"] > 1
+    assert s["name"] == "semantic_quality_clinc"
+    checked, judged = ours["monitor_checked"], ours["monitor_judged_wrong"]
+    assert s["monitor_bound"] >= (judged / checked if checked else 0.0)
+    assert set(s) >= {"hit_rate", "wrong_share", "static092_hit_rate", "ratio", "true_wrong"}
