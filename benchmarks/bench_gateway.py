@@ -58,7 +58,7 @@ def _body(tenant: str, question: str) -> bytes:
                 {"role": "user", "content": question},
             ],
             "temperature": 0,
-            "max_tokens": 32,
+            "max_tokens": 64,  # the simulated backend's longest answer: every answer completes
         }
     )
 
