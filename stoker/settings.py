@@ -153,7 +153,7 @@ class StokerSettings(BaseSettings):
     # -- stoker analyze --
     # Distinct prompts `stoker analyze` embeds at most (embedding is >95% of its time, ~60-150
     # prompts/s on 2 cores); a log with more is estimated on a sample, with 95% intervals.
-    analyze_embed_budget: int = Field(default=20_000, ge=1)
+    analyze_embed_budget: int = Field(default=30_000, ge=1)
 
     # -- warmers --
     # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`).

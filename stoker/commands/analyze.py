@@ -69,7 +69,7 @@ def analyze(
         typer.Option(
             min=1,
             help="distinct prompts embedded at most; past it, estimate on a sample with 95% "
-            "intervals (default: STOKER_ANALYZE_EMBED_BUDGET, 20000)",
+            "intervals (default: STOKER_ANALYZE_EMBED_BUDGET, 30000)",
         ),
     ] = None,
     sample: Annotated[
@@ -153,8 +153,8 @@ def _print_report(r: dict[str, Any]) -> None:
         console.print(
             f"[bold]estimated on a sample[/bold]: {smp['embedded_prompts']:,} of "
             f"{smp['distinct_prompts']:,} distinct prompts embedded (the {smp['head_prompts']:,} "
-            f"most asked, and {100 * smp['tail_rate']:.1f}% of the rest, whole); hit rates "
-            "with their 95% interval"
+            f"of the most asked families of near duplicates, and {100 * smp['tail_rate']:.1f}% "
+            "of the other families, whole); hit rates with their 95% interval"
         )
     console.print(_dup_table(r))
     console.print(_grid_table(r))
@@ -194,7 +194,7 @@ def _grid_table(r: dict[str, Any]) -> Table:
     for g in r["simulation"]:
         o = g["overall"]
         lo, hi = o["hit_rate_total_ci"]
-        spread = f" ±{100 * (hi - lo) / 2:.1f}" if hi > lo else ""
+        spread = f" ({100 * lo:.1f}-{100 * hi:.1f})" if hi > lo else ""
         cell = f"{_pct(o['hit_rate_total'])}{spread} / {o['gpu_seconds_saved_pct']:.1f}%"
         if labelled:
             cell += f" / {_pct(o['false_hit_share'], 2)}"

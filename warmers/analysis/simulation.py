@@ -26,6 +26,7 @@ MISS, EXACT, SEMANTIC, BYPASS = 0, 1, 2, 3
 class Replayed:
     outcome: npt.NDArray[np.int8]  # MISS / EXACT / SEMANTIC / BYPASS per request
     false_hit: npt.NDArray[np.bool_]  # a semantic hit served from an entry with another label
+    served_by: npt.NDArray[np.int64]  # the key whose entry served a semantic hit, else -1
 
 
 def simulate(log: KeyedLog, candidates: list[list[int]] | None, ttl_s: float) -> Replayed:
@@ -38,6 +39,7 @@ def simulate(log: KeyedLog, candidates: list[list[int]] | None, ttl_s: float) ->
     cands = candidates if candidates is not None else no_candidates
     outcome = bytearray(log.requests)  # MISS = 0
     false_hit = bytearray(log.requests)
+    served_by = [-1] * log.requests
     for i, (k, t) in enumerate(zip(log.key.tolist(), log.ts.tolist(), strict=True)):
         if k < 0:
             outcome[i] = BYPASS
@@ -47,6 +49,7 @@ def simulate(log: KeyedLog, candidates: list[list[int]] | None, ttl_s: float) ->
             for j in cands[k]:
                 if expires[j] > t:
                     outcome[i] = SEMANTIC
+                    served_by[i] = j
                     false_hit[i] = owner[j] >= 0 and labels[i] >= 0 and owner[j] != labels[i]
                     break
             else:
@@ -55,6 +58,7 @@ def simulate(log: KeyedLog, candidates: list[list[int]] | None, ttl_s: float) ->
     return Replayed(
         np.frombuffer(bytes(outcome), dtype=np.int8).copy(),
         np.frombuffer(bytes(false_hit), dtype=np.bool_).copy(),
+        np.asarray(served_by, dtype=np.int64),
     )
 
 
