@@ -12,16 +12,28 @@ For each level, the one-sided 95% Clopper-Pearson upper bound of its wrong rate 
 from the pairs that level would have served; the serving level is the loosest whose bound is
 at or under delta, and the strictest level when none is (too little evidence is not evidence
 of safety). Loosening needs evidence; tightening follows as soon as verdicts go wrong.
+
+ServingLevels is what a lookup asks: the level per (tenant, route), read from the counts at
+most every `refresh_s` (the counts live in Redis, shared by replicas: counts.py), and kept when
+Redis cannot say (the last level read, else the strictest).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import threading
-from collections import defaultdict
-from collections.abc import Sequence
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from caches.matching.base import Query
+from schemas.errors import CacheUnavailable
+
+log = logging.getLogger(__name__)
 
 CONFIDENCE = 0.95
 
@@ -125,3 +137,97 @@ def choose_level(bounds: Sequence[LevelBound], delta: float) -> int:
         if b.bound <= delta:
             return b.level
     return len(bounds) - 1
+
+
+@functools.lru_cache(maxsize=64)
+def min_evidence(delta: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest verdicts whose bound can be at or under delta (all of them clean): below it
+    no level can be shown within budget, whatever the verdicts say (299 for 1%)."""
+    n = max(1, math.floor(-math.log(1.0 - confidence) / delta) - 2)
+    while upper_bound(0, n, confidence) > delta:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Serving:
+    """One (tenant, route): the level served at and its evidence (the pairs it would serve)."""
+
+    tenant: str
+    route: str
+    level: int
+    evidence: LevelBound
+    delta: float
+
+
+class ServingLevels:
+    """`level_of` for VerifiedMatcher: the budget's level per (tenant, route), cached.
+
+    Thread-safe (the gateway looks up on a pool). At most `max_pairs` pairs are kept, least
+    recently asked evicted: a route name comes from the client, so the set must be bounded."""
+
+    def __init__(
+        self,
+        budget: ErrorBudget,
+        refresh_s: float = 5.0,
+        *,
+        max_pairs: int = 1_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.budget = budget
+        self.refresh_s = refresh_s
+        self.max_pairs = max_pairs
+        self.clock = clock
+        self._lock = threading.Lock()
+        # (tenant, route) -> (read at, bounds or None when never read)
+        self._seen: OrderedDict[tuple[str, str], tuple[float, list[LevelBound] | None]] = (
+            OrderedDict()
+        )
+
+    def __call__(self, q: Query) -> int:
+        return self.level(q.tenant, q.route)
+
+    def level(self, tenant: str, route: str) -> int:
+        bounds = self._bounds(tenant, route)
+        if bounds is None:
+            return self.budget.levels - 1
+        return choose_level(bounds, self.budget.delta)
+
+    def _bounds(self, tenant: str, route: str) -> list[LevelBound] | None:
+        pair, now = (tenant, route), self.clock()
+        with self._lock:
+            at, bounds = self._seen.get(pair, (-math.inf, None))
+            if now - at < self.refresh_s:
+                self._seen.move_to_end(pair)
+                return bounds
+            self._seen[pair] = (now, bounds)  # one reader per refresh; the rest use the last
+            self._seen.move_to_end(pair)
+            while len(self._seen) > self.max_pairs:
+                self._seen.popitem(last=False)
+        try:
+            fresh = self.budget.bounds(tenant, route)
+        except CacheUnavailable as e:
+            log.debug("budget of %s/%s unreadable, serving at the last level: %s", *pair, e)
+            return bounds
+        with self._lock:
+            if pair in self._seen:
+                self._seen[pair] = (now, fresh)
+        return fresh
+
+    def refresh(self) -> None:
+        """Read every known pair again on its next lookup (a test, or new evidence to act on)."""
+        with self._lock:
+            for pair, (_, bounds) in self._seen.items():
+                self._seen[pair] = (-math.inf, bounds)
+
+    def serving(self) -> list[Serving]:
+        """What each known pair serves at, from the last read (no I/O: for a scrape)."""
+        with self._lock:
+            items = list(self._seen.items())
+        out = []
+        for (tenant, route), (_, bounds) in items:
+            if bounds is None:
+                continue
+            level = choose_level(bounds, self.budget.delta)
+            out.append(Serving(tenant, route, level, bounds[level], self.budget.delta))
+        return out
