@@ -15,6 +15,7 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:{t:<tenant>}:i:d:<doc_id>                              set of entry keys whose context holds the doc
     stk:{t:<tenant>}:i:c:<context_hash>                        set of entry keys with that context
     stk:{t:<tenant>}:b:<route>:<bucket>                        error-budget verdicts of one time bucket (hash)
+    stk:{t:<tenant>}:a:<event_id>                              a request the monitor's verdict was counted for
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
     stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
@@ -46,6 +47,9 @@ KIND_INDEX_CONTEXT: Final = "i:c"
 # The error budget's verdicts (caches/matching/counts.py): per tenant, route and time bucket, a
 # hash of checked / wrong counts per strength, shared by every gateway replica and the monitor.
 KIND_BUDGET: Final = "b"
+# The monitor's "already counted" mark per audited request (a re-delivered log record is
+# re-asked, but its verdict counts once); it lives as long as the verdict can count.
+KIND_AUDITED: Final = "a"
 
 # The live version of each model, written by the deploy cutover when the new version is READY
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by

@@ -75,6 +75,8 @@ class VerdictCounts(Protocol):
 
     def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]: ...
 
+    def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool: ...
+
 
 class MemoryCounts:
     """One process's counts (evaluation, tests). Production keeps them in Redis (RedisCounts),
@@ -83,12 +85,21 @@ class MemoryCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._c: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(dict)
+        self._once: set[tuple[str, str]] = set()
 
     def add(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
         with self._lock:
             cell = self._c[(tenant, route)].setdefault(strength, [0, 0])
             cell[0] += 1
             cell[1] += int(wrong)
+
+    def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
+        with self._lock:
+            if (tenant, once) in self._once:
+                return False
+            self._once.add((tenant, once))
+        self.add(tenant, route, strength, wrong)
+        return True
 
     def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
         with self._lock:
@@ -117,6 +128,12 @@ class ErrorBudget:
     def record(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
         if 0 <= strength < self.levels:
             self.counts.add(tenant, route, strength, wrong)
+
+    def record_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
+        """record, once per `once` (the audited request's event id); True when it counted."""
+        if not 0 <= strength < self.levels:
+            return False
+        return self.counts.add_once(tenant, route, strength, wrong, once)
 
     def bounds(self, tenant: str, route: str) -> list[LevelBound]:
         """Per level: the pairs it would have served and the bound of its wrong rate."""

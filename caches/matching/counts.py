@@ -37,6 +37,16 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# KEYS: one bucket, the request's mark. ARGV: strength, wrong (0/1), ttl seconds. 0: counted
+# already (the mark was there), 1: counted now.
+_ADD_ONCE_LUA = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'c' .. ARGV[1], 1)
+if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'w' .. ARGV[1], 1) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
 # KEYS: the window's buckets (one tenant: one slot). ARGV: levels. Returns c0, w0, c1, w1, ...
 _READ_LUA = """
 local levels = tonumber(ARGV[1])
@@ -62,6 +72,10 @@ def budget_key(tenant: str, route: str, bucket: int) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_BUDGET}:{enc(route)}:{bucket}"
 
 
+def audited_key(tenant: str, event_id: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_AUDITED}:{enc(event_id)}"
+
+
 class RedisCounts:
     """VerdictCounts (budget.py) in Redis; thread-safe (redis-py pools connections)."""
 
@@ -81,6 +95,7 @@ class RedisCounts:
         # the key outlives its bucket by a window: as long as any read can still sum it
         self.ttl_s = math.ceil(self.window_s + self.bucket_s)
         self._add: Any = r.register_script(_ADD_LUA)
+        self._add_once: Any = r.register_script(_ADD_ONCE_LUA)
         self._read: Any = r.register_script(_READ_LUA)
 
     def _bucket(self) -> int:
@@ -92,6 +107,15 @@ class RedisCounts:
         key = budget_key(tenant, route, self._bucket())
         with redis_boundary("budget add"):
             self._add(keys=[key], args=[strength, int(wrong), self.ttl_s])
+
+    def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
+        """add, unless a verdict was counted for `once` (a request's event id) in this window:
+        the monitor may re-ask a re-delivered record, its verdict counts once. True: counted."""
+        if strength < 0:
+            raise ValueError(f"strength {strength} is no level")
+        keys = [budget_key(tenant, route, self._bucket()), audited_key(tenant, once)]
+        with redis_boundary("budget add"):
+            return bool(self._add_once(keys=keys, args=[strength, int(wrong), self.ttl_s]))
 
     def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
         now = self._bucket()

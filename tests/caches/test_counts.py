@@ -10,7 +10,7 @@ import redis
 
 from caches.client import CacheClient, CacheRequest
 from caches.matching.budget import ErrorBudget, MemoryCounts, ServingLevels
-from caches.matching.counts import RedisCounts, budget_key
+from caches.matching.counts import RedisCounts, audited_key, budget_key
 from caches.matching.verified import Level, VerifiedMatcher
 from caches.slots import slot
 from schemas.errors import CacheUnavailable
@@ -141,3 +141,16 @@ def test_replicas__one_s_shadow_verdicts_loosen_the_other(cache_client: CacheCli
     assert b_levels.level("acme", "") == 0 == a_levels.level("acme", "")
     a.redis.close()
     b.redis.close()
+
+
+def test_counts__add_once_counts_a_request_once_in_its_tenant_slot(redis_client: redis.Redis):
+    c, mem = RedisCounts(redis_client), MemoryCounts()
+    for counts in (c, mem):
+        assert counts.add_once("acme", "faq", 1, True, "e1")
+        assert not counts.add_once("acme", "faq", 1, True, "e1")  # re-delivered: not again
+        assert counts.add_once("globex", "faq", 1, False, "e1")  # another tenant's e1
+        assert counts.read("acme", "faq", 2) == [(0, 0), (1, 1)]
+    assert slot(audited_key("acme", "e1")) == slot(budget_key("acme", "faq", 0))
+    assert 0 < redis_client.ttl(audited_key("acme", "e1")) <= c.ttl_s
+    budget = ErrorBudget(c, levels=2, max_wrong_rate=0.5)
+    assert not budget.record_once("acme", "faq", 5, False, "e2")  # no such level: ignored
