@@ -111,7 +111,7 @@ class StokerSettings(BaseSettings):
     monitor_backend_url: str | None = None
     # The share of near misses (a candidate short of the serving level) whose live answer is
     # judged against the candidate's, as budget evidence; costs one answer embedding each.
-    shadow_share: float = Field(default=0.2, ge=0.0, le=1.0)
+    budget_shadow_share: float = Field(default=0.2, ge=0.0, le=1.0)
     exact_ttl_s: int = Field(default=86_400, gt=0)
     semantic_ttl_s: int = Field(default=86_400, gt=0)
     negative_ttl_s: int = Field(default=30, gt=0)

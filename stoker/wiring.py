@@ -230,7 +230,7 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
         matcher=matcher,
         budget=budget,
         judge=build_judge(s),
-        shadow_share=s.shadow_share,
+        shadow_share=s.budget_shadow_share,
     )
 
 

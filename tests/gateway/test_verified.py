@@ -62,7 +62,7 @@ def verified(make_gateway: GatewayFactory, url: str, **kw: Any) -> Any:
     # shadow checks off: no verdict but the test's own moves the budget; a budget no embedding
     # on a loaded machine runs out of
     return make_gateway(
-        url, semantic_matcher="verified", budget_refresh_s=0, shadow_share=0.0,
+        url, semantic_matcher="verified", budget_refresh_s=0, budget_shadow_share=0.0,
         gateway_lookup_budget_ms=5000, **kw,
     )  # fmt: skip
 
