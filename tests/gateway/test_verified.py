@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import redis
 from caches.matching.budget import min_evidence
 from caches.matching.counts import RedisCounts
 from caches.matching.verified import LADDER
-from tests.gateway.conftest import FAST_SIM, GatewayFactory, client
+from tests.gateway.conftest import FAST_SIM, GatewayFactory, client, gateway_settings
 from tests.waiting import wait_for
 from warmers.backends.simhttp import SimulatorThread
 
@@ -31,7 +32,7 @@ FAR_PARAPHRASE = "help me recover my password please"
 # 0.86 to the far paraphrase, 0.82 to the next: served from level 5 (cos>=0.80, 3 agree) down
 NEAR = "i lost my password"
 # a backend that understands them all as one question, wording each answer anew
-MEANINGS = {p: "password" for p in [*STORED, FAR_PARAPHRASE, "How can I reset my password?"]}
+MEANINGS = {p: "password" for p in [*STORED, FAR_PARAPHRASE, NEAR, "How can I reset my password?"]}
 
 
 @pytest.fixture
@@ -124,3 +125,51 @@ def test_verified__a_bad_budget_fails_at_start_with_the_setting_named() -> None:
             StokerSettings(max_wrong_hit_rate=bad)
     with pytest.raises(UsageError, match="STOKER_SEMANTIC_MATCHER='learned'"):
         StokerSettings(semantic_matcher="learned")
+
+
+def test_verified__the_gateway_s_log_feeds_the_monitor_which_audits_the_served_hit(
+    make_gateway: GatewayFactory,
+    model_sim: SimulatorThread,
+    redis_client: redis.Redis,
+    redis_url: str,
+    kafka_bootstrap: str,
+    unique: str,
+    qdrant_path: Path,
+) -> None:
+    from schemas.codec import decode_event
+    from schemas.events import HitAudited
+    from stoker.registry import monitor_handler
+    from stoker.wiring import worker_config
+    from streams.worker import Worker
+    from tests.streams.conftest import read_topic
+
+    prefix = f"mon{unique}."
+    kafka = {"kafka_bootstrap": kafka_bootstrap, "kafka_broker": "tansu", "topic_prefix": prefix}
+    gw = verified(make_gateway, model_sim.url, **kafka)
+    store_all(gw, STORED)
+    counts = RedisCounts(redis_client)
+    for _ in range(min_evidence(0.01)):
+        counts.add("acme", "support", len(LADDER) - 1, wrong=False)
+    assert ask(gw, NEAR).headers["x-stoker-cache"] == "semantic"
+    # The monitor, as `stoker worker monitor` builds it, on the gateway's own request log.
+    s = gateway_settings(
+        redis_url, qdrant_path, semantic_matcher="verified", monitor_share=1.0,
+        monitor_qps=100.0, monitor_backend_url=model_sim.url, **kafka,
+    )  # fmt: skip
+    h = monitor_handler(s)
+    worker = Worker(h, worker_config(s, h))
+    n = len(STORED) + 1  # the misses' events and the hit's
+    assert worker.run_until(lambda st: st.events >= n, 60)
+    got = read_topic(kafka_bootstrap, prefix + "stoker.audit", 1)
+    [audit] = [decode_event(m.value()) for m in got]
+    assert isinstance(audit, HitAudited)
+    assert (audit.query, audit.route, audit.verdict, audit.counted) == (
+        NEAR,
+        "support",
+        "same",
+        True,
+    )
+    assert audit.rule == "verified:L0:cos>=0.58,agree>=2:s5" and audit.strength == 5
+    assert audit.served_prompt in STORED
+    # its verdict joined the shared counts at the hit's strength
+    assert counts.read("acme", "support", len(LADDER))[5] == (1, 0)
