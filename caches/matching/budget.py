@@ -107,12 +107,30 @@ class MemoryCounts:
             return [tuple(got.get(s, (0, 0))) for s in range(levels)]  # type: ignore[misc]
 
 
+def shown_within(wrong: int, checked: int, delta: float, confidence: float = CONFIDENCE) -> bool:
+    """upper_bound(wrong, checked) <= delta, from one binomial CDF instead of a bisection (the
+    bound is at or under delta exactly when seeing `wrong` or fewer at rate delta is that
+    unlikely): what choosing a level needs, ~60x cheaper than the bound itself."""
+    if checked <= 0 or wrong >= checked:
+        return False
+    return _binom_cdf(wrong, checked, delta) <= 1.0 - confidence
+
+
 @dataclass(frozen=True)
 class LevelBound:
+    """The pairs a level would have served; `bound` is computed when first read (a gauge reads
+    the serving level's only; choosing the level needs `within`)."""
+
     level: int
     checked: int
     wrong: int
-    bound: float
+
+    @functools.cached_property
+    def bound(self) -> float:
+        return upper_bound(self.wrong, self.checked)
+
+    def within(self, delta: float) -> bool:
+        return shown_within(self.wrong, self.checked, delta)
 
 
 class ErrorBudget:
@@ -136,13 +154,13 @@ class ErrorBudget:
         return self.counts.add_once(tenant, route, strength, wrong, once)
 
     def bounds(self, tenant: str, route: str) -> list[LevelBound]:
-        """Per level: the pairs it would have served and the bound of its wrong rate."""
+        """Per level: the pairs it would have served (and the bound of their wrong rate)."""
         per = self.counts.read(tenant, route, self.levels)
         out, checked, wrong = [], 0, 0
         for level in reversed(range(self.levels)):  # strongest pairs count for every level
             checked += per[level][0]
             wrong += per[level][1]
-            out.append(LevelBound(level, checked, wrong, upper_bound(wrong, checked)))
+            out.append(LevelBound(level, checked, wrong))
         return out[::-1]
 
     def level(self, tenant: str, route: str) -> int:
@@ -151,7 +169,7 @@ class ErrorBudget:
 
 def choose_level(bounds: Sequence[LevelBound], delta: float) -> int:
     for b in bounds:  # loosest first
-        if b.bound <= delta:
+        if b.within(delta):
             return b.level
     return len(bounds) - 1
 
