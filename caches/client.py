@@ -535,7 +535,10 @@ class CacheClient:
         s = w.shadow
         if s is not None and self.budget is not None and self._rng.random() < self.shadow_share:
             same = self.judge.agree(vec, s.reference, s.members)
-            self.budget.record(s.tenant, s.route, s.strength, wrong=not same)
+            try:
+                self.budget.record(s.tenant, s.route, s.strength, wrong=not same)
+            except CacheUnavailable as e:  # one verdict lost; the entry is still indexed
+                log.debug("shadow verdict not recorded: %s", e)
         return vec
 
 

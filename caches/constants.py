@@ -14,6 +14,8 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:{t:<tenant>}:g:dg:<doc_id>                             doc generation (INCR on every change of the doc)
     stk:{t:<tenant>}:i:d:<doc_id>                              set of entry keys whose context holds the doc
     stk:{t:<tenant>}:i:c:<context_hash>                        set of entry keys with that context
+    stk:{t:<tenant>}:b:<route>:<bucket>                        error-budget verdicts of one time bucket (hash)
+    stk:{t:<tenant>}:a:<event_id>                              a request the monitor's verdict was counted for
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
     stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
@@ -42,6 +44,12 @@ KIND_DOC_FLOOR: Final = "g:d"
 KIND_DOC_GEN: Final = "g:dg"
 KIND_INDEX_DOC: Final = "i:d"
 KIND_INDEX_CONTEXT: Final = "i:c"
+# The error budget's verdicts (caches/matching/counts.py): per tenant, route and time bucket, a
+# hash of checked / wrong counts per strength, shared by every gateway replica and the monitor.
+KIND_BUDGET: Final = "b"
+# The monitor's "already counted" mark per audited request (a re-delivered log record is
+# re-asked, but its verdict counts once); it lives as long as the verdict can count.
+KIND_AUDITED: Final = "a"
 
 # The live version of each model, written by the deploy cutover when the new version is READY
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by
@@ -63,6 +71,14 @@ DEFAULT_EMBEDDING_TTL_S: Final = 30 * 86_400
 # TTL): once they expire, every entry written under the old generation has expired too, and a
 # write begun before the bump cannot still be in flight. Retirement markers never expire.
 GENERATION_TTL_S: Final = 7 * 86_400
+
+# The error budget's evidence window: a week, in 8 buckets (a bucket's key expires one window
+# after its last write). A verdict counts for 7 to 8 days, then ages out: the matcher and the
+# backend change (deploys, new traffic), and old evidence must not vouch for them forever.
+# A week of a route's sampled traffic is what it takes to prove a 1% rate at all (300 clean
+# verdicts); much shorter would keep quiet routes at the strictest level for good.
+DEFAULT_BUDGET_WINDOW_S: Final = 7 * 86_400
+BUDGET_BUCKETS: Final = 8
 
 # Digest length: 128 bits of sha256 (32 hex chars); collisions are out of reach, keys stay short.
 DIGEST_HEX: Final = 32

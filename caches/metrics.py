@@ -8,21 +8,30 @@ measured on this loaded 2-core box). So lookups are tallied in plain lists, one 
 metric may undercount by that, a cache never misbehaves by it.
 
 Labels are bounded on purpose: outcome (5 values), store result and a reason from a fixed
-list. No tenant or prompt: the gateway serves any number of tenants.
+list. No tenant or prompt: the gateway serves any number of tenants. The one exception is the
+error budget's gauges (stoker_served_wrong_*{tenant,route}): the alert on them is per tenant
+and route by definition, and ServingLevels bounds the pairs it knows (1,000 by default).
 """
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from functools import wraps
 from typing import Final, ParamSpec, Protocol, TypeVar
 
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from caches.matching.base import MATCH_TOTALS
+from caches.matching.budget import ServingLevels, min_evidence
 
 OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Seconds. An exact hit sits near 0.1-0.5 ms, a semantic lookup (embed + search + MGET) near
@@ -152,6 +161,59 @@ class _MatchTally(Collector):
 
 
 REGISTRY.register(_MatchTally())
+
+
+class _BudgetGauges(Collector):
+    """The error budget of every verified matcher in the process, per tenant and route, from
+    the counts each last read (no I/O at scrape time; counts.py keeps them in Redis, so every
+    replica exports the same figures, and the alert takes max/min over replicas):
+    - stoker_served_wrong_ratio: wrong / checked among the verdicts of the serving level (the
+      pairs it would serve: monitor audits of served hits and shadow checks of near misses);
+    - stoker_served_wrong_ratio_bound: their one-sided 95% Clopper-Pearson upper bound, only
+      once there are enough verdicts that a bound could be within budget at all (299 for 1%;
+      min_evidence): with fewer, the matcher serves at its strictest level and a bound of
+      3/n says "not yet shown", not "wrong above budget", which StokerServedWrongAboveBudget
+      must not page about;
+    - stoker_served_wrong_budget: the operator's maximum (STOKER_MAX_WRONG_HIT_RATE)."""
+
+    NAMES: Final = (
+        ("stoker_served_wrong_ratio", "Share of budget verdicts judged wrong, serving level"),
+        ("stoker_served_wrong_ratio_bound", "95% upper bound of the served wrong-hit rate"),
+        ("stoker_served_wrong_budget", "Maximum wrong-hit rate served (the error budget)"),
+    )
+
+    def __init__(self) -> None:
+        self._watched: weakref.WeakSet[ServingLevels] = weakref.WeakSet()
+
+    def watch(self, levels: ServingLevels) -> None:
+        self._watched.add(levels)
+
+    def collect(self) -> Iterator[Metric]:
+        ratio, bound, budget = (
+            GaugeMetricFamily(n, doc, labels=["tenant", "route"]) for n, doc in self.NAMES
+        )
+        seen: set[tuple[str, str]] = set()
+        for levels in list(self._watched):
+            for s in levels.serving():
+                if (s.tenant, s.route) in seen:  # two clients of one process: the same counts
+                    continue
+                seen.add((s.tenant, s.route))
+                ev, labels = s.evidence, [s.tenant, s.route]
+                ratio.add_metric(labels, ev.wrong / ev.checked if ev.checked else 0.0)
+                if ev.checked >= min_evidence(s.delta):
+                    bound.add_metric(labels, ev.bound)
+                budget.add_metric(labels, s.delta)
+        yield ratio
+        yield bound
+        yield budget
+
+    def describe(self) -> Iterator[Metric]:
+        for name, _ in self.NAMES:
+            yield GaugeMetricFamily(name, "", labels=["tenant", "route"])
+
+
+BUDGET_GAUGES: Final = _BudgetGauges()
+REGISTRY.register(BUDGET_GAUGES)
 
 
 class _Looked(Protocol):

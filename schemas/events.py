@@ -196,13 +196,42 @@ class JobStatus(BaseEvent):
     counts: dict[str, int] = Field(default_factory=dict)
 
 
+class HitAudited(BaseEvent):
+    """The wrong-hit monitor's verdict on one served cache hit (stoker.audit): the query was
+    asked again and the fresh answer judged by meaning against the one served.
+
+    `event_id` is the audited request's event id, so a re-delivered request log record audited
+    twice carries the same id (the budget counts it once: caches/matching/counts.py)."""
+
+    type: Literal["hit_audited"] = "hit_audited"
+    schema_version: Literal[1] = 1
+    request_id: Id
+    tenant: Tenant
+    model_id: ModelRef
+    model_version: ModelRef
+    template_version: ModelRef
+    route: str = Field(default="", max_length=256)
+    query: str
+    served_prompt: str  # the cached entry's prompt, whose answer was served
+    entry_key: str = Field(min_length=1, max_length=128)  # the served entry's key digest
+    cache_outcome: Literal["exact", "semantic"]
+    score: float | None = Field(default=None, ge=-1.0, le=1.0)
+    rule: str = Field(max_length=256)
+    strength: int | None = Field(default=None, ge=0, le=1000)  # a verified hit's (budget evidence)
+    verdict: Literal["same", "different"]
+    cosine: float = Field(ge=-1.0, le=1.0)  # of the two answers' embeddings (clamped)
+    reason: str = Field(max_length=256)  # "cosine>=0.52", "cosine<0.52", or the guard ("number")
+    counted: bool = False  # the verdict reached the error budget (first time for this event)
+
+
 Event = Annotated[
     RequestLogged
     | ModelDeployed
     | KnowledgeBaseChanged
     | PromptTemplateChanged
     | Invalidate
-    | JobStatus,
+    | JobStatus
+    | HitAudited,
     Field(discriminator="type"),
 ]
 
@@ -213,6 +242,7 @@ _EVENT_CLASSES: tuple[type[BaseEvent], ...] = (
     PromptTemplateChanged,
     Invalidate,
     JobStatus,
+    HitAudited,
 )
 
 

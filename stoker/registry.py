@@ -19,7 +19,13 @@ from streams.base import Handler
 HandlerFactory = Callable[[StokerSettings], Handler]
 
 # Every worker the CLI knows; one without a factory yet is "not available yet", not unknown.
-WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler")
+WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler", "monitor")
+# Workers `all` runs only when the settings ask for what they serve: the monitor re-asks the
+# backend (GPU time), which only the verified matcher's error budget needs. `stoker worker
+# monitor` runs it whatever the matcher (its audits of static hits still go to stoker.audit).
+_OPT_IN: Final[dict[str, Callable[[StokerSettings], bool]]] = {
+    "monitor": lambda s: s.semantic_matcher == "verified",
+}
 
 
 class Service(Protocol):
@@ -122,10 +128,35 @@ def scheduler_service(s: StokerSettings) -> Service:
     return SchedulerService(WarmScheduler(lock, warm, sweep, cfg))
 
 
+def monitor_handler(s: StokerSettings) -> Handler:
+    """The wrong-hit monitor: the serving side's cache client (its embedder, semantic store for
+    probes, and with the verified matcher its error budget), the backend to re-ask, and
+    stoker.audit."""
+    from caches.matching.budget import ServingLevels
+    from warmers.backends.base import Backend
+    from warmers.backends.openai import OpenAIBackend
+    from warmers.monitor import Auditor
+    from warmers.monitor_worker import MonitorHandler, MonitorOptions
+
+    cache = W.build_cache_client(s)
+    url = s.monitor_backend_url or s.gateway_upstream_url or s.warm_backend_url
+    model = s.warm_backend_model
+
+    def backend() -> Backend:
+        return OpenAIBackend(url, model=model)
+
+    level_of = getattr(cache.matcher, "level_of", None)
+    levels = level_of if isinstance(level_of, ServingLevels) else None
+    opts = MonitorOptions(share=s.monitor_share, qps=s.monitor_qps)
+    auditor = Auditor(cache.judge)  # its verdicts reach the budget once each, by the handler
+    return MonitorHandler(cache, backend, W.build_publisher(s), auditor, cache.budget, levels, opts)
+
+
 _BUILTIN: dict[str, HandlerFactory] = {
     "traffic": traffic_handler,
     "deploy": deploy_handler,
     "invalidation": invalidation_handler,
+    "monitor": monitor_handler,
 }
 _REGISTERED: dict[str, HandlerFactory] = {}
 # Workers that consume no topic, so are not Handlers.
@@ -143,10 +174,19 @@ def unregister(name: str) -> None:
     _REGISTERED.pop(name, None)
 
 
-def available() -> list[str]:
-    """Names with a factory, in WORKER_NAMES order, then any extra registered ones."""
+def available(settings: StokerSettings | None = None) -> list[str]:
+    """Names with a factory, in WORKER_NAMES order, then any extra registered ones; an opt-in
+    worker only when `settings` turn on what it serves (never without settings)."""
     have = set(_BUILTIN) | set(_REGISTERED) | set(_SERVICES)
+    have -= {
+        n for n, on in _OPT_IN.items() if n not in _REGISTERED and not (settings and on(settings))
+    }
     return [n for n in WORKER_NAMES if n in have] + sorted(have - set(WORKER_NAMES))
+
+
+def opted_out(settings: StokerSettings) -> list[str]:
+    """Opt-in workers these settings leave out of `all`."""
+    return [n for n, on in _OPT_IN.items() if not on(settings)]
 
 
 def factory_for(name: str) -> HandlerFactory:

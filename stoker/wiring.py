@@ -29,6 +29,12 @@ from caches.embedders import (
     SentenceTransformerEmbedder,
 )
 from caches.l1 import L1Cache
+from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
+from caches.matching.base import Matcher, StaticThreshold
+from caches.matching.budget import ErrorBudget, ServingLevels
+from caches.matching.counts import RedisCounts
+from caches.matching.verified import LADDER, VETO, VerifiedMatcher
+from caches.metrics import BUDGET_GAUGES
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
 from caches.semantic.edge import EdgeSemanticStore
@@ -177,6 +183,34 @@ def build_l1(s: StokerSettings, r: redis.Redis) -> L1Cache | None:
     return L1Cache(r, max_entries=s.l1_max_entries, ttl_s=s.l1_ttl_s).start()
 
 
+def build_judge(s: StokerSettings) -> AnswerJudge:
+    """When two answers mean the same. The centroid bar keeps its calibrated distance above the
+    pair bar (answers.py), so STOKER_ANSWER_BAR moves both."""
+    lift = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR
+    return AnswerJudge(bar=s.answer_bar, centroid_bar=min(1.0, s.answer_bar + lift))
+
+
+def build_budget(s: StokerSettings, r: redis.Redis) -> ErrorBudget:
+    """The error budget over the verdict counts in Redis, shared by every replica."""
+    return ErrorBudget(RedisCounts(r, s.budget_window_s), len(LADDER), s.max_wrong_hit_rate)
+
+
+def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudget | None]:
+    """STOKER_SEMANTIC_MATCHER: the static threshold, or the verified matcher serving at the
+    level its error budget allows (the budget is None for static)."""
+    if s.semantic_matcher == "static":
+        return StaticThreshold(), None
+    budget = build_budget(s, r)
+    levels = ServingLevels(budget, s.budget_refresh_s)
+    if s.answer_bar < VETO:
+        raise ConfigError(
+            f"STOKER_ANSWER_BAR={s.answer_bar} is under the verified matcher's veto ({VETO}): "
+            "an answer would both agree and object"
+        )
+    BUDGET_GAUGES.watch(levels)
+    return VerifiedMatcher(levels, bar=s.answer_bar, veto=VETO), budget
+
+
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:
     """The serving side's cache client. Close it (CacheClient.close) to stop its L1 listener."""
     r = build_redis(s)
@@ -186,12 +220,17 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
         return CacheClient(r, policy=pol, l1=l1)
     emb = build_embedder(s)
     store = build_semantic(s, emb.dim)
+    matcher, budget = build_matcher(s, r)
     return CacheClient(
         r,
         semantic=store,
         embedder=CachedEmbedder(emb, r, pol.embedding_ttl_s),
         policy=pol,
         l1=l1,
+        matcher=matcher,
+        budget=budget,
+        judge=build_judge(s),
+        shadow_share=s.budget_shadow_share,
     )
 
 

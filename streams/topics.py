@@ -30,6 +30,9 @@ TOPICS: Final[Mapping[str, int]] = MappingProxyType(
         # Progress for `stoker deploy --wait` and dead letters: low rate, read in order.
         "stoker.status": 1,
         "stoker.dlq": 1,
+        # The wrong-hit monitor's verdicts (HitAudited), one per re-asked hit: at its capped
+        # QPS, a few a second; keyed by tenant.
+        "stoker.audit": 1,
     }
 )
 

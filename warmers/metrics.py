@@ -43,6 +43,15 @@ BACKEND_LATENCY = Histogram(
     "Backend generation latency seen by the warmer (successful calls)",
     buckets=BACKEND_BUCKETS,
 )
+# The wrong-hit monitor (warmers/monitor_worker.py), per served hit it sampled: "same" /
+# "different" (judged), "over_rate" (dropped: the QPS cap had no token), "entry_gone" (expired or
+# invalidated before the re-ask), "backend_error", "cut" (the re-ask ended on its length).
+AuditResult = Literal["same", "different", "over_rate", "entry_gone", "backend_error", "cut"]
+AUDITS = Counter(
+    "stoker_monitor_audits",
+    "Served hits the wrong-hit monitor sampled, by result (same / different when re-asked)",
+    ["result"],
+)
 SCHEDULER_LEADER = Gauge(
     "stoker_scheduler_leader", "1 if this process is the scheduler's leader, else 0"
 )
@@ -56,6 +65,10 @@ def generated(latency_ms: float, gpu_ms: float) -> None:
 
 def failed(kind: ErrorKind) -> None:
     ERRORS.labels(kind).inc()
+
+
+def audited(result: AuditResult) -> None:
+    AUDITS.labels(result).inc()
 
 
 def set_leader(leader: bool) -> None:

@@ -9,8 +9,9 @@ and lexical guards on the texts). The verdict
   lookups near it see what the backend said there (a verified matcher's neighbours).
 The running tally gives the monitor's estimate of the served wrong rate, and its bound.
 
-What is built: this judgement, used by `stoker eval-semantic` on every sampled hit. What is not
-built yet: the worker that reads served hits from the request log and re-asks a live backend.
+Used by `stoker eval-semantic` on every sampled hit, and by the monitor worker
+(warmers/monitor_worker.py), which reads served hits from the request log and re-asks a live
+backend.
 """
 
 from __future__ import annotations

@@ -71,6 +71,15 @@ class TokenBucket:
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
         self._last = now
 
+    def try_acquire(self) -> bool:
+        """Take a token if one is there, never waiting: for a sampler that drops what its rate
+        cannot carry (the wrong-hit monitor) instead of falling behind its input."""
+        self._refill()
+        if self._tokens >= 1.0 - _EPS:
+            self._tokens = max(0.0, self._tokens - 1.0)
+            return True
+        return False
+
     async def acquire(self) -> None:
         """Wait for one token. Each wait is bounded by 1/rate (re-read after every sleep)."""
         while True:

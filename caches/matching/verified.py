@@ -56,6 +56,11 @@ LADDER: tuple[Level, ...] = (
 )
 
 
+# A neighbour whose answer's cosine to the candidate's falls under this clearly said something
+# else (under the agreement bar, with a margin for wording: answers.py).
+VETO = 0.45
+
+
 @dataclass(frozen=True)
 class Assessment:
     """The best entry candidate and the strictest level it passes (-1: none), and what the
@@ -91,7 +96,7 @@ class VerifiedMatcher(Matcher):
         *,
         ladder: Sequence[Level] = LADDER,
         bar: float = DEFAULT_ANSWER_BAR,
-        veto: float = 0.45,
+        veto: float = VETO,
         neighbour_floor: float = 0.60,
         neighbours: int = 8,
     ) -> None:

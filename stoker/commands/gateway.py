@@ -80,7 +80,7 @@ def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
     from stoker.registry import available
     from stoker.wiring import build_gateway
 
-    workers = WorkerGroup(settings, available()) if with_workers else None
+    workers = WorkerGroup(settings, available(settings)) if with_workers else None
     parts = build_gateway(settings)
     server = GatewayServer(parts, settings.gateway_host, settings.gateway_port)
 

@@ -21,6 +21,7 @@ class WorkerName(StrEnum):
     deploy = "deploy"
     invalidation = "invalidation"
     scheduler = "scheduler"
+    monitor = "monitor"
     all = "all"
 
 
@@ -58,18 +59,24 @@ def worker(
     with embedded_settings(settings, console) as s, serve_metrics(s.metrics_port) as port:
         if port is not None:
             console.print(f"metrics on :{port}/metrics")
-        run_workers(s, _names(name), group)
+        run_workers(s, _names(name, s), group)
 
 
-def _names(name: WorkerName) -> list[str]:
-    from stoker.registry import available, factory_for, is_service
+def _names(name: WorkerName, settings: StokerSettings) -> list[str]:
+    from stoker.registry import available, factory_for, is_service, opted_out
 
     if name is not WorkerName.all:
         if not is_service(name.value):
             factory_for(name.value)  # fails now, with exit 1, if it is not built yet
         return [name.value]
-    names = available()
-    missing = [n.value for n in WorkerName if n is not WorkerName.all and n.value not in names]
+    names = available(settings)
+    off = opted_out(settings)
+    if off:
+        console.print(f"off with STOKER_SEMANTIC_MATCHER=static: {', '.join(off)}")
+    missing = [
+        n.value for n in WorkerName
+        if n is not WorkerName.all and n.value not in names and n.value not in off
+    ]  # fmt: skip
     if missing:
         console.print(f"not available yet, skipped: {', '.join(missing)}")
     return names

@@ -4,8 +4,10 @@ and tightens when verdicts go wrong."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from caches.matching.budget import ErrorBudget, MemoryCounts, upper_bound
+from caches.matching.budget import ErrorBudget, MemoryCounts, shown_within, upper_bound
 
 
 @pytest.mark.parametrize(
@@ -54,3 +56,12 @@ def test_budget__tightens_when_the_strict_pairs_go_wrong_too():
 def test_budget__refuses_a_rate_that_is_no_rate():
     with pytest.raises(ValueError, match="wrong-hit rate"):
         ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0)
+
+
+@given(
+    checked=st.integers(0, 3000),
+    wrong=st.integers(0, 60),
+    delta=st.sampled_from([0.001, 0.005, 0.01, 0.02, 0.05, 0.2, 0.5]),
+)
+def test_shown_within__says_what_the_bound_says_without_bisecting(checked, wrong, delta):
+    assert shown_within(wrong, checked, delta) == (upper_bound(wrong, checked) <= delta)

@@ -62,3 +62,30 @@ def test_store_reason__bounded_labels():
     assert M.store_reason("response over 256000 bytes") == "response over"
     assert M.store_reason("not cacheable: temperature>0") == "not cacheable"
     assert M.store_reason("something new 12345") == "other"
+
+
+def test_budget_gauges__per_tenant_and_route_with_the_bound_once_it_can_be_within_budget():
+    from caches.matching.budget import ErrorBudget, MemoryCounts, ServingLevels, min_evidence
+
+    budget = ErrorBudget(MemoryCounts(), levels=3, max_wrong_rate=0.01)
+    levels = ServingLevels(budget, refresh_s=0)
+    M.BUDGET_GAUGES.watch(levels)
+    labels = {"tenant": "gauge-t", "route": "faq"}
+    for _ in range(50):
+        budget.record("gauge-t", "faq", 2, wrong=False)
+    budget.record("gauge-t", "faq", 2, wrong=True)
+    assert levels.level("gauge-t", "faq") == 2  # 1 in 51: the strictest level, not shown safe
+    assert sample("stoker_served_wrong_ratio", **labels) == pytest.approx(1 / 51)
+    assert sample("stoker_served_wrong_budget", **labels) == 0.01
+    # 51 verdicts cannot show 1%: no bound, so the alert stays quiet while a route proves itself
+    assert REGISTRY.get_sample_value("stoker_served_wrong_ratio_bound", labels) is None
+    for _ in range(min_evidence(0.01)):
+        budget.record("gauge-t", "faq", 2, wrong=False)
+    levels.level("gauge-t", "faq")  # a lookup reads the counts again
+    bound = REGISTRY.get_sample_value("stoker_served_wrong_ratio_bound", labels)
+    assert bound is not None and 0.01 < bound < 0.02  # 1 in 350: still over a 1% budget
+    # nothing is exported for a pair no lookup asked about
+    assert (
+        REGISTRY.get_sample_value("stoker_served_wrong_budget", {"tenant": "x", "route": ""})
+        is None
+    )

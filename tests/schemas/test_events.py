@@ -187,4 +187,5 @@ def test_event_types__one_class_per_union_member_keyed_by_its_tag() -> None:
         "template_changed",
         "invalidate",
         "job_status",
+        "hit_audited",
     }

@@ -68,3 +68,12 @@ def test_registry__scheduler_is_a_service_listed_for_all() -> None:
     assert registry.is_service("scheduler")
     assert "scheduler" in registry.available()
     assert not registry.is_service("traffic")
+
+
+def test_registry__the_monitor_joins_all_only_with_the_verified_matcher() -> None:
+    assert "monitor" not in registry.available()
+    assert "monitor" not in registry.available(StokerSettings())
+    assert registry.opted_out(StokerSettings()) == ["monitor"]
+    verified = StokerSettings(semantic_matcher="verified")
+    assert "monitor" in registry.available(verified) and registry.opted_out(verified) == []
+    assert registry.factory_for("monitor") is registry.monitor_handler  # `worker monitor` runs

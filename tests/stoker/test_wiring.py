@@ -54,3 +54,32 @@ def test_wiring__a_dimension_the_model_contradicts_fails_at_start(embedder) -> N
 
     with pytest.raises(ConfigError, match="384 dimensions"):
         build_embedder(StokerSettings(embedder_dim=512))
+
+
+def test_wiring__static_by_default_verified_with_its_shared_budget_when_set(redis_url: str) -> None:
+    import redis as redis_lib
+
+    from caches.matching.base import StaticThreshold
+    from caches.matching.budget import ServingLevels
+    from caches.matching.counts import RedisCounts
+    from caches.matching.verified import LADDER, VerifiedMatcher
+    from schemas.errors import ConfigError
+    from stoker.wiring import build_judge, build_matcher
+
+    r = redis_lib.Redis.from_url(redis_url)
+    matcher, budget = build_matcher(StokerSettings(redis_url=redis_url), r)
+    assert isinstance(matcher, StaticThreshold) and budget is None
+    s = StokerSettings(
+        redis_url=redis_url, semantic_matcher="verified", max_wrong_hit_rate=0.002,
+        answer_bar=0.6, budget_window_s=3600, budget_refresh_s=2,
+    )  # fmt: skip
+    matcher, budget = build_matcher(s, r)
+    assert isinstance(matcher, VerifiedMatcher) and budget is not None
+    assert isinstance(matcher.level_of, ServingLevels) and matcher.level_of.refresh_s == 2
+    assert (budget.delta, budget.levels, matcher.bar) == (0.002, len(LADDER), 0.6)
+    assert isinstance(budget.counts, RedisCounts) and budget.counts.window_s == 3600
+    judge = build_judge(s)
+    assert judge.bar == 0.6 and judge.centroid_bar == pytest.approx(0.66)
+    with pytest.raises(ConfigError, match=r"STOKER_ANSWER_BAR=0\.3 is under"):
+        build_matcher(StokerSettings(semantic_matcher="verified", answer_bar=0.3), r)
+    r.close()

@@ -34,6 +34,7 @@ def test_topics__default_partition_counts() -> None:
         "inference.invalidations": 3,
         "stoker.status": 1,
         "stoker.dlq": 1,
+        "stoker.audit": 1,
     }
 
 

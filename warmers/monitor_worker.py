@@ -1,0 +1,256 @@
+"""The wrong-hit monitor as a worker: served semantic hits from the request log, re-asked.
+
+Per batch of inference.requests (numbered as in `apply`):
+1. sample: a v2 semantic hit is audited when the hash of its event id falls under `share`
+   (so a re-delivered batch samples the same hits), and the QPS cap has a token for it (a hit
+   the cap cannot carry is dropped, counted "over_rate": the monitor keeps up with the log
+   rather than falling behind it);
+2. the served entry is read back from Redis (the log names it by namespace and key digest);
+   one gone since (expired, invalidated) is skipped;
+3. the backend is asked the logged request again, exactly as the gateway sent it;
+4. the fresh answer and the served one are embedded and judged by meaning (AnswerJudge via
+   warmers/monitor.py's Auditor: the pair bar and the number guard on the texts);
+5. a verified hit's verdict goes to the error budget's shared counts in Redis, once per request
+   (add_once: a re-delivered record is re-asked, never counted twice); a probe (the query's
+   vector with the fresh answer's) goes to the semantic store, if this process has one;
+6. one HitAudited per judged hit to stoker.audit, flushed before the batch's offsets commit.
+Bad records go to stoker.dlq (the worker's decode, as for every handler). A Redis or broker
+outage raises (retriable): the batch is read again. A backend outage does not: the hits of that
+batch go unaudited (counted "backend_error"), a sample lost, not a stalled log.
+
+Not built: exact hits served soon after an invalidation (the stale-serve half of the monitor),
+and off-peak scheduling (the cap is the only pacing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from caches import slots
+from caches.boundary import as_bytes, redis_boundary
+from caches.client import CacheClient, CacheRequest
+from caches.matching.budget import ErrorBudget, ServingLevels
+from caches.matching.verified import strength_of
+from caches.semantic.base import SemanticPoint
+from schemas.entries import CacheEntry
+from schemas.errors import BackendRejected, BackendUnavailable, StokerError
+from schemas.events import BaseEvent, Event, HitAudited, RequestLogged
+from streams.base import Handler
+from warmers import metrics as M
+from warmers.backends.base import Backend, Generation, GenerationRequest
+from warmers.monitor import Auditor, ServedHit
+from warmers.throttle import MonotonicClock, TokenBucket
+
+log = logging.getLogger(__name__)
+
+AUDIT_TOPIC = "stoker.audit"
+
+
+class AuditSink(Protocol):
+    """Where HitAudited records go (streams.publisher.EventPublisher)."""
+
+    def publish(self, logical: str, event: BaseEvent, key: str | None = None) -> None: ...
+
+    def flush(self, timeout_s: float = ...) -> None: ...
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    share: float = 0.2  # of served semantic hits (STOKER_MONITOR_SHARE)
+    qps: float = 2.0  # re-asks per second at most (STOKER_MONITOR_QPS)
+    probe_ttl_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"monitor share {self.share} must lie in [0, 1]")
+        if not self.qps > 0:
+            raise ValueError(f"monitor qps {self.qps} must be positive")
+
+
+def sampled(event_id: str, share: float) -> bool:
+    """The same answer for the same event on every delivery and every replica."""
+    h = int.from_bytes(hashlib.sha256(event_id.encode()).digest()[:8], "big")
+    return h < share * 2**64
+
+
+@dataclass(frozen=True)
+class _Pick:
+    event: RequestLogged
+    entry_key: str
+    served_prompt: str
+    served_text: str
+
+
+class MonitorHandler(Handler):
+    name = "monitor"
+    topics = ["inference.requests"]  # noqa: RUF012  (the Handler contract: a plain list)
+    # A batch waits for its re-asks (a few a second): small batches commit often and let a
+    # SIGTERM finish within its grace period.
+    batch_size = 500
+
+    def __init__(
+        self,
+        cache: CacheClient,
+        backend: Callable[[], Backend],
+        sink: AuditSink,
+        auditor: Auditor,
+        budget: ErrorBudget | None = None,
+        levels: ServingLevels | None = None,
+        options: MonitorOptions | None = None,
+    ) -> None:
+        if cache.embedder is None:
+            raise ValueError("the monitor judges answers by meaning: it needs an embedder")
+        self.cache = cache
+        self.backend = backend
+        self.sink = sink
+        self.auditor = auditor
+        self.budget = budget
+        self.levels = levels
+        self.options = options or MonitorOptions()
+        burst = max(1.0, self.options.qps)  # a second's worth after an idle spell
+        self.bucket = TokenBucket(self.options.qps, MonotonicClock(), burst=burst)
+
+    def apply(self, events: list[Event]) -> None:
+        picks = self._picks(events)  # 1, 2
+        if not picks:
+            return
+        answers = asyncio.run(self._reask(picks))  # 3
+        judged = [(p, g) for p, g in zip(picks, answers, strict=True) if g is not None]
+        if not judged:
+            return
+        audits = self._judge(judged)  # 4, 5
+        for a in audits:  # 6
+            self.sink.publish(AUDIT_TOPIC, a, key=a.tenant)
+        self.sink.flush()
+        if self.levels is not None:  # the gauges this process exports read the new counts
+            for pair in {(a.tenant, a.route) for a in audits}:
+                self.levels.level(*pair)
+
+    # -- 1, 2 --
+
+    def _picks(self, events: Sequence[Event]) -> list[_Pick]:
+        hits = [
+            e for e in events
+            if isinstance(e, RequestLogged) and e.schema_version == 2
+            and e.cache_outcome == "semantic" and e.cache_key and e.request is not None
+            and sampled(e.event_id, self.options.share)
+        ]  # fmt: skip
+        if not hits:
+            return []
+        keys = [_request(e).ns.exact_prefix + str(e.cache_key) for e in hits]
+        with redis_boundary("monitor entry read"):
+            blobs = slots.mget(self.cache.redis, keys)
+        out = []
+        for e, key, blob in zip(hits, keys, blobs, strict=True):
+            if blob is None:
+                M.audited("entry_gone")
+                continue
+            entry = CacheEntry.from_bytes(as_bytes(blob))
+            out.append(_Pick(e, key, entry.prompt, entry.response))
+        return out
+
+    # -- 3 --
+
+    async def _reask(self, picks: list[_Pick]) -> list[Generation | None]:
+        out: list[Generation | None] = []
+        async with self.backend() as backend:
+            for p in picks:
+                if not self.bucket.try_acquire():
+                    M.audited("over_rate")
+                    out.append(None)
+                    continue
+                out.append(await self._ask(backend, p.event))
+        return out
+
+    @staticmethod
+    async def _ask(backend: Backend, e: RequestLogged) -> Generation | None:
+        assert e.request is not None
+        req = GenerationRequest(
+            e.tenant, e.model_id, e.model_version, e.template_version, e.prompt, e.params,
+            e.context_docs, body=e.request.body, api=e.request.api, route=e.route,
+        )  # fmt: skip
+        try:
+            g = await backend.generate(req)
+        except (BackendUnavailable, BackendRejected) as err:
+            M.audited("backend_error")
+            log.debug("monitor re-ask of %s failed: %s", e.request_id, err)
+            return None
+        if g.finish_reason not in ("stop", "tool_calls"):
+            M.audited("cut")  # an answer cut at its length is no answer to compare
+            return None
+        return g
+
+    # -- 4, 5 --
+
+    def _judge(self, judged: list[tuple[_Pick, Generation]]) -> list[HitAudited]:
+        emb = self.cache.embedder
+        assert emb is not None
+        texts = [g.text for _, g in judged] + [p.served_text for p, _ in judged]
+        vecs = emb.inner.embed(texts)
+        n, now, out = len(judged), time.time(), []
+        for i, (p, g) in enumerate(judged):
+            e = p.event
+            req = _request(e)
+            key = req.key()
+            strength = strength_of(e.cache_rule or "")
+            hit = ServedHit(
+                key.ns, e.route or "", key.context_hash, key.params_hash, key.prompt_norm,
+                emb.embed_one(e.tenant, key.prompt_norm), p.entry_key, e.cache_score or 0.0,
+                e.cache_rule or "", strength, p.served_text, vecs[n + i],
+            )  # fmt: skip
+            audit, j, probe = self.auditor.audit(hit, g.text, vecs[i], now)
+            M.audited(j.verdict)
+            counted = False
+            if self.budget is not None and strength is not None:
+                counted = self.budget.record_once(
+                    e.tenant, hit.route, strength, wrong=not j.same, once=e.event_id
+                )
+            self._leave_probe(probe)
+            out.append(
+                HitAudited(
+                    event_id=e.event_id,
+                    request_id=e.request_id,
+                    tenant=e.tenant,
+                    model_id=e.model_id,
+                    model_version=e.model_version,
+                    template_version=e.template_version,
+                    route=hit.route,
+                    query=e.prompt,
+                    served_prompt=p.served_prompt,
+                    entry_key=str(e.cache_key),
+                    cache_outcome="semantic",
+                    score=e.cache_score,
+                    rule=audit.rule,
+                    strength=strength,
+                    verdict=j.verdict,
+                    cosine=max(-1.0, min(1.0, j.cosine)),
+                    reason=j.reason,
+                    counted=counted,
+                )
+            )
+        return out
+
+    def _leave_probe(self, probe: SemanticPoint) -> None:
+        store = self.cache.semantic
+        if store is None:
+            return
+        try:
+            store.upsert([probe])
+        except StokerError as e:  # a probe is a hint for the matcher; the verdict stands
+            log.debug("monitor probe not stored: %s", e)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def _request(e: RequestLogged) -> CacheRequest:
+    return CacheRequest(
+        e.tenant, e.model_id, e.model_version, e.template_version, e.prompt, e.params,
+        e.context_docs, e.route,
+    )  # fmt: skip
