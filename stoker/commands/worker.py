@@ -21,6 +21,7 @@ class WorkerName(StrEnum):
     deploy = "deploy"
     invalidation = "invalidation"
     scheduler = "scheduler"
+    prefixes = "prefixes"
     all = "all"
 
 
