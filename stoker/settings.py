@@ -189,7 +189,9 @@ class StokerSettings(BaseSettings):
     prefix_warm_backend_url: str | None = None
     # The hottest prefixes sent per run, and their summed tokens at most: more than the
     # backend's KV cache holds would evict the hottest (vLLM logs its "GPU KV cache size").
-    prefix_warm_top_n: int = Field(default=20, ge=1, le=10_000)
+    # The token budget is what binds (half the simulator's 131,072-token cache); the count
+    # only stops a run of many tiny prefixes.
+    prefix_warm_top_n: int = Field(default=200, ge=1, le=10_000)
     prefix_warm_token_budget: int = Field(default=65_536, ge=1)
     # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
     prefix_warm_qps: float = Field(default=2.0, gt=0, le=1_000)

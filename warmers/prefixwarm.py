@@ -38,7 +38,7 @@ NO_CACHE_HEADERS = {"Cache-Control": "no-cache, no-store"}
 class PrefixWarmOptions:
     backend_url: str
     qps: float = 2.0
-    top_n: int = 20
+    top_n: int = 200
     token_budget: int = 65_536
     max_age_s: float = 7 * 86_400.0
     concurrency: int = 4
@@ -88,8 +88,7 @@ class PrefixWarmer:
         """Step 1: the prefixes to send, hottest first."""
         o = self.options
         now = time.time() if now is None else now
-        # more than top_n from the store: the same messages of several tenants count once
-        ranked = self.store.top(model_id, o.top_n * 4, tenants, not_before=now - o.max_age_s)
+        ranked = self.store.top(model_id, o.top_n, tenants, not_before=now - o.max_age_s)
         seen: set[tuple[Any, ...]] = set()
         out: list[HotPrefix] = []
         budget = o.token_budget
