@@ -205,3 +205,40 @@ def test_settings__bad_prefix_settings_fail_naming_them(variable: str, value: st
     res = run_stoker("warm-prefixes", "--model", "m", "--dry-run", env={variable: value})
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and variable in res.stderr, res.stderr
+
+
+def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
+    kafka_bootstrap: str, unique: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The registry's deploy worker as `stoker worker deploy` builds it (settings -> wiring),
+    a ModelDeployed on Tansu, and the simulated backend over HTTP: after READY the backend's
+    prefix cache holds the hot system prompt, and the job's detail says what was warmed."""
+    from confluent_kafka import Producer
+
+    from schemas.codec import encode_event
+    from schemas.events import ModelDeployed
+    from stoker.registry import deploy_handler
+    from streams.topics import TOPICS, producer_config
+    from tests.invalidators.test_deploy import RunningWorker, statuses
+
+    _store(redis_client, 1)
+    with SimulatorThread(SIM) as sim:
+        s = StokerSettings(
+            kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=f"pw{unique}.",
+            redis_url=redis_url, semantic_enabled=False, warm_backend_url=sim.url,
+        )  # fmt: skip
+        names = ("inference.deploys", "stoker.status")
+        ensure_topics(kafka_bootstrap, {topic_name(n, s.topic_prefix): TOPICS[n] for n in names})
+        worker = RunningWorker(s, deploy_handler(s), f"g{unique}")  # type: ignore[arg-type]
+        try:
+            p = Producer(producer_config(kafka_bootstrap, embedded=True))
+            ev = ModelDeployed(deploy_id=f"d{unique}", model_id="llama", version="v2",
+                               previous_version=None)  # fmt: skip
+            p.produce(topic_name("inference.deploys", s.topic_prefix), encode_event(ev))
+            assert p.flush(10) == 0
+            seen = statuses(s, f"d{unique}", "ready", timeout_s=60)
+        finally:
+            worker.stop()
+        assert "ready" in [x.state for x in seen], [x.detail for x in seen]
+        assert "prefix warm of llama: planned 1, warmed 1 (300 tokens), failed 0" in seen[-1].detail
+        assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)  # held since the deploy
