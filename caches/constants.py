@@ -19,6 +19,9 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
     stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
+    stk:{t:<tenant>}:p:<model>                                 zset prefix digest -> requests that reached the GPU
+    stk:{t:<tenant>}:pm:<model>                                hash prefix digest -> the prefix (messages JSON)
+    stk:pi:{prefixes}:<model>                                  set of tenants with hot prefixes of the model
 
 Every component is percent-encoded (only [A-Za-z0-9._~-] stay), so ``:``, ``@``, ``{``, ``}`` and
 the glob characters ``*?[]`` never appear inside a component: SCAN MATCH patterns built from a
@@ -55,6 +58,16 @@ KIND_AUDITED: Final = "a"
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by
 # its tenants), beside the other deploy keys in the "{deploy}" slot.
 LIVE_PREFIX: Final = f"{KEY_ROOT}:live:{{deploy}}:"
+
+# Hot prompt prefixes (warmers/prefixes.py): per tenant and model, the system prompts (with
+# their template) of the requests that reached the backend, for KV prefix warming. Kept two
+# weeks after their last write: a template retired that long ago is not worth a warm.
+KIND_PREFIX_COUNTS: Final = "p"
+KIND_PREFIX_META: Final = "pm"
+# Which tenants have prefixes of a model: the warmer's way to every tenant without a SCAN on
+# every primary; one small set per model in its own slot.
+PREFIX_INDEX_PREFIX: Final = f"{KEY_ROOT}:pi:{{prefixes}}:"
+PREFIX_TTL_S: Final = 14 * 86_400
 
 # A generation key holding this value marks a retired namespace: no write for it lands again.
 RETIRED: Final = b"retired"

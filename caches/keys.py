@@ -264,3 +264,18 @@ def entry_key_namespace(key: str) -> tuple[str, str, str, str] | None:
         return None
     model, _, version = parts[1].partition("@")
     return unquote(head[len(prefix) :]), unquote(model), unquote(version), unquote(parts[2])
+
+
+def prefix_counts_key(tenant: str, model_id: str) -> str:
+    """The tenant's hot prompt prefixes of a model (zset digest -> count; warmers/prefixes.py)."""
+    return f"{tenant_tag(tenant)}:{C.KIND_PREFIX_COUNTS}:{enc(model_id)}"
+
+
+def prefix_meta_key(tenant: str, model_id: str) -> str:
+    """The prefixes themselves (hash digest -> JSON), in the same slot as their counts."""
+    return f"{tenant_tag(tenant)}:{C.KIND_PREFIX_META}:{enc(model_id)}"
+
+
+def prefix_index_key(model_id: str) -> str:
+    """The tenants with hot prefixes of a model (one set per model, its own slot)."""
+    return f"{C.PREFIX_INDEX_PREFIX}{enc(model_id)}"

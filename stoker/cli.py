@@ -24,6 +24,7 @@ from stoker.commands import sample_log as _sample_log  # noqa: F401
 from stoker.commands import sim_backend as _sim_backend  # noqa: F401
 from stoker.commands import status as _status  # noqa: F401
 from stoker.commands import warm as _warm  # noqa: F401
+from stoker.commands import warm_prefixes as _warm_prefixes  # noqa: F401
 from stoker.commands import worker as _worker  # noqa: F401
 
 

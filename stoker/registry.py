@@ -19,7 +19,7 @@ from streams.base import Handler
 HandlerFactory = Callable[[StokerSettings], Handler]
 
 # Every worker the CLI knows; one without a factory yet is "not available yet", not unknown.
-WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler", "monitor")
+WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler", "monitor", "prefixes")
 # Workers `all` runs only when the settings ask for what they serve: the monitor re-asks the
 # backend (GPU time), which only the verified matcher's error budget needs. `stoker worker
 # monitor` runs it whatever the matcher (its audits of static hits still go to stoker.audit).
@@ -88,12 +88,20 @@ def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handle
 
     r = W.build_redis(s)
     semantic = W.build_semantic(s)
-    pre: Prewarmer = prewarmer if prewarmer is not None else W.build_prewarmer(s)  # type: ignore[assignment]
+    pre: Prewarmer = prewarmer if prewarmer is not None else W.build_deploy_prewarmer(s)  # type: ignore[assignment]
     cutover = Cutover(
         r, Purger(r, semantic), W.build_status_sink(s), prewarmer=pre,
         options=W.cutover_options(s),
     )  # fmt: skip
     return DeployHandler(cutover, owns=[r, semantic])
+
+
+def prefixes_handler(s: StokerSettings) -> Handler:
+    """The hot prompt prefixes of the request log, per tenant and model, on the settings'
+    Redis (what the prefix warmer sends after a deploy or a restart)."""
+    from warmers.prefixlog import PrefixLogHandler
+
+    return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=s.prefix_min_tokens)
 
 
 def scheduler_service(s: StokerSettings) -> Service:
@@ -157,6 +165,7 @@ _BUILTIN: dict[str, HandlerFactory] = {
     "deploy": deploy_handler,
     "invalidation": invalidation_handler,
     "monitor": monitor_handler,
+    "prefixes": prefixes_handler,
 }
 _REGISTERED: dict[str, HandlerFactory] = {}
 # Workers that consume no topic, so are not Handlers.

@@ -207,6 +207,31 @@ class StokerSettings(BaseSettings):
     # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
     scheduler_lock_ttl_s: float = Field(default=30.0, gt=0)
 
+    # -- KV prefix warming (warmers/prefixes.py, warmers/prefixwarm.py) --
+    # The prefixes worker counts, per tenant and model, the system prompts of requests that
+    # reached the backend; this many per tenant and model are tracked (space-saving) ...
+    prefix_capacity: int = Field(default=200, ge=1, le=100_000)
+    # ... those shorter than this many tokens are not (one KV block of vLLM: nothing to share).
+    prefix_min_tokens: int = Field(default=16, ge=1, le=1_000_000)
+    # Warm the prefix caches of new replicas before the deploy's hot-set pre-warm (`stoker
+    # deploy`), and on `stoker warm-prefixes` after a restart. Off: the deploy does not.
+    prefix_warm_on_deploy: bool = True
+    # Where prefix warms go; unset: STOKER_WARM_BACKEND_URL. Never the gateway: they must not
+    # touch the answer cache (they also say Cache-Control: no-cache, no-store).
+    prefix_warm_backend_url: str | None = None
+    # The hottest prefixes sent per run, and their summed tokens at most: more than the
+    # backend's KV cache holds would evict the hottest (vLLM logs its "GPU KV cache size").
+    # The token budget is what binds (half the simulator's 131,072-token cache); the count
+    # only stops a run of many tiny prefixes.
+    prefix_warm_top_n: int = Field(default=200, ge=1, le=10_000)
+    prefix_warm_token_budget: int = Field(default=65_536, ge=1)
+    # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
+    prefix_warm_qps: float = Field(default=2.0, gt=0, le=1_000)
+    prefix_warm_concurrency: int = Field(default=4, ge=1, le=256)
+    prefix_warm_deadline_s: float = Field(default=120.0, gt=0, le=3_600)
+    # Prefixes not seen for this long are not warmed (a retired template).
+    prefix_warm_max_age_s: float = Field(default=7 * 86_400.0, gt=0)
+
     # -- gateway (`stoker gateway`, gateway/) --
     gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container
     gateway_port: int = Field(default=8080, ge=0, le=65_535)

@@ -41,7 +41,7 @@ from caches.semantic.edge import EdgeSemanticStore
 from gateway.app import GatewayParts
 from gateway.options import GatewayOptions
 from gateway.requestlog import KafkaLog, NullLog, RequestLog
-from invalidators.deployjob import CutoverOptions
+from invalidators.deployjob import CutoverOptions, Prewarmer
 from invalidators.purge import PurgeOptions
 from schemas.errors import BrokerUnavailable, ConfigError
 from stoker.redisconn import connect, connect_async
@@ -51,6 +51,8 @@ from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
 from warmers.budget import Budget
+from warmers.prefixes import HotPrefixes
+from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import WarmRunner
 
@@ -326,6 +328,43 @@ def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotS
     budget, and the bar READY stands for."""
     runner = runner or build_runner(s, progress=False)
     return HotSetPrewarmer(runner, default_budget(s), min_share=s.deploy_prewarm_min_share)
+
+
+def build_hot_prefixes(s: StokerSettings, r: redis.Redis | None = None) -> HotPrefixes:
+    return HotPrefixes(r if r is not None else build_redis(s), capacity=s.prefix_capacity)
+
+
+def prefix_warm_options(
+    s: StokerSettings,
+    *,
+    backend_url: str | None = None,
+    qps: float | None = None,
+    top_n: int | None = None,
+) -> PrefixWarmOptions:
+    return PrefixWarmOptions(
+        backend_url=backend_url or s.prefix_warm_backend_url or s.warm_backend_url,
+        qps=qps or s.prefix_warm_qps,
+        top_n=top_n or s.prefix_warm_top_n,
+        token_budget=s.prefix_warm_token_budget,
+        max_age_s=s.prefix_warm_max_age_s,
+        concurrency=s.prefix_warm_concurrency,
+        deadline_s=s.prefix_warm_deadline_s,
+        model=s.warm_backend_model,
+    )
+
+
+def build_prefix_warmer(s: StokerSettings, **overrides: Any) -> PrefixWarmer:
+    """The prefix warmer on the settings' Redis and backend (overrides: backend_url, qps,
+    top_n, as `stoker warm-prefixes` takes them)."""
+    return PrefixWarmer(build_hot_prefixes(s), prefix_warm_options(s, **overrides))
+
+
+def build_deploy_prewarmer(s: StokerSettings) -> Prewarmer:
+    """The deploy worker's pre-warm: the hot set, after the prefix warm when that is on."""
+    hot_set = build_prewarmer(s)
+    if not s.prefix_warm_on_deploy:
+        return hot_set
+    return PrefixWarmingPrewarmer(hot_set, build_prefix_warmer(s))
 
 
 def cutover_options(s: StokerSettings) -> CutoverOptions:

@@ -62,6 +62,21 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         ["--keys", "200", "--readers", "2", "--reads", "500", "--rounds", "1"],
         {"l1_exact_hits"},
     ),
+    "bench_prefix_warm.py": (
+        [
+            "--templates",
+            "8",
+            "--quiet-requests",
+            "12",
+            "--busy-requests",
+            "16",
+            "--learn-requests",
+            "200",
+            "--top-n",
+            "4",
+        ],
+        {"prefix_warm", "prefix_warm_busy"},
+    ),
 }
 
 

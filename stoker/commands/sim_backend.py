@@ -46,7 +46,8 @@ async def _serve(cfg: SimConfig, host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     console.print(
         f"simulated backend on http://{host}:{server.port} "
-        f"({cfg.slots} slots, queue {cfg.queue}); Ctrl-C stops it"
+        f"({cfg.slots} slots, queue {cfg.queue}, prefix cache {cfg.prefix_cache_tokens:,} "
+        "tokens); Ctrl-C stops it"
     )
     try:
         await stop.wait()
@@ -73,6 +74,12 @@ def sim_backend(
     answers: Annotated[
         Path | None, typer.Option(help="JSON object prompt -> answer (paraphrases may share)")
     ] = None,
+    prefix_cache_tokens: Annotated[
+        int, typer.Option(min=0, help="KV prefix cache capacity in tokens (0: no prefix caching)")
+    ] = 131_072,
+    prefix_block_tokens: Annotated[
+        int, typer.Option(min=1, help="tokens per cached KV block (vLLM's --block-size)")
+    ] = 16,
 ) -> None:
     """Serve a simulated GPU: latency per token, fixed batch slots, a bounded queue, 429s."""
     from warmers.backends.simulator import SimConfig
@@ -87,6 +94,8 @@ def sim_backend(
             default_max_tokens=max_tokens,
             models=tuple(model),
             answers=_load_answers(answers),
+            prefix_cache_tokens=prefix_cache_tokens,
+            prefix_block_tokens=prefix_block_tokens,
         )
     except ValueError as e:
         raise ConfigError(str(e)) from e

@@ -22,6 +22,7 @@ class WorkerName(StrEnum):
     invalidation = "invalidation"
     scheduler = "scheduler"
     monitor = "monitor"
+    prefixes = "prefixes"
     all = "all"
 
 

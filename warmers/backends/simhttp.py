@@ -1,7 +1,9 @@
 """The simulator's OpenAI-compatible HTTP face: a small HTTP/1.1 keep-alive server on asyncio.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-POST /sim/slots {"slots": n} (change capacity at run time). Usage carries `gpu_ms`, an
+GET /metrics (the prefix cache's vllm:prefix_cache_queries_total / _hits_total, in tokens, the
+counters vLLM exports), POST /sim/slots {"slots": n} (change capacity at run time), POST
+/sim/restart (empty the prefix cache, as a restart or a deploy of new weights does). Usage carries `gpu_ms`, an
 extension field, so the cache can record what a miss costs.
 
 `"stream": true` answers Server-Sent Events as OpenAI and vLLM do: `data: <chunk JSON>\n\n`
@@ -30,6 +32,7 @@ from typing import Any, Self
 
 import orjson
 
+from warmers.backends.prefixcache import PrefixCacheStats
 from warmers.backends.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
 
 LOOPBACK = "127.0.0.1"
@@ -45,6 +48,10 @@ _REASONS = {
 }
 Reply = tuple[int, Any]
 _DONE = b"data: [DONE]\n\n"
+
+
+class _Text(str):
+    """A reply body sent as plain text (Prometheus exposition), not as JSON."""
 
 
 class BadRequest(Exception):
@@ -171,11 +178,11 @@ class _Events:
     def content(self, text: str) -> bytes:
         return self._event([self._choice(text, None)])
 
-    def last(self) -> list[bytes]:
-        """The finish chunk, the usage chunk if asked for, and [DONE]."""
-        out = [self._event([self._choice(None, self.job.answer.finish_reason)])]
+    def last(self, ran: SimAnswer) -> list[bytes]:
+        """The finish chunk, the usage chunk if asked for (of the answer as it ran), and [DONE]."""
+        out = [self._event([self._choice(None, ran.finish_reason)])]
         if self.job.include_usage:
-            out.append(self._event([], usage=_usage(self.job.answer)))
+            out.append(self._event([], usage=_usage(ran)))
         return [*out, _DONE]
 
 
@@ -300,10 +307,12 @@ class SimServer:
             return _error(e.status, str(e), "invalid_request")
 
     async def _write(self, w: asyncio.StreamWriter, status: int, payload: Any, close: bool) -> None:
-        data = orjson.dumps(payload)
+        text = isinstance(payload, _Text)
+        data = payload.encode() if text else orjson.dumps(payload)
+        kind = "text/plain; version=0.0.4" if text else "application/json"
         head = (
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(data)}\r\n"
+            f"content-type: {kind}\r\ncontent-length: {len(data)}\r\n"
             + ("retry-after: 1\r\n" if status == 429 else "")
             + ("connection: close\r\n" if close else "")
             + "\r\n"
@@ -324,14 +333,14 @@ class SimServer:
 
     async def _send_events(self, out: _EventWriter, job: StreamJob) -> None:
         events = _Events(job)
-        async with self.sim.streaming(job.answer) as chunks:
+        async with self.sim.streaming(job.answer) as run:
             await out.head()
             if (first := events.first()) is not None:
                 await out.send(first)
-            async for text in chunks:
+            async for text in run.chunks:
                 await out.send(events.content(text))
         # the generation is over and its slot free: the closing events cost no GPU time
-        for event in events.last():
+        for event in events.last(run.answer):
             await out.send(event)
         await out.end()
 
@@ -346,6 +355,11 @@ class SimServer:
                 raise BadRequest("slots must be an integer >= 0")
             self.sim.set_slots(slots)
             return 200, asdict(self.sim.stats)
+        if path == "/sim/restart" and method == "POST":
+            self.sim.restart()
+            return 200, asdict(self.sim.stats)
+        if path == "/metrics" and method == "GET":
+            return 200, _Text(self._metrics())
         if path == "/health" and method == "GET":
             return 200, {"status": "ok", **asdict(self.sim.stats)}
         if path == "/v1/models" and method == "GET":
@@ -356,6 +370,22 @@ class SimServer:
     @property
     def models(self) -> tuple[str, ...]:
         return self.sim.config.models
+
+    def _metrics(self) -> str:
+        """Prometheus text: the prefix-cache counters under the names vLLM V1 exports, so a
+        dashboard or a test reads the hit rate here as it would of vLLM."""
+        st = self.sim.prefix_cache.stats
+        lines = []
+        for name, value, what in (
+            ("prefix_cache_queries", st.queries, "Prefix cache queries, in tokens."),
+            ("prefix_cache_hits", st.hits, "Prefix cache hits, in tokens."),
+        ):
+            lines += [
+                f"# HELP vllm:{name}_total {what}",
+                f"# TYPE vllm:{name}_total counter",
+                f'vllm:{name}_total{{model_name="{self.models[0]}"}} {value}',
+            ]
+        return "\n".join(lines) + "\n"
 
     @staticmethod
     def _json(body: bytes) -> dict[str, Any]:
@@ -449,6 +479,14 @@ class SimulatorThread:
 
     def set_answer(self, prompt: str, answer: str) -> None:
         self._call(self.server.sim.set_answer, prompt, answer)
+
+    def restart(self) -> None:
+        self._call(self.server.sim.restart)
+
+    def prefix_stats(self) -> PrefixCacheStats:
+        st = self.server.sim.prefix_cache.stats
+        s: PrefixCacheStats = self._call(lambda: PrefixCacheStats(st.queries, st.hits))
+        return s
 
     def stats(self) -> SimStats:
         s: SimStats = self._call(lambda: SimStats(**asdict(self.server.sim.stats)))

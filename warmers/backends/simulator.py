@@ -3,8 +3,13 @@
 Model of one generation (what `Simulator.generate` does, in order):
 1. take a batch slot at once if one is free and nobody waits; else join the FIFO queue, or get
    a 429 (`QueueFull`) when `queue` requests already wait: overload is visible, as on vLLM;
-2. hold the slot for prefill_ms_per_token * tokens_in + decode_ms_per_token * tokens_out
-   (tokens = whitespace-separated words); that time is also reported as `gpu_ms`;
+2. hold the slot for prefill_ms_per_token * (tokens_in - cached) + decode_ms_per_token *
+   tokens_out (tokens = whitespace-separated words); that time is also reported as `gpu_ms`.
+   `cached` is the prompt's leading run of token blocks the KV prefix cache holds
+   (prefixcache.py, vLLM's automatic prefix caching: on by default, SimConfig.prefix_cache_tokens
+   of capacity), looked up when the slot is taken; the prompt's blocks are held once its
+   prefill has run. A shorter prefill is all a caller sees of it, as of a real server: the
+   time to first token and gpu_ms (plus the two counters vLLM exports, on /metrics);
 3. answer as a model would (phrasing.py): the facts of the question's meaning, its specifics
    (amounts, dates, directions, names), in wording of its own. The meaning of a prompt comes
    from SimConfig.meanings (a test or demo hands over what a real model would understand:
@@ -20,6 +25,7 @@ in chunks of a few tokens as a GPU decodes them: chunk k is ready at prefill tim
 time of every token up to the end of chunk k, so the last one lands at `gpu_ms`.
 
 Capacity (`set_slots`) can change at run time; requests already holding a slot finish.
+`restart` empties the prefix cache, as a restarted server (or one with new weights) starts.
 The HTTP face lives in simhttp.py.
 """
 
@@ -33,11 +39,12 @@ import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from caches.keys import normalise_prompt
 from warmers.backends.base import FinishReason
 from warmers.backends.phrasing import render
+from warmers.backends.prefixcache import DEFAULT_BLOCK_TOKENS, PrefixCache
 
 # Source markers a prompt may carry, cited in the answer (see step 3 above).
 CITATION = re.compile(r"\[(?:tenant|doc):[^\s\[\]]{1,300}\]")
@@ -50,7 +57,9 @@ TOKENS_PER_CHUNK = 4
 @dataclass(frozen=True)
 class SimConfig:
     """Defaults resemble an 8B model on one GPU: ~0.2 ms/token prefill, ~10 ms/token decode
-    per sequence, 8 concurrent sequences; answers of 8..64 tokens (0.1-0.6 s each)."""
+    per sequence, 8 concurrent sequences; answers of 8..64 tokens (0.1-0.6 s each); a KV prefix
+    cache of 131,072 tokens (Llama-3-8B keeps 128 KiB of KV per token: ~16 GB of a 40 GB GPU
+    beside the weights), in blocks of 16 tokens (0 tokens: no prefix caching)."""
 
     slots: int = 8
     queue: int = 64
@@ -63,10 +72,14 @@ class SimConfig:
     # prompt -> meaning id: which prompts a model would answer alike (see step 3)
     meanings: Mapping[str, str] = field(default_factory=dict)
     vary_wording: bool = False
+    prefix_cache_tokens: int = 131_072
+    prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         if self.slots < 0 or self.queue < 0:
             raise ValueError("slots and queue must be >= 0")
+        if self.prefix_cache_tokens < 0 or self.prefix_block_tokens < 1:
+            raise ValueError("need prefix_cache_tokens >= 0 and prefix_block_tokens >= 1")
         if not 1 <= self.min_answer_tokens <= self.default_max_tokens:
             raise ValueError("need 1 <= min_answer_tokens <= default_max_tokens")
 
@@ -78,6 +91,19 @@ class SimAnswer:
     tokens_out: int
     gpu_ms: float
     finish_reason: FinishReason
+    # the prompt's full token blocks (prefixcache.py) and, once a slot ran it, the prompt
+    # tokens the prefix cache held: gpu_ms then counts prefill for the rest only
+    blocks: tuple[bytes, ...] = ()
+    cached_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """A streamed generation holding its slot: the answer as run (cached_tokens and gpu_ms of
+    this admission) and its chunks as they are decoded."""
+
+    answer: SimAnswer
+    chunks: AsyncIterator[str]
 
 
 @dataclass
@@ -127,6 +153,9 @@ class Simulator:
         self._meanings = {normalise_prompt(p): m for p, m in self.config.meanings.items()}
         self._calls = itertools.count()
         self.stats = SimStats(slots=self._slots)
+        self.prefix_cache = PrefixCache(
+            self.config.prefix_cache_tokens, self.config.prefix_block_tokens
+        )
 
     # -- capacity --
 
@@ -144,34 +173,61 @@ class Simulator:
     def set_answer(self, prompt: str, answer: str) -> None:
         self._answers[normalise_prompt(prompt)] = answer
 
+    def restart(self) -> None:
+        """As a restarted server, or one that loaded new weights: the prefix cache is empty."""
+        self.prefix_cache.clear()
+
     # -- one generation --
 
     async def generate(self, model: str, prompt: str, max_tokens: int | None) -> SimAnswer:
-        answer = self.answer_for(model, prompt, max_tokens)
+        asked = self.answer_for(model, prompt, max_tokens)
         async with self._slot():
-            await asyncio.sleep(answer.gpu_ms / 1000.0)
+            answer = self._admit(asked)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await asyncio.sleep(self._prefill_ms(answer) / 1000.0)
+            self.prefix_cache.insert(answer.blocks)
+            await asyncio.sleep(max(0.0, start + answer.gpu_ms / 1000.0 - loop.time()))
         self.stats.served += 1
         return answer
 
     @asynccontextmanager
     async def streaming(
         self, answer: SimAnswer, tokens_per_chunk: int = TOKENS_PER_CHUNK
-    ) -> AsyncIterator[AsyncIterator[str]]:
+    ) -> AsyncIterator[SimRun]:
         """Hold a slot for the block and give the answer's chunks as they are decoded.
 
         Entering waits for a slot or raises QueueFull, before the caller has sent anything, so
         an overload is still a plain 429. Served counts only a block that ran to its end."""
-        # aclosing: a stream cut short closes its pacer here, not whenever it is collected
-        async with self._slot(), aclosing(self._paced(answer, tokens_per_chunk)) as chunks:
-            yield chunks
+        async with self._slot():
+            ran = self._admit(answer)
+            # aclosing: a stream cut short closes its pacer here, not whenever it is collected
+            async with aclosing(self._paced(ran, tokens_per_chunk)) as chunks:
+                yield SimRun(ran, chunks)
         self.stats.served += 1
+
+    def _admit(self, answer: SimAnswer) -> SimAnswer:
+        """The answer as this slot runs it: the prefix cache's held tokens off its prefill. At
+        least the last prompt token is computed (vLLM recomputes it for the first logits)."""
+        if not answer.blocks:
+            return answer
+        held = self.prefix_cache.lookup(answer.blocks, answer.tokens_in)
+        cached = min(held, answer.tokens_in - 1)
+        gpu_ms = answer.gpu_ms - self.config.prefill_ms_per_token * cached
+        return replace(answer, cached_tokens=cached, gpu_ms=gpu_ms)
+
+    def _prefill_ms(self, answer: SimAnswer) -> float:
+        return self.config.prefill_ms_per_token * (answer.tokens_in - answer.cached_tokens)
 
     async def _paced(self, answer: SimAnswer, tokens_per_chunk: int) -> AsyncGenerator[str, None]:
         # Deadlines from one start, not sleeps in a row: the loop's wake-up lag does not add up,
         # so the stream takes gpu_ms like the non-streamed answer.
         loop = asyncio.get_running_loop()
         start = loop.time()
-        ready_ms = self.config.prefill_ms_per_token * answer.tokens_in
+        ready_ms = self._prefill_ms(answer)
+        if answer.blocks:  # the prefill runs, then its blocks are held (module docstring)
+            await asyncio.sleep(max(0.0, start + ready_ms / 1000.0 - loop.time()))
+            self.prefix_cache.insert(answer.blocks)
         for chunk, tokens in split_chunks(answer.text, tokens_per_chunk):
             ready_ms += self.config.decode_ms_per_token * tokens
             await asyncio.sleep(max(0.0, start + ready_ms / 1000.0 - loop.time()))
@@ -189,7 +245,10 @@ class Simulator:
         words = words[:limit]
         tokens_in = count_tokens(prompt)
         gpu_ms = cfg.prefill_ms_per_token * tokens_in + cfg.decode_ms_per_token * len(words)
-        return SimAnswer(" ".join(words), tokens_in, len(words), gpu_ms, finish)
+        blocks: tuple[bytes, ...] = ()
+        if self.prefix_cache.enabled:
+            blocks = tuple(self.prefix_cache.blocks(model, prompt.split()))
+        return SimAnswer(" ".join(words), tokens_in, len(words), gpu_ms, finish, blocks)
 
     def _phrase(self, model: str, prompt: str, norm: str) -> list[str]:
         cfg = self.config

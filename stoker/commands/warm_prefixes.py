@@ -1,0 +1,74 @@
+"""`stoker warm-prefixes`: send the hot prompt prefixes of a model to a backend (or show them).
+
+For a replica that restarted (its KV prefix cache is empty): run it against that replica's URL
+once it is ready, e.g. from a Kubernetes postStart hook. A deploy runs it by itself
+(STOKER_PREFIX_WARM_ON_DEPLOY) before the hot-set pre-warm.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from schemas.errors import StokerError
+from stoker.app import app, console
+from stoker.settings import StokerSettings
+
+
+@app.command("warm-prefixes")
+def warm_prefixes(
+    model: Annotated[str, typer.Option(help="model id (as the gateway logs it)")],
+    tenant: Annotated[
+        list[str] | None, typer.Option(help="only these tenants (repeatable); default all")
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible URL; default STOKER_PREFIX_WARM_BACKEND_URL"),
+    ] = None,
+    qps: Annotated[
+        float | None, typer.Option(min=0.01, help="warms a second; default STOKER_PREFIX_WARM_QPS")
+    ] = None,
+    top: Annotated[
+        int | None, typer.Option(min=1, help="prefixes at most; default STOKER_PREFIX_WARM_TOP_N")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the plan; send nothing")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """Warm the backend's KV prefix cache with the model's hottest system prompts: one
+    max_tokens=1 request each, at a capped QPS, never through the answer cache."""
+    from stoker.wiring import build_prefix_warmer
+
+    warmer = build_prefix_warmer(StokerSettings(), backend_url=backend, qps=qps, top_n=top)
+    plan = warmer.plan(model, tenant or None)
+    if dry_run:
+        if as_json:
+            rows = [
+                {"tenant": h.tenant, "digest": h.prefix.digest, "count": h.count,
+                 "tokens": h.prefix.tokens, "model": h.prefix.model}
+                for h in plan
+            ]  # fmt: skip
+            print(orjson.dumps({"model_id": model, "plan": rows}).decode())
+            return
+        t = Table(title=f"hot prefixes of {model}")
+        for col in ("#", "tenant", "requests", "tokens", "starts with"):
+            t.add_column(col)
+        for n, h in enumerate(plan, 1):
+            head = h.prefix.messages[0][1][:48] if h.prefix.messages else ""
+            t.add_row(str(n), h.tenant, f"{h.count:.0f}", str(h.prefix.tokens), head)
+        console.print(t)
+        console.print(f"{len(plan)} prefixes; dry run: nothing sent")
+        return
+    report = warmer.warm(model, tenant or None)
+    if as_json:
+        print(orjson.dumps(report.__dict__).decode())
+    else:
+        console.print(str(report))
+    if report.failed or report.left_by_deadline:
+        raise StokerError(
+            f"prefix warm incomplete: {report.failed} failed, {report.left_by_deadline} left"
+        )

@@ -1,0 +1,244 @@
+"""KV prefix warming end to end: the prefixes worker learns from the request log on Tansu, the
+warmer sends the hot prefixes to the simulated backend over HTTP, and a request after a restart
+then pays prefill only past its system prompt."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from invalidators.deployjob import NoPrewarmer
+from stoker.cli import app
+from stoker.settings import StokerSettings
+from stoker.wiring import build_deploy_prewarmer, worker_config
+from streams.topics import ensure_topics, topic_name
+from streams.worker import Worker
+from tests.cli import run_stoker
+from tests.events import encode, request
+from tests.streams.conftest import produce
+from warmers.backends.simhttp import SimulatorThread
+from warmers.backends.simulator import SimConfig
+from warmers.prefixes import HotPrefixes, Prefix
+from warmers.prefixlog import PrefixLogHandler
+from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+
+# 2 ms a prompt token, 1 ms a decoded one: a 300-token system prompt costs 0.6 s of prefill.
+SIM = SimConfig(slots=4, prefill_ms_per_token=2.0, decode_ms_per_token=1.0, default_max_tokens=8)
+runner = CliRunner()
+
+
+def system(i: int, tokens: int = 300) -> str:
+    return " ".join(f"t{i}w{j}" for j in range(tokens))
+
+
+def _v2(i: int, sys_i: int, outcome: str = "miss", tenant: str = "acme") -> bytes:
+    msgs = [{"role": "system", "content": system(sys_i)}, {"role": "user", "content": f"q {i}"}]
+    body = {"model": "sim-model", "messages": msgs, "temperature": 0, "max_tokens": 8}
+    return encode(request(i, schema_version=2, tenant=tenant, cache_outcome=outcome,
+                          request={"api": "chat", "body": body}))  # fmt: skip
+
+
+def _live_gpu_ms(sim: SimulatorThread, sys_i: int) -> float:
+    import httpx
+
+    msgs = [{"role": "system", "content": system(sys_i)}, {"role": "user", "content": "a question"}]
+    body = {"model": "sim-model", "messages": msgs, "max_tokens": 1}
+    r = httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=10)
+    r.raise_for_status()
+    return float(r.json()["usage"]["gpu_ms"])
+
+
+def test_prefix_worker__learns_hot_prefixes_from_the_request_log(
+    kafka_bootstrap: str, unique: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    prefix = f"pfx{unique}."
+    topic = topic_name("inference.requests", prefix)
+    ensure_topics(kafka_bootstrap, {topic: 1})
+    values = [_v2(i, 1) for i in range(6)] + [_v2(i, 2) for i in range(6, 9)]
+    values += [_v2(i, 3, outcome="exact") for i in range(9, 19)]  # hits: no prefill paid
+    values += [_v2(19, 4, tenant="globex")]
+    produce(kafka_bootstrap, topic, values)
+    s = StokerSettings(kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
+                       redis_url=redis_url)  # fmt: skip
+    handler = PrefixLogHandler(HotPrefixes(redis.Redis.from_url(redis_url)))
+    worker = Worker(handler, worker_config(s, handler, f"g{unique}"))
+    assert worker.run_until(lambda st: st.events >= len(values), 30)
+    assert handler.counted == 10
+    top = HotPrefixes(redis_client).top("llama", 10)
+    assert [(h.tenant, h.prefix.messages[0][1], h.count) for h in top] == [
+        ("acme", system(1), 6.0), ("acme", system(2), 3.0), ("globex", system(4), 1.0),
+    ]  # fmt: skip
+
+
+def _store(r: redis.Redis, *hot: int) -> HotPrefixes:
+    store = HotPrefixes(r)
+    for rank, i in enumerate(hot):
+        p = Prefix("sim-model", (("system", system(i)),), 300)
+        store.add("acme", "llama", [(p, 100 - rank)], now=time.time())
+    return store
+
+
+def test_prefix_warmer__after_a_restart_live_requests_skip_the_held_prefill(
+    redis_client: redis.Redis,
+) -> None:
+    store = _store(redis_client, 1, 2)
+    with SimulatorThread(SIM) as sim:
+        sim.restart()  # a deploy: new weights, nothing held
+        warmer = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=50))
+        report = warmer.warm("llama")
+        assert (report.planned, report.sent, report.warmed, report.failed) == (2, 2, 2, 0)
+        assert report.tokens == 600
+        # 288 of 302 tokens held (18 full blocks of 16): 14 tokens of prefill and one decoded
+        assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)
+        assert _live_gpu_ms(sim, 2) == pytest.approx(2.0 * 14 + 1.0)
+        assert _live_gpu_ms(sim, 3) > 2.0 * 300  # never warmed: pays it all
+        served = sim.stats().served
+    assert served == 2 + 3
+    assert redis_client.keys("stk:{t:acme}:e:*") == []  # no answer was ever cached
+
+
+def test_prefix_warmer__rate_is_capped_and_the_deadline_holds(redis_client: redis.Redis) -> None:
+    store = _store(redis_client, *range(6))
+    with SimulatorThread(SIM) as sim:
+        t0 = time.monotonic()
+        report = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=5)).warm("llama")
+        took = time.monotonic() - t0
+        assert report.warmed == 6 and took >= 5 / 5 * 0.9  # one now, then one every 0.2 s
+        late = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=1, deadline_s=1.5)).warm("llama")
+    assert late.sent < 6 and late.left_by_deadline == 6 - late.sent
+    assert late.seconds < 3
+
+
+def test_prefix_warmer__plan_keeps_the_token_budget_and_top_n(redis_client: redis.Redis) -> None:
+    store = _store(redis_client, *range(5))
+    plan = PrefixWarmer(store, PrefixWarmOptions("http://x", token_budget=700)).plan("llama")
+    assert [h.prefix.messages[0][1] for h in plan] == [system(0), system(1)]  # 600 of 700
+    plan = PrefixWarmer(store, PrefixWarmOptions("http://x", top_n=3)).plan("llama")
+    assert len(plan) == 3
+    old = PrefixWarmer(store, PrefixWarmOptions("http://x", max_age_s=60))
+    assert old.plan("llama", now=time.time() + 3600) == []
+
+
+def test_prefix_warmer__a_backend_that_is_down_fails_the_warms_not_the_run(
+    redis_client: redis.Redis,
+) -> None:
+    store = _store(redis_client, 1)
+    report = PrefixWarmer(store, PrefixWarmOptions("http://127.0.0.1:1", qps=50)).warm("llama")
+    assert (report.warmed, report.failed) == (0, 1) and "ConnectError" in report.errors[0]
+
+
+def test_prefix_warmer__bad_options_are_refused() -> None:
+    for bad in ({"qps": 0}, {"top_n": 0}, {"token_budget": 0}, {"deadline_s": 0}):
+        with pytest.raises(ValueError):
+            PrefixWarmOptions("http://x", **bad)  # type: ignore[arg-type]
+
+
+def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
+    redis_client: redis.Redis,
+) -> None:
+    store = _store(redis_client, 1)
+    with SimulatorThread(SIM) as sim:
+        pre = PrefixWarmingPrewarmer(NoPrewarmer(), PrefixWarmer(store, PrefixWarmOptions(sim.url)))
+        res = pre.prewarm("llama", "v2", "v1", None)
+        assert _live_gpu_ms(sim, 1) < 2.0 * 20
+    assert res.ok and res.warmed == 0
+    assert res.detail.startswith("skipped: no warmer configured; prefix warm of llama: planned 1")
+
+
+def test_wiring__deploy_prewarmer_has_prefix_warming_unless_turned_off(redis_url: str) -> None:
+    on = build_deploy_prewarmer(StokerSettings(redis_url=redis_url, semantic_enabled=False))
+    assert isinstance(on, PrefixWarmingPrewarmer)
+    off = build_deploy_prewarmer(
+        StokerSettings(redis_url=redis_url, semantic_enabled=False, prefix_warm_on_deploy=False)
+    )
+    assert not isinstance(off, PrefixWarmingPrewarmer)
+
+
+def test_cli__warm_prefixes_dry_run_and_warm(
+    redis_client: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(redis_client, 1, 2)
+    monkeypatch.setenv("STOKER_REDIS_URL", redis_url)
+    res = runner.invoke(app, ["warm-prefixes", "--model", "llama", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = orjson.loads(res.stdout)["plan"]
+    assert [(p["tenant"], p["tokens"]) for p in plan] == [("acme", 300), ("acme", 300)]
+    with SimulatorThread(SIM) as sim:
+        res = runner.invoke(
+            app, ["warm-prefixes", "--model", "llama", "--backend", sim.url, "--qps", "50"]
+        )
+        assert res.exit_code == 0, res.output
+        assert "warmed 2 (600 tokens), failed 0" in res.output
+        assert sim.stats().served == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["warm-prefixes"], "--model"),
+        (["warm-prefixes", "--model", "m", "--qps", "0"], "--qps"),
+        (["warm-prefixes", "--model", "m", "--top", "0"], "--top"),
+        (["sim-backend", "--port", "0", "--prefix-cache-tokens", "-1"], "--prefix-cache-tokens"),
+        (["sim-backend", "--port", "0", "--prefix-block-tokens", "0"], "--prefix-block-tokens"),
+    ],
+)
+def test_cli__bad_arguments_exit_2_naming_them(args: list[str], says: str) -> None:
+    res = run_stoker(*args)
+    assert res.returncode == 2, res.stderr
+    assert says in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("STOKER_PREFIX_WARM_QPS", "0"),
+        ("STOKER_PREFIX_WARM_TOP_N", "0"),
+        ("STOKER_PREFIX_CAPACITY", "-3"),
+        ("STOKER_PREFIX_WARM_DEADLINE_S", "nope"),
+    ],
+)
+def test_settings__bad_prefix_settings_fail_naming_them(variable: str, value: str) -> None:
+    res = run_stoker("warm-prefixes", "--model", "m", "--dry-run", env={variable: value})
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and variable in res.stderr, res.stderr
+
+
+def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
+    kafka_bootstrap: str, unique: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The registry's deploy worker as `stoker worker deploy` builds it (settings -> wiring),
+    a ModelDeployed on Tansu, and the simulated backend over HTTP: after READY the backend's
+    prefix cache holds the hot system prompt, and the job's detail says what was warmed."""
+    from confluent_kafka import Producer
+
+    from schemas.codec import encode_event
+    from schemas.events import ModelDeployed
+    from stoker.registry import deploy_handler
+    from streams.topics import TOPICS, producer_config
+    from tests.invalidators.test_deploy import RunningWorker, statuses
+
+    _store(redis_client, 1)
+    with SimulatorThread(SIM) as sim:
+        s = StokerSettings(
+            kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=f"pw{unique}.",
+            redis_url=redis_url, semantic_enabled=False, warm_backend_url=sim.url,
+        )  # fmt: skip
+        names = ("inference.deploys", "stoker.status")
+        ensure_topics(kafka_bootstrap, {topic_name(n, s.topic_prefix): TOPICS[n] for n in names})
+        worker = RunningWorker(s, deploy_handler(s), f"g{unique}")  # type: ignore[arg-type]
+        try:
+            p = Producer(producer_config(kafka_bootstrap, embedded=True))
+            ev = ModelDeployed(deploy_id=f"d{unique}", model_id="llama", version="v2",
+                               previous_version=None)  # fmt: skip
+            p.produce(topic_name("inference.deploys", s.topic_prefix), encode_event(ev))
+            assert p.flush(10) == 0
+            seen = statuses(s, f"d{unique}", "ready", timeout_s=60)
+        finally:
+            worker.stop()
+        assert "ready" in [x.state for x in seen], [x.detail for x in seen]
+        assert "prefix warm of llama: planned 1, warmed 1 (300 tokens), failed 0" in seen[-1].detail
+        assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)  # held since the deploy

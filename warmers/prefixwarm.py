@@ -1,0 +1,224 @@
+"""KV prefix warming: send each hot prompt prefix once so the backend's prefix cache holds it.
+
+After a deploy (new weights) or a replica restart, vLLM's (or SGLang's) automatic prefix cache
+is empty, and the first request of every system prompt pays its whole prefill. One run:
+1. plan: the model's most counted prefixes (warmers/prefixes.py) over its tenants, seen within
+   max_age_s, the same messages of several tenants once, cut at top_n and at token_budget
+   (summed prefix tokens: warming more than the backend's cache holds evicts the hottest);
+2. send each as `max_tokens=1`, temperature 0, the prefix and a one-token user turn, straight
+   to the backend at most `qps` a second (throttle.TokenBucket), `concurrency` at a time, with
+   `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
+   serves nor stores it: the answer cache is never read or written;
+3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed.
+A warm costs one prefill of the prefix and one decoded token; a prefix already held costs a
+token or two. Nothing is retried within a run: the next run (the next deploy, restart or
+schedule) sends again, and a run is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from schemas.errors import StokerError
+from warmers.prefixes import HotPrefix, HotPrefixes
+from warmers.throttle import MonotonicClock, TokenBucket
+
+# The user turn a warm appends: a chat template needs one, and a single token adds ~nothing.
+WARM_USER_TURN = "."
+NO_CACHE_HEADERS = {"Cache-Control": "no-cache, no-store"}
+
+
+@dataclass(frozen=True)
+class PrefixWarmOptions:
+    backend_url: str
+    qps: float = 2.0
+    top_n: int = 200
+    token_budget: int = 65_536
+    max_age_s: float = 7 * 86_400.0
+    concurrency: int = 4
+    timeout_s: float = 30.0
+    deadline_s: float = 300.0
+    model: str | None = None  # the served model name to send; None: each prefix's own
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.qps <= 0 or self.top_n < 1 or self.token_budget < 1 or self.concurrency < 1:
+            raise ValueError("need qps > 0, top_n >= 1, token_budget >= 1, concurrency >= 1")
+        if self.timeout_s <= 0 or self.deadline_s <= 0 or self.max_age_s <= 0:
+            raise ValueError("timeouts and max_age_s must be > 0")
+
+
+@dataclass
+class PrefixWarmReport:
+    model_id: str
+    planned: int = 0
+    sent: int = 0
+    warmed: int = 0
+    failed: int = 0
+    left_by_deadline: int = 0
+    tokens: int = 0  # prefix tokens of the warmed prefixes
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)  # the first few, for the report
+
+    def __str__(self) -> str:
+        late = f", {self.left_by_deadline} left at the deadline" if self.left_by_deadline else ""
+        why = f" ({self.errors[0]})" if self.errors else ""
+        return (
+            f"prefix warm of {self.model_id}: planned {self.planned}, warmed {self.warmed} "
+            f"({self.tokens:,} tokens), failed {self.failed}{why}{late} in {self.seconds:.1f} s"
+        )
+
+
+class PrefixWarmer:
+    """Plans and sends prefix warms (module docstring). `warm` blocks; `warm_async` awaits."""
+
+    def __init__(self, store: HotPrefixes, options: PrefixWarmOptions) -> None:
+        self.store = store
+        self.options = options
+
+    def plan(
+        self, model_id: str, tenants: Sequence[str] | None = None, now: float | None = None
+    ) -> list[HotPrefix]:
+        """Step 1: the prefixes to send, hottest first."""
+        o = self.options
+        now = time.time() if now is None else now
+        ranked = self.store.top(model_id, o.top_n, tenants, not_before=now - o.max_age_s)
+        seen: set[tuple[Any, ...]] = set()
+        out: list[HotPrefix] = []
+        budget = o.token_budget
+        for h in ranked:
+            ident = (o.model or h.prefix.model, h.prefix.messages)
+            if ident in seen or h.prefix.tokens > budget:
+                continue
+            seen.add(ident)
+            out.append(h)
+            budget -= h.prefix.tokens
+            if len(out) == o.top_n:
+                break
+        return out
+
+    def warm(self, model_id: str, tenants: Sequence[str] | None = None) -> PrefixWarmReport:
+        return asyncio.run(self.warm_async(model_id, tenants))
+
+    async def warm_async(
+        self, model_id: str, tenants: Sequence[str] | None = None
+    ) -> PrefixWarmReport:
+        o = self.options
+        t0 = time.monotonic()
+        plan = self.plan(model_id, tenants)
+        report = PrefixWarmReport(model_id, planned=len(plan))
+        headers = dict(NO_CACHE_HEADERS)
+        if o.api_key:
+            headers["Authorization"] = f"Bearer {o.api_key}"
+        bucket = TokenBucket(o.qps, MonotonicClock())
+        gate = asyncio.Semaphore(o.concurrency)
+        async with httpx.AsyncClient(
+            base_url=o.backend_url.rstrip("/"), headers=headers, timeout=o.timeout_s
+        ) as client:
+            tasks: list[asyncio.Task[None]] = []
+            for h in plan:  # step 2
+                left = o.deadline_s - (time.monotonic() - t0)
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(bucket.acquire(), left)
+                    await asyncio.wait_for(gate.acquire(), left)
+                except TimeoutError:
+                    break
+                report.sent += 1
+                tasks.append(asyncio.create_task(self._send(client, h, gate, report)))
+            report.left_by_deadline = len(plan) - report.sent
+            left = max(0.0, o.deadline_s - (time.monotonic() - t0))
+            _, pending = await asyncio.wait(tasks, timeout=left) if tasks else (set(), set())
+            for t in pending:  # step 3: the deadline holds for requests in flight too
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            report.failed += len(pending)
+        report.seconds = time.monotonic() - t0
+        return report
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        h: HotPrefix,
+        gate: asyncio.Semaphore,
+        report: PrefixWarmReport,
+    ) -> None:
+        body = {
+            "model": self.options.model or h.prefix.model,
+            "messages": [*h.prefix.as_messages(), {"role": "user", "content": WARM_USER_TURN}],
+            "max_tokens": 1,
+            "temperature": 0,
+            "stream": False,
+        }
+        try:
+            resp = await client.post("/v1/chat/completions", json=body)
+            error = None if resp.status_code == 200 else f"HTTP {resp.status_code}"
+        except httpx.HTTPError as e:
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            gate.release()
+        if error is None:
+            report.warmed += 1
+            report.tokens += h.prefix.tokens
+        else:
+            report.failed += 1
+            if len(report.errors) < 3:
+                report.errors.append(error)
+
+
+@dataclass(frozen=True)
+class WithPrefixWarm:
+    """A deploy pre-warm's report (invalidators.deployjob.PrewarmReport) with the prefix warm
+    that ran before it. READY's bar stays the hot set's: a prefix warm is best effort."""
+
+    inner: Any
+    prefixes: str
+
+    @property
+    def warmed(self) -> int:
+        return int(self.inner.warmed)
+
+    @property
+    def failed(self) -> int:
+        return int(self.inner.failed)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.inner.ok)
+
+    @property
+    def detail(self) -> str:
+        inner = str(self.inner.detail or f"warmed {self.warmed}, failed {self.failed}")
+        return f"{inner}; {self.prefixes}"
+
+
+class PrefixWarmingPrewarmer:
+    """The deploy cutover's pre-warm with prefix warming first: the new replicas' prefix caches
+    fill with the hot system prompts (one token each), then the hot-set pre-warm runs on them
+    with those prefixes held, so its own prefills are shorter too."""
+
+    def __init__(self, inner: Any, warmer: PrefixWarmer) -> None:
+        self.inner = inner
+        self.warmer = warmer
+
+    def prewarm(
+        self,
+        model_id: str,
+        version: str,
+        previous_version: str | None,
+        tenants: Sequence[str] | None,
+    ) -> WithPrefixWarm:
+        try:
+            summary = str(self.warmer.warm(model_id, tenants or None))
+        except StokerError as e:  # Redis down: the hot-set pre-warm decides the job's fate
+            summary = f"prefix warm of {model_id} skipped: {e}"
+        return WithPrefixWarm(
+            self.inner.prewarm(model_id, version, previous_version, tenants), summary
+        )
