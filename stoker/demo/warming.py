@@ -27,6 +27,7 @@ class DemoWarming:
         self, sc: Scenario, settings: StokerSettings, cache: CacheClient, backend_url: str
     ) -> None:
         self.sc = sc
+        self.settings = settings
         s = settings.model_copy(update={"warm_backend_url": backend_url, "warm_qps": sc.warm_qps})
         self.runner = build_runner(s, progress=False)
         # The simulated GPU's capacity is ~2,000 QPS (32 slots, ~5 ms an answer plus HTTP):
@@ -63,6 +64,15 @@ class DemoWarming:
         }
 
     def prewarmer(self) -> Prewarmer:
-        """The deploy job's pre-warm: the hot set of the current window, for the new version."""
-        budget = Budget(requests=3 * self.sc.warm_budget)
-        return HotSetPrewarmer(self.runner, budget, window=lambda: self.window)
+        """The deploy job's pre-warm: the first hours from the current window's start on the
+        simulated clock, for the new version, sized to the settings' hit bar."""
+        s = self.settings
+        hours = timedelta(hours=s.deploy_prewarm_hours)
+
+        def window() -> Window:  # the deploy hour is a scheduler hour: the window starts there
+            return Window(self.window.start, self.window.start + hours)
+
+        return HotSetPrewarmer(
+            self.runner, Budget(requests=3 * self.sc.warm_budget), window,
+            hit_bar=s.deploy_prewarm_hit_bar, min_share=s.deploy_prewarm_min_share,
+        )  # fmt: skip
