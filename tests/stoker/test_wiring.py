@@ -54,3 +54,19 @@ def test_wiring__a_dimension_the_model_contradicts_fails_at_start(embedder) -> N
 
     with pytest.raises(ConfigError, match="384 dimensions"):
         build_embedder(StokerSettings(embedder_dim=512))
+
+
+def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_settings() -> None:
+    from typing import cast
+
+    from stoker.wiring import build_prewarmer
+    from warmers.runner import WarmRunner
+
+    s = StokerSettings(
+        deploy_prewarm_hours=5, deploy_prewarm_hit_bar=0.4, deploy_prewarm_min_share=0.8,
+        warm_budget_requests=7,
+    )  # fmt: skip
+    runner = cast(WarmRunner, object())  # only handed through: no embedder to load
+    pw = build_prewarmer(s, runner)
+    assert (pw.hit_bar, pw.min_share, pw.budget.requests) == (0.4, 0.8, 7)
+    assert pw.window().hours() == 5 and pw.runner is runner
