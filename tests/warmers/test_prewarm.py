@@ -72,7 +72,7 @@ def bar_prewarmer(
 ) -> HotSetPrewarmer:
     """The real pre-warm on the HOT profile (model m, tenant acme), the 3 hours from START."""
     profile = TrafficProfile(redis_client)
-    if not profile.tenants():
+    if "acme" not in profile.tenants():
         fill(profile, _week("acme", HOT, {}))
     cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600))
     selector = HotSetSelector(profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60))
@@ -105,6 +105,18 @@ def test_prewarm__sizing_stops_at_the_bar_with_fewer_sends_than_the_budget(
         assert res.ok and res.reached == res.projected
         assert f"hit rate projected {res.projected:.1%}, reached {res.reached:.1%}" in res.detail
     assert "(bar 50.0%)" in high.detail and "planned 2 of 5 in budget" in high.detail
+
+
+def test_prewarm__each_tenant_is_sized_to_its_own_bar_so_the_biggest_cannot_take_it_all(
+    redis_client: redis.Redis, sim: SimulatorThread
+) -> None:
+    # acme's balance alone is 30% of both tenants' traffic: a cut on the total would stop there
+    fill(TrafficProfile(redis_client), _week("globex", {"where is my parcel": 15}, {}))
+    res = bar_prewarmer(redis_client, sim.url, 0.3).prewarm("m", "v2", "v1", [])
+    assert res.ok and res.tenants == () and res.expected_requests > 88
+    assert (res.planned, _landed(redis_client, "v2")) == (2, 1)
+    assert len(redis_client.keys("stk:{t:globex}:e:m@v2:*")) == 1
+    assert res.projected > 0.4  # each tenant to 30% of its own: more than 30% in all
 
 
 def test_prewarm__an_unreachable_bar_warms_the_whole_plan_and_says_so(
