@@ -178,8 +178,16 @@ class StokerSettings(BaseSettings):
     # hand flush ran at 30k keys/s) and keys per UNLINK batch.
     deploy_purge_rate: float | None = Field(default=None, gt=0)
     deploy_purge_batch: int = Field(default=1_000, ge=1)
-    # READY's bar: the share of the planned hot set that must be in the new namespace after the
-    # pre-warm; below it the pre-warm is retried, then the deploy fails (`--wait` exits 1).
+    # The pre-warm (warmers/prewarm.py) plans the hour under way and the next hours, this many
+    # in all: the first hours after cutover, the ones that would start cold.
+    deploy_prewarm_hours: int = Field(default=3, ge=1, le=24)
+    # READY's bar: the projected hit rate of those hours (expected hits of the warmed entries
+    # over the expected warmable requests). The pre-warm keeps the budget's plan only until its
+    # projection reaches the bar, and READY means the entries in place reach it; below it the
+    # pre-warm is retried, then the deploy fails (`--wait` exits 1).
+    deploy_prewarm_hit_bar: float = Field(default=0.3, gt=0.0, le=1.0)
+    # When the whole budget's plan cannot reach the bar: READY needs this share of what it can
+    # reach in place (the whole plan is warmed, the bar reported unreachable).
     deploy_prewarm_min_share: float = Field(default=0.5, ge=0.0, le=1.0)
 
     # -- stoker analyze --

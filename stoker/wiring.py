@@ -327,7 +327,10 @@ def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotS
     """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
     budget, and the bar READY stands for."""
     runner = runner or build_runner(s, progress=False)
-    return HotSetPrewarmer(runner, default_budget(s), min_share=s.deploy_prewarm_min_share)
+    return HotSetPrewarmer(
+        runner, default_budget(s), hours=s.deploy_prewarm_hours,
+        hit_bar=s.deploy_prewarm_hit_bar, min_share=s.deploy_prewarm_min_share,
+    )  # fmt: skip
 
 
 def build_hot_prefixes(s: StokerSettings, r: redis.Redis | None = None) -> HotPrefixes:

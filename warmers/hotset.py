@@ -115,6 +115,12 @@ class Plan:
     shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
     regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
     over_budget: int = 0  # clusters worth warming that the budget left out
+    # Expected warmable requests in the window per tenant (the profile's forecast, the long
+    # tail it tracks in aggregate only included): the denominator of a projected hit rate.
+    volume: dict[str, float] = field(default_factory=dict)
+    # Items already cached in the target namespace with TTL to spare (step 5): not sent, but
+    # they serve their expected hits all the same.
+    fresh: list[PlanItem] = field(default_factory=list)
 
     @property
     def spent(self) -> float:
@@ -126,6 +132,19 @@ class Plan:
 
     def warm_items(self) -> list[WarmItem]:
         return [i.item for i in self.items]
+
+    @property
+    def expected_volume(self) -> float:
+        return sum(self.volume.values())
+
+    def hit_share(self, items: Iterable[PlanItem]) -> float:
+        """The share of the window's expected warmable requests that `items` are expected to
+        serve from the cache (their expected hits, paraphrase clusters summed, over the
+        volume; 0.0 when no traffic is expected). Every request of a warmed entry counts,
+        the ones live traffic would have filled after a first miss too: it is the hit rate
+        the warmed entries alone give the window, if the profile's forecast holds."""
+        v = self.expected_volume
+        return 0.0 if v <= 0 else min(1.0, sum(i.expected_hits for i in items) / v)
 
 
 @dataclass
@@ -186,6 +205,7 @@ class HotSetSelector:
                 ranked[t] += self._clusters(ns, budget, model_version, plan)
             ranked[t].sort(key=PlanItem.rank)
             ranked[t] = self._drop_changed_context(self._drop_fresh(ranked[t], plan), plan)
+        plan.volume = volume
         self._fill(plan, ranked, volume)
         return plan
 
@@ -403,6 +423,7 @@ class HotSetSelector:
             if pttl == -1 or pttl > bar_ms:
                 left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
+                plan.fresh.append(i)
             else:
                 keep.append(i)
         return keep

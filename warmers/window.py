@@ -40,6 +40,13 @@ class Window:
         return cls(start, start + timedelta(hours=1))
 
     @classmethod
+    def from_this_hour(cls, hours: int, now: datetime | None = None) -> Window:
+        """The hour under way and the `hours` - 1 after it: the first hours after a cutover
+        that happens now (the hour under way counts whole)."""
+        start = _floor_hour(_aware(now or datetime.now(UTC)))
+        return cls(start, start + timedelta(hours=hours))
+
+    @classmethod
     def parse(cls, spec: str, now: datetime | None = None) -> Window:
         """`next-hour`, or `START..END` in ISO 8601 (naive = UTC); START rounds down to its
         hour and END up, so `10:30..11:10` warms 10:00-12:00."""

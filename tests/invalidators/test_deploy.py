@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, Producer
 
 from caches import keys as K
 from caches.client import CacheClient, CacheRequest, LookupResult
+from caches.live import LiveVersions
 from caches.semantic.edge import EdgeSemanticStore
 from invalidators.cutover import Cutover
 from invalidators.deploy import DeployHandler
@@ -58,11 +60,11 @@ class CountingWarmer:
         return PrewarmOutcome(warmed=3)
 
 
-def fill(client: CacheClient, version: str, n: int) -> list[str]:
+def fill(client: CacheClient, version: str, n: int, model: str = "llama") -> list[str]:
     keys = []
     for t in TENANTS:
         for i in range(n):
-            req = CacheRequest(t, "llama", version, "t1", f"question {i}")
+            req = CacheRequest(t, model, version, "t1", f"question {i}")
             assert client.store(client.lookup(req, use_semantic=False), f"answer {i}").landed
             keys.append(req.key().exact())
     return keys
@@ -443,59 +445,75 @@ def test_deploy_registry__factory_builds_a_handler_on_the_settings(settings: Sto
     assert not handler.runner.alive
 
 
-def _dead_backend_prewarmer(client: CacheClient) -> Any:
-    """The real hot-set pre-warm (profile, selector, shadow warmer) against a backend that is
-    down: every send fails, so the pre-warm misses its bar."""
-    from datetime import timedelta
+def _flat(text: str) -> str:
+    """The CLI's output with rich's line wrapping undone."""
+    return " ".join(text.split())
 
-    from tests.warmers.hotset_helpers import WordsEmbedder
-    from tests.warmers.hotset_helpers import fill as fill_profile
-    from tests.warmers.test_hotset import MONDAY, _week
-    from warmers.backends.openai import OpenAIBackend, RetryPolicy
-    from warmers.budget import Budget
-    from warmers.hotset import HotSetSelector
-    from warmers.prewarm import HotSetPrewarmer
-    from warmers.profile import TrafficProfile
-    from warmers.runner import WarmRunner
-    from warmers.shadow import WarmConfig
-    from warmers.window import Window
 
-    profile = TrafficProfile(client.redis)
-    fill_profile(profile, _week("acme", {"what is my balance": 20, "reset my pin": 12}, {}))
-    runner = WarmRunner(
-        HotSetSelector(profile, WordsEmbedder()),
-        CacheClient(client.redis),
-        lambda: OpenAIBackend("http://127.0.0.1:1", retry=RetryPolicy(attempts=1)),
-        WarmConfig(target_qps=100, capacity_qps=1000, ramp_s=0),
-        progress=False,
-    )
-    start = MONDAY + timedelta(days=7, hours=10)
-    return HotSetPrewarmer(
-        runner, Budget(requests=2), window=lambda: Window(start, start + timedelta(hours=1))
-    )
+def _bar_cutover(client: CacheClient, store: EdgeSemanticStore, s: StokerSettings,
+                 backend_url: str, bar: float, **opts: Any) -> Cutover:  # fmt: skip
+    """A cutover on Kafka whose pre-warm is the real one (profile, selector, shadow warmer
+    over HTTP) on tests/warmers' HOT profile: model m, tenant acme."""
+    from tests.warmers.test_prewarm import bar_prewarmer
+
+    pre = bar_prewarmer(client.redis, backend_url, bar)
+    sink = build_status_sink(s)
+    return Cutover(client.redis, Purger(client.redis, store), sink, prewarmer=pre,
+                   options=CutoverOptions(**opts))  # fmt: skip
 
 
 @pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
-def test_deploy_cli__a_prewarm_below_its_bar_fails_wait_with_the_reason(
+def test_deploy_cli__wait_reports_the_projected_and_reached_hit_rates_at_ready(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
-    old = fill(client, "v1", 3)
-    sink = build_status_sink(settings)
-    opts = CutoverOptions(max_attempts=2, retry_s=0.1)
-    cut = Cutover(
-        client.redis, Purger(client.redis, edge_store), sink,
-        prewarmer=_dead_backend_prewarmer(client), options=opts,
-    )  # fmt: skip
-    running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
-    res = stoker(
-        "deploy", "--model", "m", "--version", "v2", "--previous", "v1", "--grace", "0s",
-        "--wait", "--timeout", "60s", env=cli_env(settings),
-    )  # fmt: skip
+    from tests.warmers.conftest import FAST_SIM  # answers fit the logged max_tokens (16)
+    from warmers.backends.simhttp import SimulatorThread
+
+    with SimulatorThread(FAST_SIM) as sim:
+        cut = _bar_cutover(client, edge_store, settings, sim.url, 0.5)
+        running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+        res = stoker(
+            "deploy", "--model", "m", "--version", "v2", "--previous", "v1", "--grace", "1h",
+            "--wait", "--timeout", "60s", env=cli_env(settings),
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    job = cut.load(res.stdout.strip())
+    assert job is not None and job.phase == "grace"
+    out = _flat(res.stderr)
+    assert f"ready: grace: {job.prewarm}" in out  # the whole verdict, figures and all
+    m = re.search(r"hit rate projected ([\d.]+)%, reached ([\d.]+)% \(bar 50.0%\)", out)
+    assert m is not None, out
+    assert float(m[1]) == float(m[2]) >= 50.0
+    assert "planned 2 of 5 in budget" in out  # stopped at the bar, short of the budget
+    assert len(client.redis.keys("stk:{t:acme}:e:m@v2:*")) == 2
+
+
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
+def test_deploy_cli__a_backend_failing_most_sends_misses_the_bar_and_the_deploy_fails(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    from tests.warmers.conftest import FAST_SIM
+    from tests.warmers.test_prewarm import most_refused
+    from warmers.backends.simhttp import SimulatorThread
+
+    old = fill(client, "v1", 3, model="m")
+    with SimulatorThread(FAST_SIM) as sim, most_refused(sim.url) as broken:
+        cut = _bar_cutover(client, edge_store, settings, broken.url, 0.7, max_attempts=2,
+                           retry_s=0.1)  # fmt: skip
+        running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+        res = stoker(
+            "deploy", "--model", "m", "--version", "v2", "--previous", "v1", "--grace", "0s",
+            "--wait", "--timeout", "60s", env=cli_env(settings),
+        )  # fmt: skip
     assert res.returncode == 1, res.stderr
-    assert "failed" in res.stderr and "below its bar" in res.stderr
+    out = _flat(res.stderr)
+    assert "failed: gave up after 2 attempts: pre-warm of v2 below its bar" in out, out
+    m = re.search(r"hit rate projected ([\d.]+)%, reached ([\d.]+)% \(bar 70.0%\)", out)
+    assert m is not None and float(m[2]) < 50.0 <= 70.0 <= float(m[1]), out
     job = cut.load(res.stdout.strip())
     assert job is not None and job.phase == "failed" and job.attempts == 2
-    assert client.redis.exists(*old) == len(old)  # nothing retired, nothing purged
+    assert client.redis.exists(*old) == len(old)  # v1 neither retired nor purged
+    assert LiveVersions(client.redis).get("m") == {}  # no gateway moved to v2
 
 
 @pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")

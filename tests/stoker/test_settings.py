@@ -72,6 +72,8 @@ def test_settings__tenant_ids_follow_the_events_rule():
         ("STOKER_SEMANTIC_THRESHOLD=2", "STOKER_SEMANTIC_THRESHOLD='2': Input should be less"),
         ("STOKER_SEMANTIC_THRESHOLDS=0.5", "did you mean STOKER_SEMANTIC_THRESHOLD?"),
         ("STOKER_BOGUS=1", "unknown setting STOKER_BOGUS"),
+        ("STOKER_DEPLOY_PREWARM_HOURS=0", "STOKER_DEPLOY_PREWARM_HOURS='0': Input should be"),
+        ("STOKER_DEPLOY_PREWARM_HIT_BAR=1.5", "STOKER_DEPLOY_PREWARM_HIT_BAR='1.5': Input should"),
     ],
 )
 def test_cli__a_bad_or_unknown_setting_is_one_line_and_exit_2(variable: str, says: str):

@@ -83,3 +83,19 @@ def test_wiring__static_by_default_verified_with_its_shared_budget_when_set(redi
     with pytest.raises(ConfigError, match=r"STOKER_ANSWER_BAR=0\.3 is under"):
         build_matcher(StokerSettings(semantic_matcher="verified", answer_bar=0.3), r)
     r.close()
+
+
+def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_settings() -> None:
+    from typing import cast
+
+    from stoker.wiring import build_prewarmer
+    from warmers.runner import WarmRunner
+
+    s = StokerSettings(
+        deploy_prewarm_hours=5, deploy_prewarm_hit_bar=0.4, deploy_prewarm_min_share=0.8,
+        warm_budget_requests=7,
+    )  # fmt: skip
+    runner = cast(WarmRunner, object())  # only handed through: no embedder to load
+    pw = build_prewarmer(s, runner)
+    assert (pw.hit_bar, pw.min_share, pw.budget.requests) == (0.4, 0.8, 7)
+    assert pw.window().hours() == 5 and pw.runner is runner
