@@ -101,9 +101,14 @@ class PlanItem:
 
 @dataclass(frozen=True)
 class Skipped:
+    """A candidate the plan left out, and why; a rule or the budget that left out a cluster
+    worth something says what it was worth."""
+
     tenant: str
     query: str
     reason: str
+    expected_hits: float | None = None
+    value_ms: float | None = None
 
 
 @dataclass
@@ -123,6 +128,26 @@ class Plan:
     @property
     def expected_gpu_s_saved(self) -> float:
         return sum(max(i.value_ms, 0.0) for i in self.items) / 1000.0
+
+    @property
+    def unused(self) -> float:
+        """Budget the plan leaves unspent (requests, or GPU-seconds)."""
+        return max(0.0, self.budget.total - self.spent)
+
+    def unused_reason(self) -> str:
+        """Why budget is left, in one line ("" when all of it is spent): a plan never leaves
+        budget unused without saying so."""
+        if self.unused <= 1e-9:
+            return ""
+        why: dict[str, int] = {}
+        for sk in self.skipped:
+            key = sk.reason.split(" (")[0]
+            why[key] = why.get(key, 0) + 1
+        left = ", ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        return (
+            f"{self.unused:g} of {self.budget} unused: only {len(self.items)} candidates are "
+            f"worth a warm send" + (f" (left out: {left})" if left else " (no other candidates)")
+        )
 
     def warm_items(self) -> list[WarmItem]:
         return [i.item for i in self.items]
@@ -301,6 +326,12 @@ class HotSetSelector:
             pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members)
             if self.cfg.min_value_ms is None or pi.value_ms > self.cfg.min_value_ms:
                 out.append(pi)
+            else:
+                why = (
+                    f"below break-even (saves {hits * miss_cost:.0f} GPU ms, its warm send "
+                    f"costs {pi.warm_cost_ms:.0f})"
+                )
+                plan.skipped.append(Skipped(ns.tenant, pi.query, why, hits, pi.value_ms))
         if self.cfg.min_value_ms is None:
             # Ranked past break-even: after every query is served, the rest follow as exact
             # entries of their own, most asked first; they add no expected hits beyond the
@@ -434,6 +465,8 @@ class HotSetSelector:
                 plan.items.append(_with_reason(i, "; from leftover budget"))
             else:
                 plan.over_budget += 1
+                why = f"left out by the budget ({b} spent)"
+                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
         plan.items.sort(key=PlanItem.rank)
 
 
