@@ -48,6 +48,8 @@ from warmers.profile import MissCost, TrafficProfile, week_and_hour
 from warmers.shadow import WarmItem
 from warmers.window import Window
 
+# The weight of a query no matching day asked, times its share of every retained week.
+FALLBACK = 1e-3
 _ALL = 10**9  # "every query": top_queries sums whole hourly hashes, so the limit only trims
 
 
@@ -275,6 +277,7 @@ class HotSetSelector:
                 hits[q] = hits.get(q, 0.0) + e
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         note = ", ".join(sorted(notes)) or "no history"
+        self._fallback(tenant, model_id, template, hits, volume)
         recent, seen = self._recent(tenant, model_id, template, window)
         if seen:
             # the window's volume as the regimes forecast it, or the recent rate if none
@@ -288,6 +291,20 @@ class HotSetSelector:
                     surging += 1
             note += f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
         return _Namespace(tenant, model_id, template, hits, volume, note)
+
+    def _fallback(
+        self, tenant: str, model_id: str, template: str, hits: dict[str, float], volume: float
+    ) -> None:
+        """Whatever else the retained weeks asked, at any hour of any day, by how much: below
+        every query the forecast expects (FALLBACK of its share of those weeks), so a budget
+        ranked past break-even goes to the most asked rather than unused."""
+        weeks = self.profile.hourly_counts(tenant, model_id, template).values()
+        total = float(sum(sum(hc.warmable) for hc in weeks))
+        if not total:
+            return
+        for st in self.profile.top_queries(tenant, model_id, template, range(168), _ALL):
+            if st.qkey not in hits:
+                hits[st.qkey] = FALLBACK * st.count / total * max(volume, 1.0)
 
     def _recent(
         self, tenant: str, model_id: str, template: str, window: Window
