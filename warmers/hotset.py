@@ -8,6 +8,10 @@ For each tenant and (model, template) namespace in the traffic profile:
    the matching days x the query's share of traffic around h (a Gaussian over hours of the
    day, sigma `bandwidth_h`, plus a small `background` weight for the rest of the day, so a
    query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours;
+   then the live log's last `recent_hours`: a query surging there (its share several times what
+   the regimes forecast) is expected at its recent share x the window's volume, so a trend or
+   an incident no past day saw is warmed within the hour (the traffic worker writes the live
+   hours into the profile);
 3. the best candidates get their representative request and GPU cost per miss from the profile;
    uncacheable params or no representative are skipped with the reason;
 4. representatives are chosen greedily by the value they serve at the tenant's semantic
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -40,10 +44,12 @@ from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
 from warmers.dayclusters import DayRegimes, cluster_days
 from warmers.paraphrase import TextVectors, cover_greedy
-from warmers.profile import TrafficProfile, week_and_hour
+from warmers.profile import MissCost, TrafficProfile, week_and_hour
 from warmers.shadow import WarmItem
 from warmers.window import Window
 
+# The weight of a query no matching day asked, times its share of every retained week.
+FALLBACK = 1e-3
 _ALL = 10**9  # "every query": top_queries sums whole hourly hashes, so the limit only trims
 
 
@@ -52,6 +58,10 @@ class HotSetConfig:
     bandwidth_h: float = 1.5  # queries drift by an hour or two between days, rarely more
     # 2% weight on the rest of the day: a query asked only at 09:00 still beats one never asked
     background: float = 0.02
+    # ... or, with a grid, the weight that best predicts the latest matching day from the
+    # others (hotset._background): hour patterns where the history has them, whole-day
+    # shares where hours are noise. () : always `background`.
+    background_grid: tuple[float, ...] = (0.02, 0.1, 0.5, 100.0)
     # The candidate pool is both who may represent and what is served: the query that serves
     # the most is often a central phrasing outside the most asked few (CLINC150 sample log, 50
     # warm sends: pool 200 -> 0.88 of the oracle, 2000 -> 0.90). Cost: one embedding per new
@@ -67,6 +77,19 @@ class HotSetConfig:
     # default only those that save more GPU than their warm send costs. None: rank past break
     # even, so a budget of K buys K items (a latency SLO for first requests, the benchmark).
     min_value_ms: float | None = 0.0
+    # The live log's last hours: a query surging now (a trend, an incident no past day saw),
+    # asked at least `recent_min_count` times there at more than `recent_surge` x the share
+    # the regimes forecast, is expected in the window at its recent share. Only surges: a
+    # blend of every query's last hours adds noise that loses to the regimes (bench
+    # hot_set_shapes: 0.5 blend, drift K=200 0.96x naive; surges only, 1.05x). 0 hours: off.
+    recent_hours: int = 3
+    recent_min_count: int = 3
+    recent_surge: float = 3.0
+    # A query's GPU cost per miss is its own mean shrunk toward the namespace's by this many
+    # pseudo-misses (answer lengths vary request to request; a few long ones are noise).
+    cost_prior_misses: float = 10.0
+    # Past days count less with age (a day this old counts half); None: every day alike.
+    history_half_life_days: float | None = 7.0
 
 
 @dataclass(frozen=True)
@@ -93,17 +116,25 @@ class PlanItem:
         return self.expected_hits * self.miss_cost_ms - self.warm_cost_ms
 
     def rank(self) -> tuple[bool, float]:
-        """Sort key, best first: by value; items serving nothing new last, most asked first."""
+        """Sort key, best first: by the GPU time the warm is expected to save; items serving
+        nothing new last, most asked first. Not by value net of the warm's cost: past break
+        even every value is negative, and net ranking would put the cheapest sends first,
+        one-offs ahead of the most asked query."""
         if self.expected_hits > 0:
-            return False, -self.value_ms
+            return False, -self.expected_hits * self.miss_cost_ms
         return True, -self.own_hits * self.miss_cost_ms
 
 
 @dataclass(frozen=True)
 class Skipped:
+    """A candidate the plan left out, and why; a rule or the budget that left out a cluster
+    worth something says what it was worth."""
+
     tenant: str
     query: str
     reason: str
+    expected_hits: float | None = None
+    value_ms: float | None = None
 
 
 @dataclass
@@ -129,6 +160,26 @@ class Plan:
     @property
     def expected_gpu_s_saved(self) -> float:
         return sum(max(i.value_ms, 0.0) for i in self.items) / 1000.0
+
+    @property
+    def unused(self) -> float:
+        """Budget the plan leaves unspent (requests, or GPU-seconds)."""
+        return max(0.0, self.budget.total - self.spent)
+
+    def unused_reason(self) -> str:
+        """Why budget is left, in one line ("" when all of it is spent): a plan never leaves
+        budget unused without saying so."""
+        if self.unused <= 1e-9:
+            return ""
+        why: dict[str, int] = {}
+        for sk in self.skipped:
+            key = sk.reason.split(" (")[0]
+            why[key] = why.get(key, 0) + 1
+        left = ", ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        return (
+            f"{self.unused:g} of {self.budget} unused: only {len(self.items)} candidates are "
+            f"worth a warm send" + (f" (left out: {left})" if left else " (no other candidates)")
+        )
 
     def warm_items(self) -> list[WarmItem]:
         return [i.item for i in self.items]
@@ -179,6 +230,7 @@ class HotSetSelector:
         # Day clustering (KMeans + silhouette, ~0.5 s) depends only on the past days' counts:
         # memoised on them, so a scheduler planning every window re-clusters once a day.
         self._regimes: dict[tuple[object, ...], DayRegimes] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
 
     def plan(
         self,
@@ -233,56 +285,144 @@ class HotSetSelector:
             days = regimes.matching_days(d)
             if not days:
                 continue
-            counts, qkeys, totals = self._hourly(tenant, model_id, template, days)
-            share = self._share(counts, totals, hours)  # (queries, len(hours))
-            per_hour_volume = totals[hours] / len(days)
+            counts, qkeys, totals, weight = self._hourly(
+                tenant, model_id, template, days, window.start.date()
+            )
+            bg = self._background(tenant, model_id, template, days)
+            share = self._share(counts, totals, hours, bg)  # (queries, len(hours))
+            per_hour_volume = totals[hours] / weight
             expected = share @ per_hour_volume
             volume += float(per_hour_volume.sum())
             for q, e in zip(qkeys, expected.tolist(), strict=True):
                 hits[q] = hits.get(q, 0.0) + e
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         note = ", ".join(sorted(notes)) or "no history"
+        self._fallback(tenant, model_id, template, hits, volume)
+        recent, seen = self._recent(tenant, model_id, template, window)
+        if seen:
+            # the window's volume as the regimes forecast it, or the recent rate if none
+            ahead = volume or seen / self.cfg.recent_hours * window.hours()
+            surging = 0
+            for q, c in recent.items():
+                now = c / seen * ahead  # at its share of the last hours
+                usual = hits.get(q, 0.0)
+                if c >= self.cfg.recent_min_count and now > self.cfg.recent_surge * usual:
+                    hits[q] = now
+                    surging += 1
+            note += f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
         return _Namespace(tenant, model_id, template, hits, volume, note)
 
+    def _fallback(
+        self, tenant: str, model_id: str, template: str, hits: dict[str, float], volume: float
+    ) -> None:
+        """Whatever else the retained weeks asked, at any hour of any day, by how much: below
+        every query the forecast expects (FALLBACK of its share of those weeks), so a budget
+        ranked past break-even goes to the most asked rather than unused."""
+        weeks = self.profile.hourly_counts(tenant, model_id, template).values()
+        total = float(sum(sum(hc.warmable) for hc in weeks))
+        if not total:
+            return
+        for st in self.profile.top_queries(tenant, model_id, template, range(168), _ALL):
+            if st.qkey not in hits:
+                hits[st.qkey] = FALLBACK * st.count / total * max(volume, 1.0)
+
+    def _recent(
+        self, tenant: str, model_id: str, template: str, window: Window
+    ) -> tuple[dict[str, int], int]:
+        """Counts per query in the `recent_hours` before the window, and their total."""
+        if self.cfg.recent_hours <= 0:
+            return {}, 0
+        by_week: dict[int, list[int]] = {}
+        for i in range(1, self.cfg.recent_hours + 1):
+            week, how = week_and_hour(window.start - timedelta(hours=i))
+            by_week.setdefault(week, []).append(how)
+        hourly = self.profile.hourly_counts(tenant, model_id, template)
+        seen = sum(hourly[w].warmable[h] for w, hs in by_week.items() if w in hourly for h in hs)
+        counts: dict[str, int] = {}
+        if seen:
+            for week, hows in by_week.items():
+                for st in self.profile.top_queries(tenant, model_id, template, hows, _ALL, [week]):
+                    counts[st.qkey] = counts.get(st.qkey, 0) + st.count
+        return counts, seen
+
     def _hourly(
-        self, tenant: str, model_id: str, template: str, days: Sequence[date]
-    ) -> tuple[np.ndarray, list[str], np.ndarray]:
-        """Counts per (query, hour of day) summed over `days`, and total warmable per hour."""
-        groups: dict[tuple[int, ...], list[int]] = {}  # weekdays -> the weeks that have them all
-        per_week: dict[int, list[int]] = {}
-        for d in days:
-            week, how = week_and_hour(_midnight(d))
-            per_week.setdefault(week, []).append(how // 24)
-        for week, week_dows in per_week.items():
-            groups.setdefault(tuple(sorted(week_dows)), []).append(week)
+        self, tenant: str, model_id: str, template: str, days: Sequence[date], today: date
+    ) -> tuple[np.ndarray, list[str], np.ndarray, float]:
+        """Counts per (query, hour of day) over `days`, each day weighted by its age before
+        `today` (half-life `history_half_life_days`: last week counts half as much as this
+        one, so a trend shows), the weighted totals of warmable requests per hour, and the
+        sum of the day weights."""
+        half = self.cfg.history_half_life_days
+        weight = {d: 1.0 if half is None else 0.5 ** ((today - d).days / half) for d in days}
+        cells = [(*week_and_hour(_midnight(d)), d) for d in days]
+        reads = [(week, how + h) for week, how, _ in cells for h in range(24)]
+        got = self.profile.hour_cells(tenant, model_id, template, reads)
         index: dict[str, int] = {}
-        cells: list[tuple[int, int, int]] = []
-        for h in range(24):
-            for dows, weeks in groups.items():
-                hows = [dow * 24 + h for dow in dows]
-                for s in self.profile.top_queries(tenant, model_id, template, hows, _ALL, weeks):
-                    cells.append((index.setdefault(s.qkey, len(index)), h, s.count))
-        counts = np.zeros((len(index), 24))
-        for i, h, n in cells:
-            counts[i, h] += n
+        rows: list[tuple[int, int, float]] = []
+        for n, counts in enumerate(got):
+            day, h = cells[n // 24][2], n % 24
+            for q, c in counts.items():
+                rows.append((index.setdefault(q, len(index)), h, c * weight[day]))
+        counts_m = np.zeros((len(index), 24))
+        for i, h, c in rows:
+            counts_m[i, h] += c
         totals = np.zeros(24)
         hourly = self.profile.hourly_counts(tenant, model_id, template)
-        for d in days:
-            week, how = week_and_hour(_midnight(d))
+        for week, how, d in cells:
             if week in hourly:
-                totals += np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
-        return counts, list(index), totals
+                totals += weight[d] * np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
+        return counts_m, list(index), totals, float(sum(weight.values()))
 
-    def _share(self, counts: np.ndarray, totals: np.ndarray, hours: Sequence[int]) -> np.ndarray:
+    def _share(
+        self,
+        counts: np.ndarray,
+        totals: np.ndarray,
+        hours: Sequence[int],
+        background: float | None = None,
+    ) -> np.ndarray:
         """Each query's smoothed share of the traffic at each window hour."""
         hod = np.arange(24)
         dist = np.abs(np.asarray(hours)[:, None] - hod[None, :])
         dist = np.minimum(dist, 24 - dist)
-        w = np.exp(-(dist**2) / (2 * self.cfg.bandwidth_h**2)) + self.cfg.background
+        bg = self.cfg.background if background is None else background
+        w = np.exp(-(dist**2) / (2 * self.cfg.bandwidth_h**2)) + bg
         denom = w @ totals  # (hours,)
         denom[denom == 0] = 1.0
         out: np.ndarray = (counts @ w.T) / denom[None, :]
         return out
+
+    def _background(self, tenant: str, model_id: str, template: str, days: Sequence[date]) -> float:
+        """How much of a query's share comes from the rest of the day, chosen on the history
+        itself: the latest of `days` is predicted from the others, hour by hour, with each
+        candidate weight, and the best Poisson likelihood wins. Traffic whose mix follows
+        the hour gets a small weight; traffic whose hours are noise gets a large one (a
+        query's share of the whole day). Memoised per namespace and day."""
+        grid = self.cfg.background_grid
+        if len(grid) < 2 or len(days) < 3:
+            return self.cfg.background
+        held, rest = max(days), [d for d in days if d != max(days)]
+        memo = ("bg", tenant, model_id, template, held, len(rest))
+        if memo in self._memo:
+            return float(self._memo[memo])
+        c_rest, q_rest, t_rest, _ = self._hourly(tenant, model_id, template, rest, held)
+        c_held, q_held, t_held, _ = self._hourly(tenant, model_id, template, [held], held)
+        where = {q: i for i, q in enumerate(q_rest)}
+        best, best_ll = self.cfg.background, -np.inf
+        for bg in grid:
+            share = self._share(c_rest, t_rest, range(24), bg)  # (queries, 24)
+            lam = share * t_held[None, :]
+            ll = -float(lam.sum())
+            for i, q in enumerate(q_held):
+                j = where.get(q)
+                y = c_held[i]
+                rate = lam[j] if j is not None else np.zeros(24)
+                ll += float((y * np.log(np.maximum(rate, 1e-3))).sum())
+            if ll > best_ll:
+                best, best_ll = bg, ll
+        if len(self._memo) > 1024:
+            self._memo.clear()
+        self._memo[memo] = best
+        return best
 
     # -- steps 3-4 --
 
@@ -293,7 +433,9 @@ class HotSetSelector:
         top = [q for q in top if ns.hits[q] > 0]
         if not top:
             return []
-        costs = self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
+        costs = self._shrunk(
+            self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
+        )
         reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, top)
         rows: list[tuple[str, WarmItem, float]] = []  # qkey, warm item, gpu ms per miss
         for q in top:
@@ -321,6 +463,12 @@ class HotSetSelector:
             pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members)
             if self.cfg.min_value_ms is None or pi.value_ms > self.cfg.min_value_ms:
                 out.append(pi)
+            else:
+                why = (
+                    f"below break-even (saves {hits * miss_cost:.0f} GPU ms, its warm send "
+                    f"costs {pi.warm_cost_ms:.0f})"
+                )
+                plan.skipped.append(Skipped(ns.tenant, pi.query, why, hits, pi.value_ms))
         if self.cfg.min_value_ms is None:
             # Ranked past break-even: after every query is served, the rest follow as exact
             # entries of their own, most asked first; they add no expected hits beyond the
@@ -330,6 +478,16 @@ class HotSetSelector:
                 why = f"{ns.note}; already served by a paraphrase, warmed as an exact entry"
                 out.append(self._item(ns, row, 0.0, row[2], why, []))
         return out
+
+    def _shrunk(self, costs: dict[str, MissCost]) -> dict[str, float]:
+        """GPU ms per miss of each query, shrunk toward the namespace's mean by
+        `cost_prior_misses` pseudo-misses: a query seen missing twice does not outrank the
+        most asked one because its two answers ran long."""
+        m = self.cfg.cost_prior_misses
+        misses = sum(c.misses for c in costs.values())
+        mean = sum(c.gpu_ms for c in costs.values()) / misses if misses else 0.0
+        return {q: (c.gpu_ms + m * mean) / (c.misses + m) if c.misses + m else mean
+                for q, c in costs.items()}  # fmt: skip
 
     def _item(
         self,
@@ -357,7 +515,7 @@ class HotSetSelector:
         ns: _Namespace,
         qkey: str,
         rep: dict[str, Any] | None,
-        costs: dict[str, Any],
+        costs: dict[str, float],
         model_version: str | None,
         plan: Plan,
     ) -> tuple[str, WarmItem, float] | None:
@@ -383,7 +541,7 @@ class HotSetSelector:
         if why:
             plan.skipped.append(Skipped(ns.tenant, req.prompt, f"never cacheable ({why})"))
             return None
-        return qkey, WarmItem.of(req), costs[qkey].gpu_ms_per_miss
+        return qkey, WarmItem.of(req), costs[qkey]
 
     # -- step 5 and the budget --
 
@@ -455,6 +613,8 @@ class HotSetSelector:
                 plan.items.append(_with_reason(i, "; from leftover budget"))
             else:
                 plan.over_budget += 1
+                why = f"left out by the budget ({b} spent)"
+                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
         plan.items.sort(key=PlanItem.rank)
 
 

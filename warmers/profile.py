@@ -299,6 +299,21 @@ class TrafficProfile:
         best = heapq.nsmallest(limit, sums.items(), key=lambda row: (-row[1], row[0]))
         return [QueryStat(_s(q), n, len(used)) for q, n in best]
 
+    def hour_cells(
+        self, tenant: str, model_id: str, template_version: str, cells: Sequence[tuple[int, int]]
+    ) -> list[dict[str, int]]:
+        """Per (week, hour of week) cell, each warmable query's count there (one round trip);
+        a cell of a week no longer retained reads empty."""
+        if any(not 0 <= h < HOURS_PER_WEEK for _, h in cells):
+            raise ValueError("hours of week lie in 0..167")
+        base = _base(tenant, model_id, template_version, "n")
+        with redis_boundary("profile hour cells"):
+            pipe = self.r.pipeline(transaction=False)
+            for w, h in cells:
+                pipe.hgetall(f"{base}:{w}:{h}")
+            raws: list[dict[bytes, bytes]] = pipe.execute()
+        return [{_s(q): int(c) for q, c in raw.items()} for raw in raws]
+
     def hourly_counts(
         self, tenant: str, model_id: str, template_version: str
     ) -> dict[int, HourlyCounts]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
+import orjson
 import typer
 from rich.table import Table
 
@@ -45,6 +48,14 @@ def warm(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="print the plan; send and write nothing")
     ] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print the whole plan as JSON on stdout: every item and every candidate left "
+            "out, with its expected value and why (and the run's counts, unless --dry-run)",
+        ),
+    ] = False,
 ) -> None:
     """Plan the hot set for the window (day regimes, paraphrase clusters, hits x GPU cost, fair
     budget across tenants) and warm it through the shadow warmer at a polite rate."""
@@ -68,12 +79,21 @@ def warm(
     runner = build_runner(s, qps=qps, backend_url=backend, console=console, dry_run=dry_run)
     console.print(f"planning {win} with a budget of {budget}")
     plan = runner.plan(win, budget, tenants=tenant or None, model_version=model_version)
-    _show_plan(plan, rows=_MAX_ROWS if dry_run else 10)
+    if not json_out:
+        _show_plan(plan, rows=_MAX_ROWS if dry_run else 10)
+    elif plan.unused_reason():
+        console.print(f"budget: {plan.unused_reason()}")
+    out = plan_json(plan)
     if dry_run:
         console.print("dry run: nothing sent, nothing written")
+        if json_out:
+            sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     summary = runner.warm(plan, labels={"by": "stoker warm"})
     _show_summary(summary)
+    if json_out:
+        out["run"] = {k: v for k, v in dataclasses.asdict(summary).items() if k != "send_times"}
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     if summary.sent and not summary.cached and summary.failed:
         raise StokerError(f"warm failed: all {summary.failed} sends failed")
 
@@ -106,11 +126,44 @@ def _show_plan(plan: Plan, rows: int) -> None:
     console.print(
         f"{len(plan.items)} items, {plan.spent:.1f} of {plan.budget} "
         f"(fair shares: {shares or 'none'}); expected GPU-seconds saved "
-        f"{plan.expected_gpu_s_saved:.1f}; left out by the budget: {plan.over_budget}; "
-        f"skipped: {_fmt(skipped) or 'none'}"
+        f"{plan.expected_gpu_s_saved:.1f}; left out: {_fmt(skipped) or 'none'}"
     )
+    if plan.unused_reason():
+        console.print(f"budget: {plan.unused_reason()}")
     for ns, note in plan.regimes.items():
         console.print(f"  {ns}: draws on {note}")
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The whole plan: every item and every candidate left out, with its value and reason."""
+    return {
+        "window": {"start": plan.window.start.isoformat(), "end": plan.window.end.isoformat()},
+        "budget": str(plan.budget),
+        "spent": round(plan.spent, 3),
+        "unused": round(plan.unused, 3),
+        "unused_reason": plan.unused_reason(),
+        "expected_gpu_s_saved": round(plan.expected_gpu_s_saved, 3),
+        "shares": plan.shares,
+        "regimes": plan.regimes,
+        "items": [
+            {
+                "tenant": i.tenant, "model_id": i.model_id, "model_version": i.model_version,
+                "template_version": i.template_version, "query": i.query,
+                "cluster_size": i.cluster_size, "expected_hits": round(i.expected_hits, 4),
+                "miss_cost_ms": round(i.miss_cost_ms, 1), "warm_cost_ms": round(i.warm_cost_ms, 1),
+                "value_ms": round(i.value_ms, 1), "kept": i.reason,
+            }
+            for i in plan.items
+        ],
+        "left_out": [
+            {
+                "tenant": sk.tenant, "query": sk.query, "reason": sk.reason,
+                "expected_hits": None if sk.expected_hits is None else round(sk.expected_hits, 4),
+                "value_ms": None if sk.value_ms is None else round(sk.value_ms, 1),
+            }
+            for sk in plan.skipped
+        ],
+    }  # fmt: skip
 
 
 def _show_summary(s: WarmSummary) -> None:

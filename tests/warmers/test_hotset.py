@@ -151,3 +151,23 @@ def test_window__parse() -> None:
     for bad in ("tomorrow", "2026-11-09..2026-11-30", "2026-11-09T12:00..2026-11-09T10:00"):
         with pytest.raises(ConfigError):
             Window.parse(bad, now)
+
+
+def test_hotset__a_query_surging_in_the_last_hours_is_warmed_though_history_never_saw_it(
+    profile: TrafficProfile,
+) -> None:
+    # A week of history, then, the next Monday from 07:00 to 10:00, an incident: a query no
+    # day ever asked, 40 times. The regimes alone cannot know it; the live log's last hours do.
+    history = _week("acme", {f"usual question {i}": 10 + i for i in range(5)}, {})
+    at = MONDAY + timedelta(days=7, hours=7)
+    incident = [event(10_000 + i, "acme", "is the app down", at + timedelta(minutes=4 * i))
+                for i in range(40)]  # fmt: skip
+    fill(profile, history + incident)  # one batch: fill numbers offsets from 0
+    live = _selector(profile, cluster_threshold=0.99).plan(NEXT_MONDAY_10, Budget(requests=2))
+    assert live.items[0].query == "is the app down"
+    assert "the last 3 h (" in live.regimes["acme/m/t1"]
+    # the mechanism, not an accident of ranking: with the live hours off, it is not planned
+    off = _selector(profile, cluster_threshold=0.99, recent_hours=0)
+    assert "is the app down" not in [
+        i.query for i in off.plan(NEXT_MONDAY_10, Budget(requests=5)).items
+    ]

@@ -62,7 +62,7 @@ def test_warm_cli__dry_run_prints_the_plan_and_spends_nothing_then_a_run_warms(
     again = _stoker(["warm", "--window", WINDOW, "--budget-requests", "2"], env)
     assert again.returncode == 0, again.stderr
     # both fresh: skipped at planning (the budget goes to whatever is next, here the fillers)
-    assert "skipped: 2 cached" in again.stderr
+    assert "2 cached" in " ".join(again.stderr.split()).split("left out:")[1]
     assert "what is my balance" not in again.stderr
 
     warm_jobs = _warm_jobs(env)  # both real runs, newest first; the dry run left none
@@ -102,3 +102,33 @@ def test_warm_cli__unreachable_redis_exits_1(sim: SimulatorThread, tmp_path: Pat
            "STOKER_EMBEDDER_URL": sim.url}  # fmt: skip
     res = _stoker(["warm", "--dry-run"], env)
     assert res.returncode == 1 and "error" in res.stderr
+
+
+def test_warm_cli__json_prints_every_item_and_every_candidate_left_out_with_its_value(
+    redis_client: redis.Redis, redis_url: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    # Two queries asked at 10:00 every weekday, and fillers asked once each at every hour:
+    # most fillers are worth less than their warm send, so a budget of 50 cannot be spent,
+    # and the plan must say so, with each filler's value and the rule that left it out.
+    fill(
+        TrafficProfile(redis_client),
+        _week("acme", {"what is my balance": 20, "how do i reset my pin": 12}, {}),
+    )
+    env = _env(redis_url, sim, tmp_path)
+    args = ["warm", "--window", WINDOW, "--budget-requests", "50", "--dry-run", "--json"]
+    dry = _stoker(args, env)
+    assert dry.returncode == 0, dry.stderr
+    plan = orjson.loads(dry.stdout)
+    items = plan["items"]
+    assert {i["query"] for i in items[:2]} == {"what is my balance", "how do i reset my pin"}
+    assert all(i["value_ms"] > 0 and i["kept"] for i in items)
+    below = [o for o in plan["left_out"] if o["reason"].startswith("below break-even")]
+    assert below and all(o["value_ms"] <= 0 and o["query"].startswith("filler") for o in below)
+    n = len(items)
+    assert plan["spent"] == n < 50 and plan["unused"] == 50 - n
+    assert f"only {n} candidates" in plan["unused_reason"]
+    assert f"{len(below)} below break-even" in plan["unused_reason"]
+    # the human summary says it too (stderr; --json keeps stdout for the plan)
+    said = f"budget: {50 - n} of 50 requests unused: only {n} candidates"
+    assert said in " ".join(dry.stderr.split())
+    assert sim.stats().served == 0

@@ -1,0 +1,159 @@
+"""Hot-set coverage on traffic shapes the planner was not built for, scored at the serving threshold.
+
+For each shape of warmers/traffic_shapes.py (drift, surge, incident, longtail, quiet), a
+two-week log fills a TrafficProfile on a real redis-server through the traffic worker's observe
+path, in time order: before each window the profile holds every request before it, as a live
+traffic worker's would (so the live log of the current day counts). 12 one-hour windows of week
+2 (days 8-13 at 04:00 and 14:00; the incidents and the quiet nights fall on some of them). Per
+tenant and window, a plan for a budget of K warm sends, through the code `stoker warm` runs
+(ranked past break-even, min_value_ms=None, so K buys K items).
+
+Coverage = the share of the window's requests the warmed entries would serve: the same
+normalised text, or a cosine >= 0.92 (the serving threshold) to a warmed representative, with
+all-MiniLM-L6-v2 (no label is read: the cache cannot read them either).
+- oracle: per tenant-window, K representatives chosen by greedy maximum coverage of the window's
+  own requests (it sees the future);
+- naive: per tenant, the K most asked normalised prompts of everything before the window.
+ratio = coverage / oracle, ratio_vs_naive = coverage / naive. Goal: ratio_vs_naive >= 1.0 on
+every shape and K. plan_s_max: the slowest plan (goal <= 10 s for `stoker warm --dry-run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from _common import emit
+from bench_hot_set import DiskCachedEmbedder
+
+from caches.embedders import SentenceTransformerEmbedder
+from caches.keys import normalise_prompt
+from caches.policy import CachePolicy
+from stoker.embedded import EmbeddedStack
+from stoker.wiring import build_redis
+from streams.replay import to_event
+from warmers.budget import Budget
+from warmers.hotset import HotSetConfig, HotSetSelector
+from warmers.paraphrase import TextVectors
+from warmers.profile import TrafficProfile
+from warmers.sample_log import START
+from warmers.traffic import observe_event
+from warmers.traffic_shapes import SHAPES, ShapeSpec, generate
+from warmers.window import Window
+
+SERVE = 0.92
+WINDOWS = [START + timedelta(days=d, hours=h) for d in range(8, 14) for h in (4, 14)]
+MAX_S = 3_600  # per shape, all windows and budgets: a bound, not a target
+
+
+class Scorer:
+    """Which of a window's requests a set of warmed prompts would serve (exact, or >= SERVE)."""
+
+    def __init__(self, emb: DiskCachedEmbedder) -> None:
+        self.emb = emb
+
+    def vecs(self, texts: list[str]) -> np.ndarray:
+        return self.emb.embed(texts) if texts else np.zeros((0, self.emb.dim), np.float32)
+
+    def served(self, asked: list[str], warmed: list[str]) -> int:
+        if not asked or not warmed:
+            return 0
+        a, w = self.vecs(asked), self.vecs(sorted(set(warmed)))
+        return int(((a @ w.T).max(axis=1) >= SERVE - 1e-6).sum() + 0)
+
+    def oracle(self, asked: list[str], k: int) -> int:
+        """Greedy maximum coverage of the window's own requests by k of its prompts."""
+        uniq, counts = np.unique(np.asarray(asked, dtype=object), return_counts=True)
+        v = self.vecs(uniq.tolist())
+        near = (v @ v.T) >= SERVE - 1e-6
+        left = counts.astype(float).copy()
+        got = 0.0
+        for _ in range(min(k, len(uniq))):
+            gain = near.astype(float) @ left
+            best = int(np.argmax(gain))
+            if gain[best] <= 0:
+                break
+            got += gain[best]
+            left[near[best]] = 0.0
+        return int(got)
+
+
+def fill(profile: TrafficProfile, rows: pd.DataFrame, first: int) -> None:
+    records = rows.drop(columns=["intent"]).to_dict("records")
+    obs = [
+        observe_event(to_event(first + i, r), "shape:0", first + i) for i, r in enumerate(records)
+    ]
+    for i in range(0, len(obs), 5_000):
+        profile.write(obs[i : i + 5_000])
+
+
+def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
+    df = generate(ShapeSpec(shape))
+    df["norm"] = [normalise_prompt(p) for p in df["prompt"]]
+    scorer = Scorer(emb)
+    scorer.vecs(sorted(set(df["norm"])))  # every text once, up front (and into the disk cache)
+    emb.save()
+    tally = {k: {"ours": 0, "naive": 0, "oracle": 0} for k in ks}
+    total, plan_s, started = 0, 0.0, time.perf_counter()
+    with EmbeddedStack(kafka=False) as stack:
+        profile = TrafficProfile(build_redis(stack.settings()))
+        sel = HotSetSelector(
+            profile, TextVectors(emb), policy=CachePolicy(), config=HotSetConfig(min_value_ms=None)
+        )
+        done = 0
+        for start in WINDOWS:
+            if time.perf_counter() - started > MAX_S:
+                raise SystemExit(f"{shape}: over {MAX_S} s, stopped")
+            before = int((df["ts"] < pd.Timestamp(start)).sum())
+            fill(profile, df.iloc[done:before], done)
+            done = before
+            past = df.iloc[:before]
+            window = df[
+                (df["ts"] >= pd.Timestamp(start))
+                & (df["ts"] < pd.Timestamp(start + timedelta(hours=1)))
+            ]
+            for tenant in sorted(df["tenant"].unique()):
+                asked = window.loc[window["tenant"] == tenant, "norm"].tolist()
+                total += len(asked)
+                history = past.loc[past["tenant"] == tenant, "norm"].value_counts()
+                for k in ks:
+                    t0 = time.perf_counter()
+                    plan = sel.plan(
+                        Window(start, start + timedelta(hours=1)),
+                        Budget(requests=k),
+                        tenants=[tenant],
+                    )
+                    plan_s = max(plan_s, time.perf_counter() - t0)
+                    warmed = [normalise_prompt(i.item.request.prompt) for i in plan.items]
+                    tally[k]["ours"] += scorer.served(asked, warmed)
+                    tally[k]["naive"] += scorer.served(asked, history.index[:k].tolist())
+                    tally[k]["oracle"] += scorer.oracle(asked, k)
+    emb.save()
+    for k in ks:
+        t = tally[k]
+        emit(
+            f"hot_set_{shape}_k{k}_t092", shape=shape, k=k, windows=len(WINDOWS), requests=total,
+            coverage=round(t["ours"] / total, 4), oracle=round(t["oracle"] / total, 4),
+            naive=round(t["naive"] / total, 4), ratio=round(t["ours"] / max(t["oracle"], 1), 4),
+            ratio_vs_naive=round(t["ours"] / max(t["naive"], 1), 4), plan_s_max=round(plan_s, 2),
+        )  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--ks", default="50,200,1000")
+    ap.add_argument("--embed-cache", type=Path, default=Path("/tmp/stoker-shapes-embed.npz"))
+    args = ap.parse_args()
+    emb = DiskCachedEmbedder(SentenceTransformerEmbedder(), args.embed_cache)
+    ks = [int(x) for x in args.ks.split(",")]
+    for shape in args.shapes.split(","):
+        run_shape(shape, ks, emb)
+
+
+if __name__ == "__main__":
+    main()
