@@ -230,7 +230,7 @@ class HotSetSelector:
         # Day clustering (KMeans + silhouette, ~0.5 s) depends only on the past days' counts:
         # memoised on them, so a scheduler planning every window re-clusters once a day.
         self._regimes: dict[tuple[object, ...], DayRegimes] = {}
-        self._memo: dict[tuple[object, ...], object] = {}
+        self._memo: dict[tuple[object, ...], float] = {}
 
     def plan(
         self,
@@ -359,13 +359,13 @@ class HotSetSelector:
         got = self.profile.hour_cells(tenant, model_id, template, reads)
         index: dict[str, int] = {}
         rows: list[tuple[int, int, float]] = []
-        for n, counts in enumerate(got):
+        for n, cell in enumerate(got):
             day, h = cells[n // 24][2], n % 24
-            for q, c in counts.items():
+            for q, c in cell.items():
                 rows.append((index.setdefault(q, len(index)), h, c * weight[day]))
         counts_m = np.zeros((len(index), 24))
-        for i, h, c in rows:
-            counts_m[i, h] += c
+        for i, h, wc in rows:
+            counts_m[i, h] += wc
         totals = np.zeros(24)
         hourly = self.profile.hourly_counts(tenant, model_id, template)
         for week, how, d in cells:
