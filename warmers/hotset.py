@@ -322,9 +322,9 @@ class HotSetSelector:
         total = float(sum(sum(hc.warmable) for hc in weeks))
         if not total:
             return
-        for st in self.profile.top_queries(tenant, model_id, template, range(168), _ALL):
-            if st.qkey not in hits:
-                hits[st.qkey] = FALLBACK * st.count / total * max(volume, 1.0)
+        for q, n in self.profile.week_counts(tenant, model_id, template).items():
+            if q not in hits:
+                hits[q] = FALLBACK * n / total * max(volume, 1.0)
 
     def _recent(
         self, tenant: str, model_id: str, template: str, window: Window

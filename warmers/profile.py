@@ -299,6 +299,23 @@ class TrafficProfile:
         best = heapq.nsmallest(limit, sums.items(), key=lambda row: (-row[1], row[0]))
         return [QueryStat(_s(q), n, len(used)) for q, n in best]
 
+    def week_counts(self, tenant: str, model_id: str, template_version: str) -> dict[str, int]:
+        """Each tracked query's requests summed over the retained weeks, from the weeks'
+        summaries (one read per week; an upper bound for a query that entered a full week)."""
+        weeks = self.weeks(tenant, model_id, template_version)
+        base = _base(tenant, model_id, template_version, "s")
+        with redis_boundary("profile week counts"):
+            pipe = self.r.pipeline(transaction=False)
+            for w in weeks:
+                pipe.hgetall(f"{base}:{w}")
+            raws: list[dict[bytes, bytes]] = pipe.execute()
+        out: dict[str, int] = {}
+        for raw in raws:
+            for q, c in raw.items():
+                k = _s(q)
+                out[k] = out.get(k, 0) + int(c)
+        return out
+
     def hour_cells(
         self, tenant: str, model_id: str, template_version: str, cells: Sequence[tuple[int, int]]
     ) -> list[dict[str, int]]:

@@ -107,6 +107,13 @@ def test_profile__counts_and_costs_add_up_across_batches_and_weeks(
     assert (top.count, top.weeks) == (6, 2)
     cost = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
     assert (cost.misses, cost.gpu_ms, cost.tokens) == (6, 6 * 250.5, 6 * 15)
+    # the weeks' summaries sum to the same, and a cell reads what top_queries summed
+    assert profile.week_counts("acme", "llama", "t1") == {top.qkey: 6}
+    week, how = MONDAY_10
+    assert profile.hour_cells("acme", "llama", "t1", [(week, how), (week + 1, how)]) == [
+        {top.qkey: 5},
+        {top.qkey: 1},
+    ]
 
 
 def test_profile__cluster_key_groups_paraphrases(redis_client: redis.Redis) -> None:
