@@ -110,6 +110,6 @@ def test_benchmark__every_script_is_guarded_or_named_as_slow():
     # The slow ones need the whole CLINC150 embedding pass or minutes of wall time; they are
     # run by `make bench`, and this list keeps a new script from slipping past both.
     slow = {"bench_hot_set.py", "bench_semantic_quality.py", "bench_backend_protection.py",
-            "bench_analyze_1m.py"}  # fmt: skip
+            "bench_analyze_1m.py", "bench_hot_set_shapes.py"}  # fmt: skip
     scripts = {p.name for p in BENCH.glob("bench_*.py")}
     assert scripts == set(TINY) | slow
