@@ -44,7 +44,7 @@ from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
 from warmers.dayclusters import DayRegimes, cluster_days
 from warmers.paraphrase import TextVectors, cover_greedy
-from warmers.profile import MissCost, TrafficProfile, week_and_hour
+from warmers.profile import HourlyCounts, MissCost, TrafficProfile, daily_from, week_and_hour
 from warmers.shadow import WarmItem
 from warmers.window import Window
 
@@ -266,8 +266,9 @@ class HotSetSelector:
     def expected_hits(
         self, tenant: str, model_id: str, template: str, window: Window
     ) -> _Namespace:
-        prof = self.profile
-        daily = prof.daily_counts(tenant, model_id, template)
+        # one read of the weeks' hourly totals serves every step of this plan
+        hourly = self.profile.hourly_counts(tenant, model_id, template)
+        daily = daily_from(hourly)
         past = {d: v for d, v in daily.items() if d < window.start.date()}
         memo = (tenant, model_id, template, *((d, tuple(v)) for d, v in sorted(past.items())))
         regimes = self._regimes.get(memo)
@@ -286,9 +287,9 @@ class HotSetSelector:
             if not days:
                 continue
             counts, qkeys, totals, weight = self._hourly(
-                tenant, model_id, template, days, window.start.date()
+                tenant, model_id, template, hourly, days, window.start.date()
             )
-            bg = self._background(tenant, model_id, template, days)
+            bg = self._background(tenant, model_id, template, hourly, days)
             share = self._share(counts, totals, hours, bg)  # (queries, len(hours))
             per_hour_volume = totals[hours] / weight
             expected = share @ per_hour_volume
@@ -297,8 +298,8 @@ class HotSetSelector:
                 hits[q] = hits.get(q, 0.0) + e
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         note = ", ".join(sorted(notes)) or "no history"
-        self._fallback(tenant, model_id, template, hits, volume)
-        recent, seen = self._recent(tenant, model_id, template, window)
+        self._fallback(tenant, model_id, template, hourly, hits, volume)
+        recent, seen = self._recent(tenant, model_id, template, hourly, window)
         if seen:
             # the window's volume as the regimes forecast it, or the recent rate if none
             ahead = volume or seen / self.cfg.recent_hours * window.hours()
@@ -313,13 +314,18 @@ class HotSetSelector:
         return _Namespace(tenant, model_id, template, hits, volume, note)
 
     def _fallback(
-        self, tenant: str, model_id: str, template: str, hits: dict[str, float], volume: float
+        self,
+        tenant: str,
+        model_id: str,
+        template: str,
+        hourly: dict[int, HourlyCounts],
+        hits: dict[str, float],
+        volume: float,
     ) -> None:
         """Whatever else the retained weeks asked, at any hour of any day, by how much: below
         every query the forecast expects (FALLBACK of its share of those weeks), so a budget
         ranked past break-even goes to the most asked rather than unused."""
-        weeks = self.profile.hourly_counts(tenant, model_id, template).values()
-        total = float(sum(sum(hc.warmable) for hc in weeks))
+        total = float(sum(sum(hc.warmable) for hc in hourly.values()))
         if not total:
             return
         for q, n in self.profile.week_counts(tenant, model_id, template).items():
@@ -327,7 +333,12 @@ class HotSetSelector:
                 hits[q] = FALLBACK * n / total * max(volume, 1.0)
 
     def _recent(
-        self, tenant: str, model_id: str, template: str, window: Window
+        self,
+        tenant: str,
+        model_id: str,
+        template: str,
+        hourly: dict[int, HourlyCounts],
+        window: Window,
     ) -> tuple[dict[str, int], int]:
         """Counts per query in the `recent_hours` before the window, and their total."""
         if self.cfg.recent_hours <= 0:
@@ -336,7 +347,6 @@ class HotSetSelector:
         for i in range(1, self.cfg.recent_hours + 1):
             week, how = week_and_hour(window.start - timedelta(hours=i))
             by_week.setdefault(week, []).append(how)
-        hourly = self.profile.hourly_counts(tenant, model_id, template)
         seen = sum(hourly[w].warmable[h] for w, hs in by_week.items() if w in hourly for h in hs)
         counts: dict[str, int] = {}
         if seen:
@@ -346,7 +356,13 @@ class HotSetSelector:
         return counts, seen
 
     def _hourly(
-        self, tenant: str, model_id: str, template: str, days: Sequence[date], today: date
+        self,
+        tenant: str,
+        model_id: str,
+        template: str,
+        hourly: dict[int, HourlyCounts],
+        days: Sequence[date],
+        today: date,
     ) -> tuple[np.ndarray, list[str], np.ndarray, float]:
         """Counts per (query, hour of day) over `days`, each day weighted by its age before
         `today` (half-life `history_half_life_days`: last week counts half as much as this
@@ -367,7 +383,6 @@ class HotSetSelector:
         for i, h, wc in rows:
             counts_m[i, h] += wc
         totals = np.zeros(24)
-        hourly = self.profile.hourly_counts(tenant, model_id, template)
         for week, how, d in cells:
             if week in hourly:
                 totals += weight[d] * np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
@@ -391,7 +406,14 @@ class HotSetSelector:
         out: np.ndarray = (counts @ w.T) / denom[None, :]
         return out
 
-    def _background(self, tenant: str, model_id: str, template: str, days: Sequence[date]) -> float:
+    def _background(
+        self,
+        tenant: str,
+        model_id: str,
+        template: str,
+        hourly: dict[int, HourlyCounts],
+        days: Sequence[date],
+    ) -> float:
         """How much of a query's share comes from the rest of the day, chosen on the history
         itself: the latest of `days` is predicted from the others, hour by hour, with each
         candidate weight, and the best Poisson likelihood wins. Traffic whose mix follows
@@ -404,8 +426,8 @@ class HotSetSelector:
         memo = ("bg", tenant, model_id, template, held, len(rest))
         if memo in self._memo:
             return float(self._memo[memo])
-        c_rest, q_rest, t_rest, _ = self._hourly(tenant, model_id, template, rest, held)
-        c_held, q_held, t_held, _ = self._hourly(tenant, model_id, template, [held], held)
+        c_rest, q_rest, t_rest, _ = self._hourly(tenant, model_id, template, hourly, rest, held)
+        c_held, q_held, t_held, _ = self._hourly(tenant, model_id, template, hourly, [held], held)
         where = {q: i for i, q in enumerate(q_rest)}
         best, best_ll = self.cfg.background, -np.inf
         for bg in grid:

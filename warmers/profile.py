@@ -358,13 +358,7 @@ class TrafficProfile:
         self, tenant: str, model_id: str, template_version: str
     ) -> dict[date, list[int]]:
         """All requests per UTC day and hour (24 buckets), for clustering days into regimes."""
-        out: dict[date, list[int]] = {}
-        for w, hc in self.hourly_counts(tenant, model_id, template_version).items():
-            start = week_start(w)
-            for d in range(7):
-                hours = range(d * 24, d * 24 + 24)
-                out[start + timedelta(days=d)] = [hc.warmable[h] + hc.uncacheable[h] for h in hours]
-        return dict(sorted(out.items()))
+        return daily_from(self.hourly_counts(tenant, model_id, template_version))
 
     def miss_costs(
         self, tenant: str, model_id: str, template_version: str, qkeys: Sequence[str]
@@ -419,6 +413,17 @@ class TrafficProfile:
         with redis_boundary("profile watermarks"):
             raw: Any = self.r.hgetall(f"{tenant_tag(tenant)}:p:wm")
         return {_s(k): int(v) for k, v in raw.items()}
+
+
+def daily_from(hourly: dict[int, HourlyCounts]) -> dict[date, list[int]]:
+    """`hourly_counts`' weeks as days: all requests per UTC day and hour (24 buckets)."""
+    out: dict[date, list[int]] = {}
+    for w, hc in hourly.items():
+        start = week_start(w)
+        for d in range(7):
+            hours = range(d * 24, d * 24 + 24)
+            out[start + timedelta(days=d)] = [hc.warmable[h] + hc.uncacheable[h] for h in hours]
+    return dict(sorted(out.items()))
 
 
 def _base(tenant: str, model_id: str, template_version: str, kind: str) -> str:

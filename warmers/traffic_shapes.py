@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from warmers.sample_log import DIURNAL, START, load_clinc, one_off, vary
+from warmers.sample_log import DIURNAL, START, _zipf, load_clinc, one_off, vary
 
 SHAPES = ("drift", "surge", "incident", "longtail", "quiet")
 DAYS = 14
@@ -52,11 +52,6 @@ class ShapeSpec:
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
             raise ValueError(f"unknown traffic shape {self.shape!r}: one of {', '.join(SHAPES)}")
-
-
-def _zipf(n: int, s: float) -> np.ndarray:
-    w: np.ndarray = 1.0 / np.arange(1, n + 1) ** s
-    return w / float(w.sum())
 
 
 def _rates(spec: ShapeSpec, n_intents: int, rng: np.random.Generator) -> np.ndarray:
