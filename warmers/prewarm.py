@@ -80,6 +80,9 @@ class HotSetPrewarm:
     projected: float = 0.0  # what the kept items (and the fresh ones) are expected to serve
     reachable: float = 0.0  # the same for the whole budget's plan
     reached: float = 0.0  # the same for the items in the new namespace after the run
+    # what the sent items cost the GPU when they missed, by the profile's learned miss cost
+    # (a time-compressed simulator's own gpu_seconds understate it)
+    sent_miss_gpu_s: float = 0.0
 
     @property
     def warmed(self) -> int:
@@ -176,6 +179,7 @@ class HotSetPrewarmer:
             s.sent, s.cached, s.skipped_cached + s.skipped_uncacheable + s.skipped_negative,
             s.failed, s.refused_stale, s.gpu_seconds, s.skipped_cached, self.hit_bar,
             self.min_share, in_budget, plan.expected_volume, projected, reachable, reached,
+            sum(i.miss_cost_ms for i in plan.items[: s.sent]) / 1000.0,
         )  # fmt: skip
 
     __call__ = prewarm

@@ -90,6 +90,8 @@ class HourStats:
     requests: int = 0
     exact: int = 0
     semantic: int = 0
+    gpu_ms_live: float = 0.0  # what this hour's misses cost the GPU (the log's gpu_ms)
+    latency_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -134,14 +136,18 @@ class Scorer:
             h.semantic += outcome == "semantic"
             s.gpu_ms_saved += row["gpu_ms"]
             s.latency_ms.append(wall_ms)
+            h.latency_ms.append(wall_ms)
             self._judge(row, resp, outcome)
         else:
             if coalesced:  # another request's GPU call answered it: no GPU of its own
                 s.coalesced += 1
                 s.gpu_ms_saved += row["gpu_ms"]
+            else:
+                h.gpu_ms_live += row["gpu_ms"]
             # The simulator is time-compressed: a miss (or a wait on one) takes what the
             # row's request took the real GPU (conservative for a coalesced one).
             s.latency_ms.append(wall_ms + row["latency_ms"])
+            h.latency_ms.append(wall_ms + row["latency_ms"])
 
     def _judge(self, row: dict[str, Any], resp: httpx.Response, outcome: str) -> None:
         s = self.stats

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -69,6 +70,23 @@ def purge_progress(warm: PassResult, out: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.set_title("Model-version cutover: pre-warm, ready, grace, retire, staggered purge")
     return _save(fig, out / "purge_progress.png")
+
+
+def gpu_demand(regime: str, f: dict[str, Any], out: Path) -> Path:
+    """GPU-seconds per hour with and without warming (warm sends in the hour they go out): the
+    peak is the capacity a cluster must be provisioned for."""
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    per = f["gpu_s_per_hour"]
+    first = f["hours"][0]
+    xs = list(range(first, first + len(per["baseline"])))
+    ax.plot(xs, per["with_warming"], label=f"with warming (peak {f['peak_gpu_s']:,.0f})")
+    ax.plot(xs, per["baseline"], label=f"without (peak {f['peak_gpu_s_baseline']:,.0f})")
+    ax.bar(xs, per["warm_sends"], color="orange", alpha=0.5, label="of it, warm sends")
+    ax.set_xlabel("hour of week 2")
+    ax.set_ylabel("GPU-seconds")
+    ax.legend(loc="upper right")
+    ax.set_title(f"GPU demand per hour, TTL {f['ttl_h']} h ({regime})")
+    return _save(fig, out / f"gpu_demand_{regime}.png")
 
 
 def _save(fig: Figure, path: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from stoker.demo.client import ServeStats
 from stoker.demo.run import PassResult
+from stoker.demo.scenario import Scenario
 
 
 def figures(s: ServeStats, warm_gpu_s: float = 0.0) -> dict[str, Any]:
@@ -115,4 +117,124 @@ def print_table(report: dict[str, Any], console: Console) -> None:
         f"({d.get('ready_detail', '')}), done after {d.get('done_after_s')} s, "
         f"old-version keys left: {d.get('old_version_keys_left')}; "
         f"KB changes: {len(report['kb_changes'])} docs"
+    )
+
+
+# -- regimes: where warming pays --
+
+BUSIEST_SHARE = 0.1  # "the busiest hours": the tenth of the served hours with most requests
+POST_DEPLOY_H = 6
+
+
+def hourly_gpu(warm: PassResult, base: PassResult, hours: range) -> dict[str, list[float]]:
+    """GPU-seconds per served hour: live misses, plus (with warming) the warm sends, each in the
+    hour before the window it prepares (they go out in the 30 minutes before it)."""
+    sends = [0.0] * len(hours)
+
+    def add(hour: int, gpu_s: float) -> None:
+        i = min(max(hour - 1 - hours.start, 0), len(hours) - 1)
+        sends[i] += gpu_s
+
+    for w in warm.warm_windows:
+        add(w["hour"], w.get("gpu_seconds", 0.0))
+    deploy_h = warm.deploy.get("hour") if warm.deploy else None
+    for p in warm.prewarms:
+        add(deploy_h if deploy_h is not None else hours.start, p.sent_miss_gpu_s)
+
+    def live(s: ServeStats, h: int) -> float:
+        return s.hourly[h].gpu_ms_live / 1000.0 if h in s.hourly else 0.0
+
+    return {
+        "with_warming": [live(warm.serve, h) + sends[i] for i, h in enumerate(hours)],
+        "warm_sends": sends,
+        "baseline": [live(base.serve, h) for h in hours],
+    }
+
+
+def _hit_rate(s: ServeStats, hours: Iterable[int]) -> float:
+    rows = [s.hourly[h] for h in hours if h in s.hourly]
+    n = sum(r.requests for r in rows)
+    return sum(r.exact + r.semantic for r in rows) / n if n else 0.0
+
+
+def _busiest_latency(s: ServeStats, hours: range) -> dict[str, float]:
+    by_load = sorted((h for h in hours if h in s.hourly), key=lambda h: -s.hourly[h].requests)
+    top = by_load[: max(3, int(len(by_load) * BUSIEST_SHARE))]
+    lat = np.asarray([x for h in top for x in s.hourly[h].latency_ms] or [0.0])
+    return {
+        "p95_ms": round(float(np.percentile(lat, 95)), 1),
+        "p99_ms": round(float(np.percentile(lat, 99)), 1),
+        "hours": len(top),
+    }
+
+
+def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str, Any]:
+    """One regime's answer to "did warming pay": peak-hour and total GPU demand with against
+    without warming, warm efficiency (extra hits per warm request), the hit rate after the
+    deploy against before it, net GPU saved, latency in the busiest hours."""
+    hours = sc.served_hours
+    gpu = hourly_gpu(warm, base, hours)
+    peak_w, peak_b = max(gpu["with_warming"]), max(gpu["baseline"])
+    total_w, total_b = sum(gpu["with_warming"]), sum(gpu["baseline"])
+    sends = sum(x.get("sent", 0) for x in warm.warm_windows) + sum(p.sent for p in warm.prewarms)
+    hits = {k: s.outcomes["exact"] + s.outcomes["semantic"] for k, s in
+            (("w", warm.serve), ("b", base.serve))}  # fmt: skip
+    warm_gpu_s = sum(gpu["warm_sends"])
+    w, b = figures(warm.serve, warm_gpu_s), figures(base.serve)
+    out: dict[str, Any] = {
+        "ttl_h": sc.ttl_h,
+        "hours": [hours.start, hours.stop],
+        "warm_every_h": sc.warm_every_h,
+        "warm_horizon_h": sc.warm_horizon_h,
+        "peak_gpu_s": round(peak_w, 1),
+        "peak_gpu_s_baseline": round(peak_b, 1),
+        "peak_gpu_ratio": round(peak_w / peak_b, 4) if peak_b else None,
+        "total_gpu_s": round(total_w, 1),
+        "total_gpu_s_baseline": round(total_b, 1),
+        "total_gpu_ratio": round(total_w / total_b, 4) if total_b else None,
+        "warm_requests": sends,
+        "warm_gpu_s": round(warm_gpu_s, 1),
+        "extra_hits": hits["w"] - hits["b"],
+        "warm_efficiency": round((hits["w"] - hits["b"]) / sends, 3) if sends else None,
+        "hit_rate": w["hit_rate_total"],
+        "hit_rate_baseline": b["hit_rate_total"],
+        "net_saved_pct": w["gpu_seconds_saved_pct"],
+        "net_saved_pct_baseline": b["gpu_seconds_saved_pct"],
+        "net_saved_delta_points": round(w["gpu_seconds_saved_pct"] - b["gpu_seconds_saved_pct"], 2),
+        # the plans' own forecast of what their sends save (net of their cost), beside what
+        # the run shows: the baseline's live GPU minus the warming run's, minus the sends
+        "expected_saving_gpu_s": round(
+            sum(x.get("expected_gpu_s_saved", 0.0) for x in warm.warm_windows), 1
+        ),
+        "realised_saving_gpu_s": round(total_b - total_w, 1),
+        "busiest_hours_latency": _busiest_latency(warm.serve, hours),
+        "busiest_hours_latency_baseline": _busiest_latency(base.serve, hours),
+        "expired_entries": sum(warm.expired.values()),
+        "expired_entries_baseline": sum(base.expired.values()),
+        "gpu_s_per_hour": {k: [round(x, 2) for x in v] for k, v in gpu.items()},
+    }
+    d = sc.deploy_at_h
+    if d in hours:
+        before = range(max(hours.start, d - POST_DEPLOY_H), d)
+        after = range(d, min(hours.stop, d + POST_DEPLOY_H))
+        for key, s in (("", warm.serve), ("_baseline", base.serve)):
+            hb, ha = _hit_rate(s, before), _hit_rate(s, after)
+            out[f"hit_rate_before_deploy{key}"] = round(hb, 4)
+            out[f"hit_rate_after_deploy{key}"] = round(ha, 4)
+            out[f"post_deploy_gap_points{key}"] = round(100 * (hb - ha), 2)
+    out["verdict"] = regime_verdict(sc.regime, out)
+    return out
+
+
+def regime_verdict(name: str, f: dict[str, Any]) -> str:
+    """One line: did warming pay in this regime. It paid when it saved net GPU, or cut the
+    peak hour's demand (what a cluster is provisioned for) at little extra total GPU."""
+    net = f["net_saved_delta_points"]
+    peak, total = f.get("peak_gpu_ratio") or 1.0, f.get("total_gpu_ratio") or 1.0
+    paid = net >= 0 or (peak <= 0.95 and total <= 1.05)
+    eff = f["warm_efficiency"]
+    eff_s = "no warm requests" if eff is None else f"{eff:.2f} extra hits per warm request"
+    return (
+        f"{name}: warming {'paid' if paid else 'did not pay'}: peak-hour GPU {peak:.2f}x, "
+        f"total GPU {total:.2f}x of no warming, net GPU saved {net:+.1f} points, {eff_s}"
     )

@@ -38,6 +38,7 @@ from schemas.codec import decode_event
 from schemas.errors import StokerError
 from schemas.events import Event, JobStatus, KnowledgeBaseChanged, ModelDeployed
 from stoker.demo.client import DemoClient, Scorer, ServeStats, Truth, digest_intents, request_of
+from stoker.demo.clock import SimTTL, stored_ttl_s
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
 from stoker.registry import build_handler, deploy_handler
@@ -66,6 +67,8 @@ class PassResult:
     deploy: dict[str, Any] = field(default_factory=dict)
     invalidations: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    expired: dict[int, int] = field(default_factory=dict)  # hour -> entries the TTL expired
+    prewarms: list[Any] = field(default_factory=list)  # the deploy pre-warms (HotSetPrewarm)
 
 
 class StatusFollower:
@@ -217,10 +220,14 @@ class Pass:
         t0 = time.perf_counter()
         with EmbeddedStack() as stack, SimulatorThread(SIM) as sim:
             prefix = f"demo{uuid.uuid4().hex[:4]}."
+            ttl_s = stored_ttl_s(self.sc.ttl_h * 3600)  # on the simulated clock (SimTTL)
             settings = stack.settings(
                 kafka_broker="tansu", topic_prefix=prefix, worker_poll_s=0.05, deploy_grace_s=0,
                 gateway_lookup_budget_ms=500,  # the demo's 2 cores also run every worker
                 traffic_max_event_age_s=None,  # week 1 keeps the sample log's own dates
+                exact_ttl_s=ttl_s, semantic_ttl_s=ttl_s,
+                # entries that would expire inside the warm window are refreshed ahead
+                warm_min_ttl_left_s=self.sc.warm_horizon_h * 3600.0,
             )  # fmt: skip
             parts = build_gateway(settings, upstream_url=sim.url)
             cache = parts.gate.cache
@@ -235,6 +242,8 @@ class Pass:
                     else None
                 )
                 self._serve_weeks(settings, parts, sim, warming, bar)
+                if warming is not None:
+                    self.result.prewarms = list(warming.prewarms)
         self.result.seconds = time.perf_counter() - t0
         return self.result
 
@@ -316,12 +325,21 @@ class Pass:
         by_hour: dict[int, list[dict[str, Any]]] = {}
         for r in tr.week2:
             by_hour.setdefault(tr.hour_of(r), []).append(r)
-        kb_queue = list(
-            zip(sc.kb_change_at_h, _chunks(tr.kb_docs, sc.kb_docs_per_change), strict=False)
+        kb_queue = [
+            (h, docs)
+            for h, docs in zip(
+                sc.kb_change_at_h, _chunks(tr.kb_docs, sc.kb_docs_per_change), strict=False
+            )
+            if h in sc.served_hours
+        ]
+        clock = SimTTL(cache.redis, cache.semantic, sorted({r["model_id"] for r in tr.week2}))
+        label = f"{sc.regime}: serving week 2 " + (
+            "with warming" if self.warm else "without warming (baseline)"
         )
-        label = "serving week 2 " + ("with warming" if self.warm else "without warming (baseline)")
-        task = bar.add_task(label, total=sc.week2_hours)
-        for hour in range(sc.week2_hours):
+        task = bar.add_task(label, total=len(sc.served_hours))
+        for hour in sc.served_hours:
+            if hour > sc.first_h:
+                self.result.expired[hour] = clock.advance(1).expired
             if warming is not None and hour % sc.warm_every_h == 0:
                 self.result.warm_windows.append(warming.warm_ahead(tr.start2, hour))
             while kb_queue and kb_queue[0][0] == hour:

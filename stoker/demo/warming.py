@@ -7,7 +7,7 @@ window, not on a wall-clock trigger, so a week fits in minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
 from stoker.wiring import build_runner
 from warmers.budget import Budget
-from warmers.prewarm import HotSetPrewarmer
+from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
 from warmers.shadow import WarmConfig
 from warmers.window import Window
 
@@ -37,6 +37,7 @@ class DemoWarming:
             min_ttl_left_s=s.warm_min_ttl_left_s,
         )  # fmt: skip
         self.window = Window.next_hour()  # moved to the simulated clock by warm_ahead
+        self.prewarms: list[HotSetPrewarm] = []  # what each deploy's pre-warm did
 
     @classmethod
     def factory(cls, sc: Scenario) -> Callable[[StokerSettings, CacheClient, str], DemoWarming]:
@@ -60,6 +61,8 @@ class DemoWarming:
             "failed": s.failed,
             "achieved_qps": round(s.achieved_qps, 1),
             "gpu_seconds": round(real_gpu_s, 2),
+            # what the plan expected its sends to save, net of their cost (GPU-s equivalents)
+            "expected_gpu_s_saved": round(plan.expected_gpu_s_saved, 2),
             "sim_gpu_seconds": round(s.gpu_seconds, 3),
         }
 
@@ -70,7 +73,26 @@ class DemoWarming:
         the runs before the bar (a 3-hour window planned 15 items where 6 hours planned 67,
         and the fast run's hit rate fell 26.1% -> 24.9%)."""
         s = self.settings
-        return HotSetPrewarmer(
+        inner = HotSetPrewarmer(
             self.runner, Budget(requests=3 * self.sc.warm_budget), lambda: self.window,
             hit_bar=s.deploy_prewarm_hit_bar, min_share=s.deploy_prewarm_min_share,
         )  # fmt: skip
+        return _Recorded(inner, self.prewarms)
+
+
+class _Recorded:
+    """A pre-warmer that keeps what each run did, for the report's GPU accounting."""
+
+    def __init__(self, inner: HotSetPrewarmer, into: list[HotSetPrewarm]) -> None:
+        self.inner, self.into = inner, into
+
+    def prewarm(
+        self,
+        model_id: str,
+        version: str,
+        previous_version: str | None,
+        tenants: Sequence[str] | None,
+    ) -> HotSetPrewarm:
+        got = self.inner.prewarm(model_id, version, previous_version, tenants)
+        self.into.append(got)
+        return got

@@ -48,6 +48,13 @@ REPORT_KEYS = {
 }  # fmt: skip
 
 
+REGIME_KEYS = {
+    "peak_gpu_ratio", "total_gpu_ratio", "warm_efficiency", "post_deploy_gap_points",
+    "net_saved_delta_points", "busiest_hours_latency", "expected_saving_gpu_s",
+    "realised_saving_gpu_s", "verdict",
+}  # fmt: skip
+
+
 def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path: Path):
     """The main job, short: both passes, a deploy and KB changes, the report and its plots."""
     out = tmp_path / "demo"
@@ -65,6 +72,18 @@ def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path
     assert len(report["kb_changes"]) >= 2
     for png in ("hit_rate.png", "warm_qps.png", "purge_progress.png"):
         assert (out / png).stat().st_size > 10_000
+    # both TTL regimes, their TTLs running on the simulated clock: entries do expire, the
+    # 3-hour ones many times over in a shorter span
+    regimes = report["regimes"]
+    assert set(regimes) == {"ttl_1d", "ttl_3h"}
+    for name, f in regimes.items():
+        assert set(f) >= REGIME_KEYS, name
+        assert f["verdict"].startswith(f"{name}: warming ")
+        assert (out / f"gpu_demand_{name}.png").stat().st_size > 10_000
+        assert len(f["gpu_s_per_hour"]["baseline"]) == f["hours"][1] - f["hours"][0]
+    per_hour = {n: f["expired_entries_baseline"] / (f["hours"][1] - f["hours"][0])
+                for n, f in regimes.items()}  # fmt: skip
+    assert per_hour["ttl_3h"] > 2 * per_hour["ttl_1d"] > 0
 
 
 def test_demo__a_broken_invalidation_worker_shows_stale_hits() -> None:
