@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
@@ -78,12 +79,15 @@ def warm(
         budget = default_budget(s)
     runner = build_runner(s, qps=qps, backend_url=backend, console=console, dry_run=dry_run)
     console.print(f"planning {win} with a budget of {budget}")
+    t0 = time.perf_counter()
     plan = runner.plan(win, budget, tenants=tenant or None, model_version=model_version)
+    plan_s = time.perf_counter() - t0
+    console.print(f"planned in {plan_s:.1f} s")
     if not json_out:
         _show_plan(plan, rows=_MAX_ROWS if dry_run else 10)
     elif plan.unused_reason():
         console.print(f"budget: {plan.unused_reason()}")
-    out = plan_json(plan)
+    out = plan_json(plan) | {"plan_s": round(plan_s, 3)}
     if dry_run:
         console.print("dry run: nothing sent, nothing written")
         if json_out:
