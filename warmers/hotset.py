@@ -7,19 +7,25 @@ For each tenant and (model, template) namespace in the traffic profile:
    matching days, not the top of any one day): per window hour h, the hour's mean volume on
    the matching days x the query's share of traffic around h (a Gaussian over hours of the
    day, sigma `bandwidth_h`, plus a small `background` weight for the rest of the day, so a
-   query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours;
+   query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours,
+   and kept per hour;
    then the live log's last `recent_hours`: a query surging there (its share several times what
-   the regimes forecast) is expected at its recent share x the window's volume, so a trend or
-   an incident no past day saw is warmed within the hour (the traffic worker writes the live
-   hours into the profile);
+   the regimes forecast) is expected at its recent share x the window's volume (spread over
+   the hours as the volume is), so a trend or an incident no past day saw is warmed within
+   the hour (the traffic worker writes the live hours into the profile);
 3. the best candidates get their representative request and GPU cost per miss from the profile;
    uncacheable params or no representative are skipped with the reason;
-4. representatives are chosen greedily by the value they serve at the tenant's semantic
-   threshold (paraphrase.py: maximum coverage, each query counted for the first that serves
-   it); a cluster's value = the expected hits it adds x their GPU cost per miss - the GPU cost
-   of the one warm send. Ranked past break-even (min_value_ms=None), the queries already served
-   follow as exact entries, most asked first, with no expected hits of their own;
+4. representatives are chosen greedily by the value they serve (hits x miss cost) at the
+   tenant's semantic threshold (paraphrase.py: maximum coverage, each query counted for the
+   first that serves it); a cluster's value (`value_model`), "hits": the expected hits it adds x their GPU cost
+   per miss - the GPU cost of the one warm send; "prevented" (value.py): only the first miss,
+   which live traffic would pay before filling the entry, from the cluster's expected requests
+   per window hour, each hour priced by the forecast load of every namespace the plan reads.
+   Ranked past break-even (min_value_ms=None), the queries already served follow as exact
+   entries, most asked first, with no expected hits of their own;
 5. what is cached in the target namespace with more than `min_ttl_left_s` left is skipped;
+   valued by "prevented", so is an entry that outlives the window, and one that expires inside
+   it is valued for the hours after its expiry only (then its value is held to the bar);
 Then the budget is split fairly across tenants (budget.py) and each takes its best clusters;
 what a tenant cannot use goes to the best remaining clusters of any tenant.
 """
@@ -40,12 +46,14 @@ from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_gen_key, normalise_prompt
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
+from schemas.errors import ConfigError
 from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
 from warmers.dayclusters import DayRegimes, cluster_days
 from warmers.paraphrase import TextVectors, cover_greedy
 from warmers.profile import HourlyCounts, MissCost, TrafficProfile, daily_from, week_and_hour
 from warmers.shadow import WarmItem
+from warmers.value import Prevented, Prices, ValueModel, after_expiry, prevented
 from warmers.window import Window
 
 # The weight of a query no matching day asked, times its share of every retained week.
@@ -90,6 +98,18 @@ class HotSetConfig:
     cost_prior_misses: float = 10.0
     # Past days count less with age (a day this old counts half); None: every day alike.
     history_half_life_days: float | None = 7.0
+    # What a warm is worth (step 4). "hits": every expected hit x its miss cost, what the
+    # coverage benchmarks measure and the deploy pre-warm (sized to a hit bar) plans by;
+    # "prevented": the one miss it prevents, priced by load (value.py), for a live cache.
+    value_model: ValueModel = "hits"
+    idle_price: float = 0.2  # "prevented": a GPU-ms at idle, as a share of one at peak load
+    latency_weight: float = 0.0  # "prevented": GPU-ms per ms of first-request latency saved
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.idle_price <= 1.0:
+            raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
+        if self.latency_weight < 0:
+            raise ConfigError(f"latency weight must be >= 0, got {self.latency_weight}")
 
 
 @dataclass(frozen=True)
@@ -110,17 +130,29 @@ class PlanItem:
     item: WarmItem = field(repr=False, compare=False)
     members: tuple[str, ...] = field(default=(), repr=False)
     own_hits: float = 0.0  # the representative's own requests expected in the window
+    # Valued by the miss it prevents (value.py; all None when valued by hits):
+    p_asked: float | None = None  # the chance the entry is asked in the window (after expiry)
+    price_send: float | None = None  # the price of a GPU-ms in the send hour, 1.0 at peak
+    price_window: float | None = None  # ... in the hours it is first asked in, P-weighted
+    prevented_ms: float | None = None  # Σ_k P_k x the prevented miss's value at hour k
+    rates: tuple[float, ...] = field(default=(), repr=False, compare=False)  # λ per hour
 
     @property
     def value_ms(self) -> float:
+        """Expected GPU-ms (equivalent, at peak price when priced) saved net of the warm's
+        cost: under either value model; > 0 pays for its send."""
+        if self.prevented_ms is not None:
+            return self.prevented_ms - self.warm_cost_ms * (self.price_send or 0.0)
         return self.expected_hits * self.miss_cost_ms - self.warm_cost_ms
 
     def rank(self) -> tuple[bool, float]:
-        """Sort key, best first: by the GPU time the warm is expected to save; items serving
-        nothing new last, most asked first. Not by value net of the warm's cost: past break
-        even every value is negative, and net ranking would put the cheapest sends first,
-        one-offs ahead of the most asked query."""
-        if self.expected_hits > 0:
+        """Sort key, best first: by the GPU time the warm is expected to save (the prevented
+        miss's value, when priced); items serving nothing new last, most asked first. Not by
+        value net of the warm's cost: past break even every value is negative, and net
+        ranking would put the cheapest sends first, one-offs ahead of the most asked query."""
+        if self.prevented_ms is not None and self.prevented_ms > 0:
+            return False, -self.prevented_ms
+        if self.prevented_ms is None and self.expected_hits > 0:
             return False, -self.expected_hits * self.miss_cost_ms
         return True, -self.own_hits * self.miss_cost_ms
 
@@ -200,18 +232,35 @@ class Plan:
 
 @dataclass
 class _Namespace:
-    """One (tenant, model, template)'s expected hits for the window."""
+    """One (tenant, model, template)'s expected hits for the window, and their hours."""
 
     tenant: str
     model_id: str
     template_version: str
-    hits: dict[str, float]
-    volume: float  # expected warmable requests in the window
-    note: str
+    history: dict[int, HourlyCounts]  # the weeks' hourly totals (profile.hourly_counts)
+    load: np.ndarray  # expected warmable requests per window hour, in window order
+    hits: dict[str, float] = field(default_factory=dict)  # summed over the window
+    # the hits of the queries the regimes forecast, per window hour (the rest: `hourly`)
+    per_hour: dict[str, np.ndarray] = field(default_factory=dict)
+    volume: float = 0.0  # expected warmable requests in the window
+    load_send: float | None = None  # ... in the hour before it, where the regimes forecast it
+    note: str = ""
+
+    def hourly(self, qkey: str) -> np.ndarray:
+        """The query's expected requests per window hour: the regimes' own split, else (a
+        surge, the fallback) its hits spread in proportion to the window's hourly volume."""
+        got = self.per_hour.get(qkey)
+        if got is not None:
+            return got
+        total = float(self.load.sum())
+        shape = self.load / total if total > 0 else np.full(len(self.load), 1 / len(self.load))
+        out: np.ndarray = self.hits.get(qkey, 0.0) * shape
+        return out
 
 
 class HotSetSelector:
-    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing."""
+    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing.
+    The profile's clock is the plan's now (an entry's expiry is now + its TTL left)."""
 
     def __init__(
         self,
@@ -240,25 +289,37 @@ class HotSetSelector:
         tenants: Iterable[str] | None = None,
         model_id: str | None = None,
         model_version: str | None = None,
+        value_model: ValueModel | None = None,
     ) -> Plan:
         """The hot set for `window`. model_version: the namespace to warm (default: the version
-        each query was last served under, which the representative carries)."""
+        each query was last served under, which the representative carries); value_model:
+        this plan's, instead of the config's."""
         plan = Plan(window, budget)
-        ranked: dict[str, list[PlanItem]] = {}
-        volume: dict[str, float] = {}
+        spaces: dict[str, list[_Namespace]] = {}
         for t in sorted(tenants if tenants is not None else self.profile.tenants()):
-            ranked[t], volume[t] = [], 0.0
+            spaces[t] = []
             for m, tv in self.profile.namespaces(t):
                 if model_id is not None and m != model_id:
                     continue
                 ns = self.expected_hits(t, m, tv, window)
                 plan.regimes[f"{t}/{m}/{tv}"] = ns.note
-                volume[t] += ns.volume
-                ranked[t] += self._clusters(ns, budget, model_version, plan)
-            ranked[t].sort(key=PlanItem.rank)
-            ranked[t] = self._drop_changed_context(self._drop_fresh(ranked[t], plan), plan)
-        plan.volume = volume
-        self._fill(plan, ranked, volume)
+                spaces[t].append(ns)
+        plan.volume = {t: sum(ns.volume for ns in nss) for t, nss in spaces.items()}
+        priced = (value_model or self.cfg.value_model) == "prevented"
+        prices = (
+            _prices([ns for nss in spaces.values() for ns in nss], self.cfg) if priced else None
+        )
+        ranked: dict[str, list[PlanItem]] = {}
+        for t, nss in spaces.items():
+            items = [
+                i for ns in nss for i in self._clusters(ns, budget, model_version, plan, prices)
+            ]
+            items.sort(key=PlanItem.rank)
+            items = self._drop_fresh(items, plan, prices)
+            if prices is not None:  # valued once the TTLs are known
+                items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
+            ranked[t] = self._drop_changed_context(items, plan)
+        self._fill(plan, ranked, plan.volume)
         return plan
 
     # -- steps 1-2 --
@@ -268,16 +329,10 @@ class HotSetSelector:
     ) -> _Namespace:
         # one read of the weeks' hourly totals serves every step of this plan
         hourly = self.profile.hourly_counts(tenant, model_id, template)
-        daily = daily_from(hourly)
-        past = {d: v for d, v in daily.items() if d < window.start.date()}
-        memo = (tenant, model_id, template, *((d, tuple(v)) for d, v in sorted(past.items())))
-        regimes = self._regimes.get(memo)
-        if regimes is None:
-            if len(self._regimes) > 256:
-                self._regimes.clear()
-            regimes = self._regimes[memo] = cluster_days(past)
-        hits: dict[str, float] = {}
-        volume = 0.0
+        today = window.start.date()
+        regimes = self._day_regimes(tenant, model_id, template, hourly, today)
+        ns = _Namespace(tenant, model_id, template, hourly, np.zeros(window.hours()))
+        at = {slot: k for k, slot in enumerate(window.slots())}
         by_day: dict[date, list[int]] = {}
         for d, h in window.slots():
             by_day.setdefault(d, []).append(h)
@@ -287,31 +342,66 @@ class HotSetSelector:
             if not days:
                 continue
             counts, qkeys, totals, weight = self._hourly(
-                tenant, model_id, template, hourly, days, window.start.date()
+                tenant, model_id, template, hourly, days, today
             )
             bg = self._background(tenant, model_id, template, hourly, days)
             share = self._share(counts, totals, hours, bg)  # (queries, len(hours))
             per_hour_volume = totals[hours] / weight
             expected = share @ per_hour_volume
-            volume += float(per_hour_volume.sum())
-            for q, e in zip(qkeys, expected.tolist(), strict=True):
-                hits[q] = hits.get(q, 0.0) + e
+            ns.volume += float(per_hour_volume.sum())
+            cols = [at[(d, h)] for h in hours]
+            ns.load[cols] += per_hour_volume
+            for q, e, split in zip(qkeys, expected.tolist(), share * per_hour_volume, strict=True):
+                ns.hits[q] = ns.hits.get(q, 0.0) + e
+                ns.per_hour.setdefault(q, np.zeros(window.hours()))[cols] += split
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
-        note = ", ".join(sorted(notes)) or "no history"
-        self._fallback(tenant, model_id, template, hourly, hits, volume)
-        recent, seen = self._recent(tenant, model_id, template, hourly, window)
-        if seen:
-            # the window's volume as the regimes forecast it, or the recent rate if none
-            ahead = volume or seen / self.cfg.recent_hours * window.hours()
-            surging = 0
-            for q, c in recent.items():
-                now = c / seen * ahead  # at its share of the last hours
-                usual = hits.get(q, 0.0)
-                if c >= self.cfg.recent_min_count and now > self.cfg.recent_surge * usual:
-                    hits[q] = now
-                    surging += 1
-            note += f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
-        return _Namespace(tenant, model_id, template, hits, volume, note)
+        ns.note = ", ".join(sorted(notes)) or "no history"
+        self._fallback(tenant, model_id, template, hourly, ns.hits, ns.volume)
+        ns.note += self._surges(ns, window)
+        # the send hour: the one before the window, from the past days of its own day's regime
+        send = window.start - timedelta(hours=1)
+        days = regimes.matching_days(send.date())
+        if days:
+            totals, weight = self._totals(hourly, days, today)
+            ns.load_send = float(totals[send.hour] / weight)
+        return ns
+
+    def _day_regimes(
+        self,
+        tenant: str,
+        model_id: str,
+        template: str,
+        hourly: dict[int, HourlyCounts],
+        today: date,
+    ) -> DayRegimes:
+        past = {d: v for d, v in daily_from(hourly).items() if d < today}
+        memo = (tenant, model_id, template, *((d, tuple(v)) for d, v in sorted(past.items())))
+        regimes = self._regimes.get(memo)
+        if regimes is None:
+            if len(self._regimes) > 256:
+                self._regimes.clear()
+            regimes = self._regimes[memo] = cluster_days(past)
+        return regimes
+
+    def _surges(self, ns: _Namespace, window: Window) -> str:
+        """Step 2's live hours: a query surging there is expected at its recent share of the
+        window's volume, spread over the hours as the volume is. Returns the note's tail."""
+        recent, seen = self._recent(ns.tenant, ns.model_id, ns.template_version, ns.history, window)
+        if not seen:
+            return ""
+        if not ns.volume:  # no regime forecast: the load is the recent rate, hour after hour
+            ns.load[:] = seen / self.cfg.recent_hours
+        # the window's volume as the regimes forecast it, or the recent rate if none
+        ahead = ns.volume or seen / self.cfg.recent_hours * window.hours()
+        surging = 0
+        for q, c in recent.items():
+            now = c / seen * ahead  # at its share of the last hours
+            usual = ns.hits.get(q, 0.0)
+            if c >= self.cfg.recent_min_count and now > self.cfg.recent_surge * usual:
+                ns.hits[q] = now
+                ns.per_hour.pop(q, None)
+                surging += 1
+        return f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
 
     def _fallback(
         self,
@@ -368,8 +458,7 @@ class HotSetSelector:
         `today` (half-life `history_half_life_days`: last week counts half as much as this
         one, so a trend shows), the weighted totals of warmable requests per hour, and the
         sum of the day weights."""
-        half = self.cfg.history_half_life_days
-        weight = {d: 1.0 if half is None else 0.5 ** ((today - d).days / half) for d in days}
+        weight = self._day_weights(days, today)
         cells = [(*week_and_hour(_midnight(d)), d) for d in days]
         reads = [(week, how + h) for week, how, _ in cells for h in range(24)]
         got = self.profile.hour_cells(tenant, model_id, template, reads)
@@ -382,11 +471,25 @@ class HotSetSelector:
         counts_m = np.zeros((len(index), 24))
         for i, h, wc in rows:
             counts_m[i, h] += wc
+        totals, weights = self._totals(hourly, days, today)
+        return counts_m, list(index), totals, weights
+
+    def _day_weights(self, days: Sequence[date], today: date) -> dict[date, float]:
+        half = self.cfg.history_half_life_days
+        return {d: 1.0 if half is None else 0.5 ** ((today - d).days / half) for d in days}
+
+    def _totals(
+        self, hourly: dict[int, HourlyCounts], days: Sequence[date], today: date
+    ) -> tuple[np.ndarray, float]:
+        """The weighted totals of warmable requests per hour of day over `days` (as _hourly
+        weighs them), and the sum of the day weights."""
+        weight = self._day_weights(days, today)
         totals = np.zeros(24)
-        for week, how, d in cells:
+        for d in days:
+            week, how = week_and_hour(_midnight(d))
             if week in hourly:
                 totals += weight[d] * np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
-        return counts_m, list(index), totals, float(sum(weight.values()))
+        return totals, float(sum(weight.values()))
 
     def _share(
         self,
@@ -449,8 +552,15 @@ class HotSetSelector:
     # -- steps 3-4 --
 
     def _clusters(
-        self, ns: _Namespace, budget: Budget, model_version: str | None, plan: Plan
+        self,
+        ns: _Namespace,
+        budget: Budget,
+        model_version: str | None,
+        plan: Plan,
+        prices: Prices | None,
     ) -> list[PlanItem]:
+        """Step 4; valued by "prevented" (prices given), every cluster is kept, to be held to
+        the bar once its TTL is known (_worth_warming)."""
         top = sorted(ns.hits, key=lambda q: -ns.hits[q])[: self._candidates(budget)]
         top = [q for q in top if ns.hits[q] > 0]
         if not top:
@@ -482,8 +592,12 @@ class HotSetSelector:
             reason = f"{ns.note}; {hits:.1f} hits x {miss_cost / 1000:.2f} s/miss"
             if len(members) > 1:
                 reason += f"; serves {len(members) - 1} paraphrases"
-            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members)
-            if self.cfg.min_value_ms is None or pi.value_ms > self.cfg.min_value_ms:
+            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members, prices)
+            if (
+                prices is not None
+                or self.cfg.min_value_ms is None
+                or pi.value_ms > self.cfg.min_value_ms
+            ):
                 out.append(pi)
             else:
                 why = (
@@ -498,7 +612,7 @@ class HotSetSelector:
             chosen = {c.rep for c in clusters}
             for row in (r for i, r in enumerate(rows) if i not in chosen):
                 why = f"{ns.note}; already served by a paraphrase, warmed as an exact entry"
-                out.append(self._item(ns, row, 0.0, row[2], why, []))
+                out.append(self._item(ns, row, 0.0, row[2], why, [], prices))
         return out
 
     def _shrunk(self, costs: dict[str, MissCost]) -> dict[str, float]:
@@ -519,13 +633,19 @@ class HotSetSelector:
         miss_cost: float,
         reason: str,
         members: list[tuple[str, WarmItem, float]],
+        prices: Prices | None = None,
     ) -> PlanItem:
         q, item, warm_cost = row
-        return PlanItem(
+        pi = PlanItem(
             ns.tenant, ns.model_id, item.identity.model_version, ns.template_version, q,
             item.identity.prompt, len(members), hits, miss_cost, warm_cost, reason, item,
             tuple(m[0] for m in members), ns.hits[q],
         )  # fmt: skip
+        if prices is None:
+            return pi
+        rates = sum((ns.hourly(m[0]) for m in members), np.zeros(len(ns.load)))
+        v = prevented(rates, miss_cost, warm_cost, prices, self.cfg.latency_weight)
+        return _priced(pi, v, tuple(float(x) for x in rates))
 
     def _candidates(self, budget: Budget) -> int:
         items = budget.requests if budget.requests is not None else (budget.gpu_seconds or 0) / 0.5
@@ -588,8 +708,12 @@ class HotSetSelector:
                 plan.skipped.append(Skipped(i.tenant, i.query, why))
         return [i for i in items if id(i) not in changed]
 
-    def _drop_fresh(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
-        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant)."""
+    def _drop_fresh(
+        self, items: list[PlanItem], plan: Plan, prices: Prices | None
+    ) -> list[PlanItem]:
+        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant). Priced
+        (valued by the miss it prevents), also what outlives the window, and what expires
+        inside it is valued for the hours after its expiry only."""
         if not items:
             return items
         with redis_boundary("hot set freshness"):
@@ -599,14 +723,43 @@ class HotSetSelector:
             ttls = pipe.execute()
         keep = []
         bar_ms = self.cfg.min_ttl_left_s * 1000
+        now, w = self.profile.clock(), plan.window
         for i, pttl in zip(items, ttls, strict=True):
-            if pttl == -1 or pttl > bar_ms:
+            expires = now + timedelta(milliseconds=pttl) if pttl >= 0 else None  # -2: absent
+            outlives = prices is not None and expires is not None and expires >= w.end
+            if pttl == -1 or pttl > bar_ms or outlives:
                 left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
                 plan.fresh.append(i)
+            elif prices is not None and expires is not None and expires > w.start:
+                h = (expires - w.start).total_seconds() / 3600
+                v = prevented(
+                    i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
+                    after_expiry(w.hours(), h),
+                )  # fmt: skip
+                why = f"; cached until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
+                keep.append(_priced(_with_reason(i, why), v))
             else:
                 keep.append(i)
         return keep
+
+    def _worth_warming(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
+        """Valued by the miss it prevents: what is worth more than min_value_ms, noted with
+        the figures; the rest is left out below break-even, with its value."""
+        out = []
+        for i in items:
+            p, pw, ps = i.p_asked or 0.0, i.price_window or 0.0, i.price_send or 0.0
+            if self.cfg.min_value_ms is None or i.value_ms > self.cfg.min_value_ms:
+                why = f"; first asked with p {p:.2f} at price {pw:.2f}, sent at {ps:.2f}"
+                out.append(_with_reason(i, why))
+            else:
+                why = (
+                    f"below break-even (prevents a miss with p {p:.2f}, worth "
+                    f"{i.prevented_ms or 0.0:.0f} GPU ms at price {pw:.2f}; its warm send costs "
+                    f"{i.warm_cost_ms * ps:.0f} at price {ps:.2f})"
+                )
+                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
+        return out
 
     def _fill(
         self, plan: Plan, ranked: dict[str, list[PlanItem]], volume: dict[str, float]
@@ -642,6 +795,30 @@ class HotSetSelector:
 
 def _with_reason(i: PlanItem, more: str) -> PlanItem:
     return replace(i, reason=i.reason + more)
+
+
+def _priced(i: PlanItem, v: Prevented, rates: tuple[float, ...] | None = None) -> PlanItem:
+    return replace(
+        i, p_asked=v.p_asked, price_send=v.price_send, price_window=v.price_window,
+        prevented_ms=v.saved_ms, rates=i.rates if rates is None else rates,
+    )  # fmt: skip
+
+
+def _prices(spaces: Sequence[_Namespace], cfg: HotSetConfig) -> Prices:
+    """Step 4's prices, from the load of every namespace the plan reads: the window's hours
+    and the send hour forecast (a namespace the regimes cannot forecast the send hour for
+    counts its first window hour), over the busiest hour the retained weeks hold, all of
+    those namespaces summed (their hourly totals, read once with the forecast)."""
+    hours = len(spaces[0].load) if spaces else 1
+    load, send = np.zeros(hours), 0.0
+    by_week: dict[int, np.ndarray] = {}
+    for ns in spaces:
+        load += ns.load
+        send += ns.load_send if ns.load_send is not None else float(ns.load[0])
+        for week, hc in ns.history.items():
+            by_week[week] = by_week.get(week, 0.0) + np.asarray(hc.warmable, dtype=float)
+    peak = max((float(v.max()) for v in by_week.values()), default=0.0)
+    return Prices.from_load(load, send, peak, cfg.idle_price)
 
 
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:
