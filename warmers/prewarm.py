@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from caches.boundary import redis_boundary
 from schemas.errors import ConfigError
 from warmers.budget import Budget
-from warmers.hotset import Plan, PlanItem, Skipped
+from warmers.plan import Plan, PlanItem, Skipped
 from warmers.runner import WarmRunner
 from warmers.window import Window
 

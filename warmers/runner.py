@@ -21,7 +21,8 @@ from schemas.errors import StokerError
 from streams.jobs import JobRecords, JobState
 from warmers.backends.base import Backend
 from warmers.budget import Budget
-from warmers.hotset import HotSetSelector, Plan
+from warmers.hotset import HotSetSelector
+from warmers.plan import Plan
 from warmers.runs import warm_record
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
 from warmers.value import ValueModel

@@ -15,7 +15,7 @@ from stoker.app import app, console
 from stoker.settings import StokerSettings
 
 if TYPE_CHECKING:
-    from warmers.hotset import Plan
+    from warmers.plan import Plan
     from warmers.shadow import WarmSummary
 
 # Rows shown by --dry-run; the rest are counted (a 5k-item plan is for machines, not eyes).
