@@ -94,7 +94,10 @@ class Forecaster:
             ns.load[cols] += per_hour_volume
             for q, e, split in zip(qkeys, expected.tolist(), share * per_hour_volume, strict=True):
                 ns.hits[q] = ns.hits.get(q, 0.0) + e
-                ns.per_hour.setdefault(q, np.zeros(window.hours()))[cols] += split
+                row = ns.per_hour.get(q)
+                if row is None:
+                    row = ns.per_hour[q] = np.zeros(window.hours())
+                row[cols] += split
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         ns.note = ", ".join(sorted(notes)) or "no history"
         self._fallback(tenant, model_id, template, hourly, ns.hits, ns.volume)
