@@ -17,12 +17,13 @@ For each tenant and (model, template) namespace in the traffic profile:
    uncacheable params or no representative are skipped with the reason;
 4. representatives are chosen greedily by the value they serve (hits x miss cost) at the
    tenant's semantic threshold (paraphrase.py: maximum coverage, each query counted for the
-   first that serves it); a cluster's value (`value_model`), "hits": the expected hits it adds x their GPU cost
-   per miss - the GPU cost of the one warm send; "prevented" (value.py): only the first miss,
-   which live traffic would pay before filling the entry, from the cluster's expected requests
-   per window hour, each hour priced by the forecast load of every namespace the plan reads.
-   Ranked past break-even (min_value_ms=None), the queries already served follow as exact
-   entries, most asked first, with no expected hits of their own;
+   first that serves it); a cluster's value (`value_model`), "hits": the expected hits it
+   adds x their GPU cost per miss - the GPU cost of the one warm send; "prevented"
+   (value.py): only the first miss, which live traffic would pay before filling the entry,
+   from the cluster's expected requests per window hour, each hour priced by the forecast
+   load of every namespace the plan reads. Ranked past break-even (min_value_ms=None), the
+   queries already served follow as exact entries, most asked first, with no expected hits
+   of their own;
 5. what is cached in the target namespace with more than `min_ttl_left_s` left is skipped;
    valued by "prevented", so is an entry that outlives the window, and one that expires inside
    it is valued for the hours after its expiry only (then its value is held to the bar);
@@ -79,8 +80,9 @@ class HotSetConfig:
     )
     cluster_threshold: float | None = None  # None: each tenant's semantic threshold
     fairness_floor: float = DEFAULT_FLOOR
-    # Clusters worth less than this (hits x miss cost - warm cost, GPU ms) are not warmed: by
-    # default only those that save more GPU than their warm send costs. None: rank past break
+    # Clusters worth less than this (PlanItem.value_ms: GPU ms saved net of the warm's cost,
+    # by either value model) are not warmed: by default only those that save more GPU than
+    # their warm send costs. None: rank past break
     # even, so a budget of K buys K items (a latency SLO for first requests, the benchmark).
     min_value_ms: float | None = 0.0
     # The live log's last hours: a query surging now (a trend, an incident no past day saw),
