@@ -209,6 +209,14 @@ class StokerSettings(BaseSettings):
     warm_min_ttl_left_s: float = Field(default=3600.0, ge=0)
     # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold.
     warm_cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+    # What a warm is worth (warmers/value.py): "prevented", the one miss it saves before live
+    # traffic would fill the entry, each GPU-ms priced by the forecast load; "hits", every
+    # expected hit x its miss cost. The deploy pre-warm always plans by hits (its bar counts them).
+    warm_value_model: Literal["prevented", "hits"] = "prevented"
+    # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
+    warm_idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
+    # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm).
+    warm_latency_weight: float = Field(default=0.0, ge=0.0)
     # Scheduler: warm the next hour this often; sweep expired semantic points this often.
     warm_interval_s: float = Field(default=900.0, gt=0)
     sweep_interval_s: float = Field(default=600.0, gt=0)

@@ -51,6 +51,7 @@ from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
 from warmers.budget import Budget
+from warmers.hotset import HotSetConfig
 from warmers.prefixes import HotPrefixes
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 from warmers.prewarm import HotSetPrewarmer
@@ -286,7 +287,7 @@ def build_runner(
     writes), no semantic store is opened and no job record is written."""
     from warmers.backends.base import Backend
     from warmers.backends.openai import OpenAIBackend
-    from warmers.hotset import HotSetConfig, HotSetSelector
+    from warmers.hotset import HotSetSelector
     from warmers.profile import TrafficProfile
     from warmers.shadow import WarmConfig
 
@@ -302,10 +303,7 @@ def build_runner(
         week_capacity=s.traffic_week_capacity,
         hour_capacity=s.traffic_hour_capacity,
     )
-    hot_cfg = HotSetConfig(
-        min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold
-    )
-    selector = HotSetSelector(profile, emb, policy=policy_from(s), config=hot_cfg)
+    selector = HotSetSelector(profile, emb, policy=policy_from(s), config=hot_set_config(s))
     url = backend_url or s.warm_backend_url
     model = s.warm_backend_model
 
@@ -315,6 +313,16 @@ def build_runner(
     warm_cfg = WarmConfig(target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s)
     records = None if dry_run else JobRecords(cache.redis)
     return WarmRunner(selector, cache, backend, warm_cfg, progress, console, records)
+
+
+def hot_set_config(s: StokerSettings) -> HotSetConfig:
+    """The planner's options; its value model is the settings' (the deploy pre-warm overrides
+    it per plan: warmers/prewarm.py)."""
+    return HotSetConfig(
+        min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold,
+        value_model=s.warm_value_model, idle_price=s.warm_idle_price,
+        latency_weight=s.warm_latency_weight,
+    )  # fmt: skip
 
 
 def default_budget(s: StokerSettings) -> Budget:

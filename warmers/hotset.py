@@ -7,28 +7,36 @@ For each tenant and (model, template) namespace in the traffic profile:
    matching days, not the top of any one day): per window hour h, the hour's mean volume on
    the matching days x the query's share of traffic around h (a Gaussian over hours of the
    day, sigma `bandwidth_h`, plus a small `background` weight for the rest of the day, so a
-   query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours;
+   query seen at 10:00 is expected a little at 11:00 too); summed over the window's hours,
+   and kept per hour;
    then the live log's last `recent_hours`: a query surging there (its share several times what
-   the regimes forecast) is expected at its recent share x the window's volume, so a trend or
-   an incident no past day saw is warmed within the hour (the traffic worker writes the live
-   hours into the profile);
+   the regimes forecast) is expected at its recent share x the window's volume (spread over
+   the hours as the volume is), so a trend or an incident no past day saw is warmed within
+   the hour (the traffic worker writes the live hours into the profile);
 3. the best candidates get their representative request and GPU cost per miss from the profile;
    uncacheable params or no representative are skipped with the reason;
-4. representatives are chosen greedily by the value they serve at the tenant's semantic
-   threshold (paraphrase.py: maximum coverage, each query counted for the first that serves
-   it); a cluster's value = the expected hits it adds x their GPU cost per miss - the GPU cost
-   of the one warm send. Ranked past break-even (min_value_ms=None), the queries already served
-   follow as exact entries, most asked first, with no expected hits of their own;
+4. representatives are chosen greedily by the value they serve (hits x miss cost) at the
+   tenant's semantic threshold (paraphrase.py: maximum coverage, each query counted for the
+   first that serves it); a cluster's value (`value_model`), "hits": the expected hits it
+   adds x their GPU cost per miss - the GPU cost of the one warm send; "prevented"
+   (value.py): only the first miss, which live traffic would pay before filling the entry,
+   from the cluster's expected requests per window hour, each hour priced by the forecast
+   load of every namespace the plan reads. Ranked past break-even (min_value_ms=None), the
+   queries already served follow as exact entries, most asked first, with no expected hits
+   of their own;
 5. what is cached in the target namespace with more than `min_ttl_left_s` left is skipped;
+   valued by "prevented", so is an entry that outlives the window, and one that expires inside
+   it is valued for the hours after its expiry only (then its value is held to the bar);
 Then the budget is split fairly across tenants (budget.py) and each takes its best clusters;
-what a tenant cannot use goes to the best remaining clusters of any tenant.
+what a tenant cannot use goes to the best remaining clusters of any tenant. Steps 1-2 live in
+forecast.py, the value a warm is priced at in value.py, what the plan holds in plan.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -40,17 +48,16 @@ from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_gen_key, normalise_prompt
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
+from schemas.errors import ConfigError
 from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
-from warmers.dayclusters import DayRegimes, cluster_days
+from warmers.forecast import Forecaster, NamespaceForecast
 from warmers.paraphrase import TextVectors, cover_greedy
-from warmers.profile import HourlyCounts, MissCost, TrafficProfile, daily_from, week_and_hour
+from warmers.plan import Plan, PlanItem, Skipped
+from warmers.profile import MissCost, TrafficProfile
 from warmers.shadow import WarmItem
+from warmers.value import Prevented, Prices, ValueModel, after_expiry, prevented
 from warmers.window import Window
-
-# The weight of a query no matching day asked, times its share of every retained week.
-FALLBACK = 1e-3
-_ALL = 10**9  # "every query": top_queries sums whole hourly hashes, so the limit only trims
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class HotSetConfig:
     # 2% weight on the rest of the day: a query asked only at 09:00 still beats one never asked
     background: float = 0.02
     # ... or, with a grid, the weight that best predicts the latest matching day from the
-    # others (hotset._background): hour patterns where the history has them, whole-day
+    # others (Forecaster._background): hour patterns where the history has them, whole-day
     # shares where hours are noise. () : always `background`.
     background_grid: tuple[float, ...] = (0.02, 0.1, 0.5, 100.0)
     # The candidate pool is both who may represent and what is served: the query that serves
@@ -73,8 +80,9 @@ class HotSetConfig:
     )
     cluster_threshold: float | None = None  # None: each tenant's semantic threshold
     fairness_floor: float = DEFAULT_FLOOR
-    # Clusters worth less than this (hits x miss cost - warm cost, GPU ms) are not warmed: by
-    # default only those that save more GPU than their warm send costs. None: rank past break
+    # Clusters worth less than this (PlanItem.value_ms: GPU ms saved net of the warm's cost,
+    # by either value model) are not warmed: by default only those that save more GPU than
+    # their warm send costs. None: rank past break
     # even, so a budget of K buys K items (a latency SLO for first requests, the benchmark).
     min_value_ms: float | None = 0.0
     # The live log's last hours: a query surging now (a trend, an incident no past day saw),
@@ -90,128 +98,23 @@ class HotSetConfig:
     cost_prior_misses: float = 10.0
     # Past days count less with age (a day this old counts half); None: every day alike.
     history_half_life_days: float | None = 7.0
+    # What a warm is worth (step 4). "hits": every expected hit x its miss cost, what the
+    # coverage benchmarks measure and the deploy pre-warm (sized to a hit bar) plans by;
+    # "prevented": the one miss it prevents, priced by load (value.py), for a live cache.
+    value_model: ValueModel = "hits"
+    idle_price: float = 0.2  # "prevented": a GPU-ms at idle, as a share of one at peak load
+    latency_weight: float = 0.0  # "prevented": GPU-ms per ms of first-request latency saved
 
-
-@dataclass(frozen=True)
-class PlanItem:
-    """One warm send: a cluster's representative, what it is expected to save, and why."""
-
-    tenant: str
-    model_id: str
-    model_version: str
-    template_version: str
-    qkey: str
-    query: str
-    cluster_size: int
-    expected_hits: float  # in the window, summed over the cluster's members
-    miss_cost_ms: float  # GPU ms per miss, hit-weighted over the members
-    warm_cost_ms: float  # GPU ms the representative's one warm send is expected to take
-    reason: str
-    item: WarmItem = field(repr=False, compare=False)
-    members: tuple[str, ...] = field(default=(), repr=False)
-    own_hits: float = 0.0  # the representative's own requests expected in the window
-
-    @property
-    def value_ms(self) -> float:
-        return self.expected_hits * self.miss_cost_ms - self.warm_cost_ms
-
-    def rank(self) -> tuple[bool, float]:
-        """Sort key, best first: by the GPU time the warm is expected to save; items serving
-        nothing new last, most asked first. Not by value net of the warm's cost: past break
-        even every value is negative, and net ranking would put the cheapest sends first,
-        one-offs ahead of the most asked query."""
-        if self.expected_hits > 0:
-            return False, -self.expected_hits * self.miss_cost_ms
-        return True, -self.own_hits * self.miss_cost_ms
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A candidate the plan left out, and why; a rule or the budget that left out a cluster
-    worth something says what it was worth."""
-
-    tenant: str
-    query: str
-    reason: str
-    expected_hits: float | None = None
-    value_ms: float | None = None
-
-
-@dataclass
-class Plan:
-    window: Window
-    budget: Budget
-    items: list[PlanItem] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
-    regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
-    over_budget: int = 0  # clusters worth warming that the budget left out
-    # Expected warmable requests in the window per tenant (the profile's forecast, the long
-    # tail it tracks in aggregate only included): the denominator of a projected hit rate.
-    volume: dict[str, float] = field(default_factory=dict)
-    # Items already cached in the target namespace with TTL to spare (step 5): not sent, but
-    # they serve their expected hits all the same.
-    fresh: list[PlanItem] = field(default_factory=list)
-
-    @property
-    def spent(self) -> float:
-        return sum(self.budget.cost(i.warm_cost_ms) for i in self.items)
-
-    @property
-    def expected_gpu_s_saved(self) -> float:
-        return sum(max(i.value_ms, 0.0) for i in self.items) / 1000.0
-
-    @property
-    def unused(self) -> float:
-        """Budget the plan leaves unspent (requests, or GPU-seconds)."""
-        return max(0.0, self.budget.total - self.spent)
-
-    def unused_reason(self) -> str:
-        """Why budget is left, in one line ("" when all of it is spent): a plan never leaves
-        budget unused without saying so."""
-        if self.unused <= 1e-9:
-            return ""
-        why: dict[str, int] = {}
-        for sk in self.skipped:
-            key = sk.reason.split(" (")[0]
-            why[key] = why.get(key, 0) + 1
-        left = ", ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
-        return (
-            f"{self.unused:g} of {self.budget} unused: only {len(self.items)} candidates are "
-            f"worth a warm send" + (f" (left out: {left})" if left else " (no other candidates)")
-        )
-
-    def warm_items(self) -> list[WarmItem]:
-        return [i.item for i in self.items]
-
-    @property
-    def expected_volume(self) -> float:
-        return sum(self.volume.values())
-
-    def hit_share(self, items: Iterable[PlanItem]) -> float:
-        """The share of the window's expected warmable requests that `items` are expected to
-        serve from the cache (their expected hits, paraphrase clusters summed, over the
-        volume; 0.0 when no traffic is expected). Every request of a warmed entry counts,
-        the ones live traffic would have filled after a first miss too: it is the hit rate
-        the warmed entries alone give the window, if the profile's forecast holds."""
-        v = self.expected_volume
-        return 0.0 if v <= 0 else min(1.0, sum(i.expected_hits for i in items) / v)
-
-
-@dataclass
-class _Namespace:
-    """One (tenant, model, template)'s expected hits for the window."""
-
-    tenant: str
-    model_id: str
-    template_version: str
-    hits: dict[str, float]
-    volume: float  # expected warmable requests in the window
-    note: str
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.idle_price <= 1.0:
+            raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
+        if self.latency_weight < 0:
+            raise ConfigError(f"latency weight must be >= 0, got {self.latency_weight}")
 
 
 class HotSetSelector:
-    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing."""
+    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing.
+    The profile's clock is the plan's now (an entry's expiry is now + its TTL left)."""
 
     def __init__(
         self,
@@ -227,10 +130,7 @@ class HotSetSelector:
         self.policy = policy or CachePolicy()
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
         self.cfg = config or HotSetConfig()
-        # Day clustering (KMeans + silhouette, ~0.5 s) depends only on the past days' counts:
-        # memoised on them, so a scheduler planning every window re-clusters once a day.
-        self._regimes: dict[tuple[object, ...], DayRegimes] = {}
-        self._memo: dict[tuple[object, ...], float] = {}
+        self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
 
     def plan(
         self,
@@ -240,217 +140,51 @@ class HotSetSelector:
         tenants: Iterable[str] | None = None,
         model_id: str | None = None,
         model_version: str | None = None,
+        value_model: ValueModel | None = None,
     ) -> Plan:
         """The hot set for `window`. model_version: the namespace to warm (default: the version
-        each query was last served under, which the representative carries)."""
+        each query was last served under, which the representative carries); value_model:
+        this plan's, instead of the config's."""
         plan = Plan(window, budget)
-        ranked: dict[str, list[PlanItem]] = {}
-        volume: dict[str, float] = {}
+        spaces: dict[str, list[NamespaceForecast]] = {}
         for t in sorted(tenants if tenants is not None else self.profile.tenants()):
-            ranked[t], volume[t] = [], 0.0
+            spaces[t] = []
             for m, tv in self.profile.namespaces(t):
                 if model_id is not None and m != model_id:
                     continue
-                ns = self.expected_hits(t, m, tv, window)
+                ns = self.forecaster.expected_hits(t, m, tv, window)
                 plan.regimes[f"{t}/{m}/{tv}"] = ns.note
-                volume[t] += ns.volume
-                ranked[t] += self._clusters(ns, budget, model_version, plan)
-            ranked[t].sort(key=PlanItem.rank)
-            ranked[t] = self._drop_changed_context(self._drop_fresh(ranked[t], plan), plan)
-        plan.volume = volume
-        self._fill(plan, ranked, volume)
+                spaces[t].append(ns)
+        plan.volume = {t: sum(ns.volume for ns in nss) for t, nss in spaces.items()}
+        priced = (value_model or self.cfg.value_model) == "prevented"
+        prices = (
+            _prices([ns for nss in spaces.values() for ns in nss], self.cfg) if priced else None
+        )
+        ranked: dict[str, list[PlanItem]] = {}
+        for t, nss in spaces.items():
+            items = [
+                i for ns in nss for i in self._clusters(ns, budget, model_version, plan, prices)
+            ]
+            items.sort(key=PlanItem.rank)
+            items = self._drop_fresh(items, plan, prices)
+            if prices is not None:  # valued once the TTLs are known
+                items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
+            ranked[t] = self._drop_changed_context(items, plan)
+        self._fill(plan, ranked, plan.volume)
         return plan
-
-    # -- steps 1-2 --
-
-    def expected_hits(
-        self, tenant: str, model_id: str, template: str, window: Window
-    ) -> _Namespace:
-        # one read of the weeks' hourly totals serves every step of this plan
-        hourly = self.profile.hourly_counts(tenant, model_id, template)
-        daily = daily_from(hourly)
-        past = {d: v for d, v in daily.items() if d < window.start.date()}
-        memo = (tenant, model_id, template, *((d, tuple(v)) for d, v in sorted(past.items())))
-        regimes = self._regimes.get(memo)
-        if regimes is None:
-            if len(self._regimes) > 256:
-                self._regimes.clear()
-            regimes = self._regimes[memo] = cluster_days(past)
-        hits: dict[str, float] = {}
-        volume = 0.0
-        by_day: dict[date, list[int]] = {}
-        for d, h in window.slots():
-            by_day.setdefault(d, []).append(h)
-        notes = set()
-        for d, hours in by_day.items():
-            days = regimes.matching_days(d)
-            if not days:
-                continue
-            counts, qkeys, totals, weight = self._hourly(
-                tenant, model_id, template, hourly, days, window.start.date()
-            )
-            bg = self._background(tenant, model_id, template, hourly, days)
-            share = self._share(counts, totals, hours, bg)  # (queries, len(hours))
-            per_hour_volume = totals[hours] / weight
-            expected = share @ per_hour_volume
-            volume += float(per_hour_volume.sum())
-            for q, e in zip(qkeys, expected.tolist(), strict=True):
-                hits[q] = hits.get(q, 0.0) + e
-            notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
-        note = ", ".join(sorted(notes)) or "no history"
-        self._fallback(tenant, model_id, template, hourly, hits, volume)
-        recent, seen = self._recent(tenant, model_id, template, hourly, window)
-        if seen:
-            # the window's volume as the regimes forecast it, or the recent rate if none
-            ahead = volume or seen / self.cfg.recent_hours * window.hours()
-            surging = 0
-            for q, c in recent.items():
-                now = c / seen * ahead  # at its share of the last hours
-                usual = hits.get(q, 0.0)
-                if c >= self.cfg.recent_min_count and now > self.cfg.recent_surge * usual:
-                    hits[q] = now
-                    surging += 1
-            note += f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
-        return _Namespace(tenant, model_id, template, hits, volume, note)
-
-    def _fallback(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        hits: dict[str, float],
-        volume: float,
-    ) -> None:
-        """Whatever else the retained weeks asked, at any hour of any day, by how much: below
-        every query the forecast expects (FALLBACK of its share of those weeks), so a budget
-        ranked past break-even goes to the most asked rather than unused."""
-        total = float(sum(sum(hc.warmable) for hc in hourly.values()))
-        if not total:
-            return
-        for q, n in self.profile.week_counts(tenant, model_id, template).items():
-            if q not in hits:
-                hits[q] = FALLBACK * n / total * max(volume, 1.0)
-
-    def _recent(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        window: Window,
-    ) -> tuple[dict[str, int], int]:
-        """Counts per query in the `recent_hours` before the window, and their total."""
-        if self.cfg.recent_hours <= 0:
-            return {}, 0
-        by_week: dict[int, list[int]] = {}
-        for i in range(1, self.cfg.recent_hours + 1):
-            week, how = week_and_hour(window.start - timedelta(hours=i))
-            by_week.setdefault(week, []).append(how)
-        seen = sum(hourly[w].warmable[h] for w, hs in by_week.items() if w in hourly for h in hs)
-        counts: dict[str, int] = {}
-        if seen:
-            for week, hows in by_week.items():
-                for st in self.profile.top_queries(tenant, model_id, template, hows, _ALL, [week]):
-                    counts[st.qkey] = counts.get(st.qkey, 0) + st.count
-        return counts, seen
-
-    def _hourly(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        days: Sequence[date],
-        today: date,
-    ) -> tuple[np.ndarray, list[str], np.ndarray, float]:
-        """Counts per (query, hour of day) over `days`, each day weighted by its age before
-        `today` (half-life `history_half_life_days`: last week counts half as much as this
-        one, so a trend shows), the weighted totals of warmable requests per hour, and the
-        sum of the day weights."""
-        half = self.cfg.history_half_life_days
-        weight = {d: 1.0 if half is None else 0.5 ** ((today - d).days / half) for d in days}
-        cells = [(*week_and_hour(_midnight(d)), d) for d in days]
-        reads = [(week, how + h) for week, how, _ in cells for h in range(24)]
-        got = self.profile.hour_cells(tenant, model_id, template, reads)
-        index: dict[str, int] = {}
-        rows: list[tuple[int, int, float]] = []
-        for n, cell in enumerate(got):
-            day, h = cells[n // 24][2], n % 24
-            for q, c in cell.items():
-                rows.append((index.setdefault(q, len(index)), h, c * weight[day]))
-        counts_m = np.zeros((len(index), 24))
-        for i, h, wc in rows:
-            counts_m[i, h] += wc
-        totals = np.zeros(24)
-        for week, how, d in cells:
-            if week in hourly:
-                totals += weight[d] * np.asarray(hourly[week].warmable[how : how + 24], dtype=float)
-        return counts_m, list(index), totals, float(sum(weight.values()))
-
-    def _share(
-        self,
-        counts: np.ndarray,
-        totals: np.ndarray,
-        hours: Sequence[int],
-        background: float | None = None,
-    ) -> np.ndarray:
-        """Each query's smoothed share of the traffic at each window hour."""
-        hod = np.arange(24)
-        dist = np.abs(np.asarray(hours)[:, None] - hod[None, :])
-        dist = np.minimum(dist, 24 - dist)
-        bg = self.cfg.background if background is None else background
-        w = np.exp(-(dist**2) / (2 * self.cfg.bandwidth_h**2)) + bg
-        denom = w @ totals  # (hours,)
-        denom[denom == 0] = 1.0
-        out: np.ndarray = (counts @ w.T) / denom[None, :]
-        return out
-
-    def _background(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        days: Sequence[date],
-    ) -> float:
-        """How much of a query's share comes from the rest of the day, chosen on the history
-        itself: the latest of `days` is predicted from the others, hour by hour, with each
-        candidate weight, and the best Poisson likelihood wins. Traffic whose mix follows
-        the hour gets a small weight; traffic whose hours are noise gets a large one (a
-        query's share of the whole day). Memoised per namespace and day."""
-        grid = self.cfg.background_grid
-        if len(grid) < 2 or len(days) < 3:
-            return self.cfg.background
-        held, rest = max(days), [d for d in days if d != max(days)]
-        memo = ("bg", tenant, model_id, template, held, len(rest))
-        if memo in self._memo:
-            return float(self._memo[memo])
-        c_rest, q_rest, t_rest, _ = self._hourly(tenant, model_id, template, hourly, rest, held)
-        c_held, q_held, t_held, _ = self._hourly(tenant, model_id, template, hourly, [held], held)
-        where = {q: i for i, q in enumerate(q_rest)}
-        best, best_ll = self.cfg.background, -np.inf
-        for bg in grid:
-            share = self._share(c_rest, t_rest, range(24), bg)  # (queries, 24)
-            lam = share * t_held[None, :]
-            ll = -float(lam.sum())
-            for i, q in enumerate(q_held):
-                j = where.get(q)
-                y = c_held[i]
-                rate = lam[j] if j is not None else np.zeros(24)
-                ll += float((y * np.log(np.maximum(rate, 1e-3))).sum())
-            if ll > best_ll:
-                best, best_ll = bg, ll
-        if len(self._memo) > 1024:
-            self._memo.clear()
-        self._memo[memo] = best
-        return best
 
     # -- steps 3-4 --
 
     def _clusters(
-        self, ns: _Namespace, budget: Budget, model_version: str | None, plan: Plan
+        self,
+        ns: NamespaceForecast,
+        budget: Budget,
+        model_version: str | None,
+        plan: Plan,
+        prices: Prices | None,
     ) -> list[PlanItem]:
+        """Step 4; valued by "prevented" (prices given), every cluster is kept, to be held to
+        the bar once its TTL is known (_worth_warming)."""
         top = sorted(ns.hits, key=lambda q: -ns.hits[q])[: self._candidates(budget)]
         top = [q for q in top if ns.hits[q] > 0]
         if not top:
@@ -482,8 +216,12 @@ class HotSetSelector:
             reason = f"{ns.note}; {hits:.1f} hits x {miss_cost / 1000:.2f} s/miss"
             if len(members) > 1:
                 reason += f"; serves {len(members) - 1} paraphrases"
-            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members)
-            if self.cfg.min_value_ms is None or pi.value_ms > self.cfg.min_value_ms:
+            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members, prices)
+            if (
+                prices is not None
+                or self.cfg.min_value_ms is None
+                or pi.value_ms > self.cfg.min_value_ms
+            ):
                 out.append(pi)
             else:
                 why = (
@@ -498,7 +236,7 @@ class HotSetSelector:
             chosen = {c.rep for c in clusters}
             for row in (r for i, r in enumerate(rows) if i not in chosen):
                 why = f"{ns.note}; already served by a paraphrase, warmed as an exact entry"
-                out.append(self._item(ns, row, 0.0, row[2], why, []))
+                out.append(self._item(ns, row, 0.0, row[2], why, [], prices))
         return out
 
     def _shrunk(self, costs: dict[str, MissCost]) -> dict[str, float]:
@@ -513,19 +251,25 @@ class HotSetSelector:
 
     def _item(
         self,
-        ns: _Namespace,
+        ns: NamespaceForecast,
         row: tuple[str, WarmItem, float],
         hits: float,
         miss_cost: float,
         reason: str,
         members: list[tuple[str, WarmItem, float]],
+        prices: Prices | None = None,
     ) -> PlanItem:
         q, item, warm_cost = row
-        return PlanItem(
+        pi = PlanItem(
             ns.tenant, ns.model_id, item.identity.model_version, ns.template_version, q,
             item.identity.prompt, len(members), hits, miss_cost, warm_cost, reason, item,
             tuple(m[0] for m in members), ns.hits[q],
         )  # fmt: skip
+        if prices is None:
+            return pi
+        rates = sum((ns.hourly(m[0]) for m in members), np.zeros(len(ns.load)))
+        v = prevented(rates, miss_cost, warm_cost, prices, self.cfg.latency_weight)
+        return _priced(pi, v, tuple(float(x) for x in rates))
 
     def _candidates(self, budget: Budget) -> int:
         items = budget.requests if budget.requests is not None else (budget.gpu_seconds or 0) / 0.5
@@ -534,7 +278,7 @@ class HotSetSelector:
 
     def _row(
         self,
-        ns: _Namespace,
+        ns: NamespaceForecast,
         qkey: str,
         rep: dict[str, Any] | None,
         costs: dict[str, float],
@@ -588,8 +332,12 @@ class HotSetSelector:
                 plan.skipped.append(Skipped(i.tenant, i.query, why))
         return [i for i in items if id(i) not in changed]
 
-    def _drop_fresh(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
-        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant)."""
+    def _drop_fresh(
+        self, items: list[PlanItem], plan: Plan, prices: Prices | None
+    ) -> list[PlanItem]:
+        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant). Priced
+        (valued by the miss it prevents), also what outlives the window, and what expires
+        inside it is valued for the hours after its expiry only."""
         if not items:
             return items
         with redis_boundary("hot set freshness"):
@@ -599,14 +347,43 @@ class HotSetSelector:
             ttls = pipe.execute()
         keep = []
         bar_ms = self.cfg.min_ttl_left_s * 1000
+        now, w = self.profile.clock(), plan.window
         for i, pttl in zip(items, ttls, strict=True):
-            if pttl == -1 or pttl > bar_ms:
+            expires = now + timedelta(milliseconds=pttl) if pttl >= 0 else None  # -2: absent
+            outlives = prices is not None and expires is not None and expires >= w.end
+            if pttl == -1 or pttl > bar_ms or outlives:
                 left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
                 plan.fresh.append(i)
+            elif prices is not None and expires is not None and expires > w.start:
+                h = (expires - w.start).total_seconds() / 3600
+                v = prevented(
+                    i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
+                    after_expiry(w.hours(), h),
+                )  # fmt: skip
+                why = f"; cached until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
+                keep.append(_priced(_with_reason(i, why), v))
             else:
                 keep.append(i)
         return keep
+
+    def _worth_warming(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
+        """Valued by the miss it prevents: what is worth more than min_value_ms, noted with
+        the figures; the rest is left out below break-even, with its value."""
+        out = []
+        for i in items:
+            p, pw, ps = i.p_asked or 0.0, i.price_window or 0.0, i.price_send or 0.0
+            if self.cfg.min_value_ms is None or i.value_ms > self.cfg.min_value_ms:
+                why = f"; first asked with p {p:.2f} at price {pw:.2f}, sent at {ps:.2f}"
+                out.append(_with_reason(i, why))
+            else:
+                why = (
+                    f"below break-even (prevents a miss with p {p:.2f}, worth "
+                    f"{i.prevented_ms or 0.0:.0f} GPU ms at price {pw:.2f}; its warm send costs "
+                    f"{i.warm_cost_ms * ps:.0f} at price {ps:.2f})"
+                )
+                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
+        return out
 
     def _fill(
         self, plan: Plan, ranked: dict[str, list[PlanItem]], volume: dict[str, float]
@@ -644,6 +421,30 @@ def _with_reason(i: PlanItem, more: str) -> PlanItem:
     return replace(i, reason=i.reason + more)
 
 
+def _priced(i: PlanItem, v: Prevented, rates: tuple[float, ...] | None = None) -> PlanItem:
+    return replace(
+        i, p_asked=v.p_asked, price_send=v.price_send, price_window=v.price_window,
+        prevented_ms=v.saved_ms, rates=i.rates if rates is None else rates,
+    )  # fmt: skip
+
+
+def _prices(spaces: Sequence[NamespaceForecast], cfg: HotSetConfig) -> Prices:
+    """Step 4's prices, from the load of every namespace the plan reads: the window's hours
+    and the send hour forecast (a namespace the regimes cannot forecast the send hour for
+    counts its first window hour), over the busiest hour the retained weeks hold, all of
+    those namespaces summed (their hourly totals, read once with the forecast)."""
+    hours = len(spaces[0].load) if spaces else 1
+    load, send = np.zeros(hours), 0.0
+    by_week: dict[int, np.ndarray] = {}
+    for ns in spaces:
+        load += ns.load
+        send += ns.load_send if ns.load_send is not None else float(ns.load[0])
+        for week, hc in ns.history.items():
+            by_week[week] = by_week.get(week, 0.0) + np.asarray(hc.warmable, dtype=float)
+    peak = max((float(v.max()) for v in by_week.values()), default=0.0)
+    return Prices.from_load(load, send, peak, cfg.idle_price)
+
+
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:
     """What a semantic hit must share with the entry: params and retrieved docs (and versions,
     where the retriever knows them; -1 stands for none)."""
@@ -651,12 +452,3 @@ def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:
     return canonical_params(r.params.as_dict()), tuple(
         sorted((d.doc_id, -1 if d.version is None else d.version) for d in r.docs)
     )
-
-
-def _midnight(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day, tzinfo=UTC)
-
-
-def _regime_name(regimes: DayRegimes, d: date) -> str:
-    r = regimes.regime_of(d)
-    return "all days" if r is None else regimes.describe(r)

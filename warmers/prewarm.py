@@ -8,7 +8,9 @@ old one. The old version's entries are the cutover job's business (grace, then p
 
 Sizing, in order:
 1. plan the window (the hour under way and the `hours` - 1 after it) with the warm budget as
-   the ceiling, as `stoker warm` does;
+   the ceiling, as `stoker warm` does, but valued by hits whatever the selector's value model:
+   the bar counts every hit of a warmed entry, and "prevented" would leave out the hot
+   entries a flat load does not pay to warm, which are the ones that reach it;
 2. project its hit rate: the expected hits of its items (and of what is cached already) over
    the window's expected warmable requests (Plan.hit_share says what that counts);
 3. keep items in rank order only until the projection reaches `hit_bar`: each tenant's own
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from caches.boundary import redis_boundary
 from schemas.errors import ConfigError
 from warmers.budget import Budget
-from warmers.hotset import Plan, PlanItem, Skipped
+from warmers.plan import Plan, PlanItem, Skipped
 from warmers.runner import WarmRunner
 from warmers.window import Window
 
@@ -165,8 +167,9 @@ class HotSetPrewarmer:
         tenants = tuple(tenants or ())
         win = self.window()
         plan = self.runner.plan(
-            win, self.budget, tenants=tenants or None, model_id=model_id, model_version=version
-        )
+            win, self.budget, tenants=tenants or None, model_id=model_id, model_version=version,
+            value_model="hits",
+        )  # fmt: skip
         in_budget = len(plan.items)
         reachable = plan.hit_share([*plan.fresh, *plan.items])
         if reachable >= self.hit_bar - _EPS:

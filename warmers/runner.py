@@ -21,9 +21,11 @@ from schemas.errors import StokerError
 from streams.jobs import JobRecords, JobState
 from warmers.backends.base import Backend
 from warmers.budget import Budget
-from warmers.hotset import HotSetSelector, Plan
+from warmers.hotset import HotSetSelector
+from warmers.plan import Plan
 from warmers.runs import warm_record
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
+from warmers.value import ValueModel
 from warmers.window import Window
 
 BackendFactory = Callable[[], Backend]
@@ -47,10 +49,12 @@ class WarmRunner:
         tenants: Iterable[str] | None = None,
         model_id: str | None = None,
         model_version: str | None = None,
+        value_model: ValueModel | None = None,
     ) -> Plan:
         return self.selector.plan(
-            window, budget, tenants=tenants, model_id=model_id, model_version=model_version
-        )
+            window, budget, tenants=tenants, model_id=model_id, model_version=model_version,
+            value_model=value_model,
+        )  # fmt: skip
 
     def warm(self, plan: Plan, *, labels: Mapping[str, str] | None = None) -> WarmSummary:
         """Send the plan's items (synchronously: runs its own event loop) and record the run."""

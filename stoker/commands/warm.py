@@ -16,7 +16,7 @@ from stoker.app import app, console
 from stoker.settings import StokerSettings
 
 if TYPE_CHECKING:
-    from warmers.hotset import Plan
+    from warmers.plan import Plan
     from warmers.shadow import WarmSummary
 
 # Rows shown by --dry-run; the rest are counted (a 5k-item plan is for machines, not eyes).
@@ -58,8 +58,9 @@ def warm(
         ),
     ] = False,
 ) -> None:
-    """Plan the hot set for the window (day regimes, paraphrase clusters, hits x GPU cost, fair
-    budget across tenants) and warm it through the shadow warmer at a polite rate."""
+    """Plan the hot set for the window (day regimes, paraphrase clusters, the miss a warm
+    prevents priced by load, fair budget across tenants) and warm it through the shadow warmer
+    at a polite rate."""
     from stoker.wiring import build_runner, default_budget
     from warmers.budget import Budget
     from warmers.window import Window
@@ -156,6 +157,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "cluster_size": i.cluster_size, "expected_hits": round(i.expected_hits, 4),
                 "miss_cost_ms": round(i.miss_cost_ms, 1), "warm_cost_ms": round(i.warm_cost_ms, 1),
                 "value_ms": round(i.value_ms, 1), "kept": i.reason,
+                # valued by the miss it prevents (STOKER_WARM_VALUE_MODEL=prevented), else null
+                "p_asked": _round(i.p_asked, 4), "price_send": _round(i.price_send, 4),
+                "price_window": _round(i.price_window, 4),
             }
             for i in plan.items
         ],
@@ -177,6 +181,10 @@ def _show_summary(s: WarmSummary) -> None:
         f"failed {s.failed} ({s.overloaded} overloaded), refused as stale {s.refused_stale}, "
         f"GPU-seconds {s.gpu_seconds:.1f}, {s.achieved_qps:.1f} QPS over {s.elapsed_s:.1f} s"
     )
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
 
 
 def _fmt(counts: dict[str, Any]) -> str:

@@ -67,6 +67,37 @@ def test_settings__tenant_ids_follow_the_events_rule():
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("STOKER_WARM_VALUE_MODEL", "top-k", "Input should be 'prevented' or 'hits'"),
+        ("STOKER_WARM_IDLE_PRICE", "1.5", "Input should be less than or equal to 1"),
+        ("STOKER_WARM_IDLE_PRICE", "-0.1", "Input should be greater than or equal to 0"),
+        ("STOKER_WARM_LATENCY_WEIGHT", "-1", "Input should be greater than or equal to 0"),
+    ],
+)
+def test_settings__the_warm_value_model_and_its_prices_are_validated(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(UsageError, match=re.escape(f"{variable}='{value}': {says}")):
+        StokerSettings()
+
+
+def test_settings__warm_value_model_defaults_to_the_miss_prevented(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    for name in ("STOKER_WARM_VALUE_MODEL", "STOKER_WARM_IDLE_PRICE", "STOKER_WARM_LATENCY_WEIGHT"):
+        monkeypatch.delenv(name, raising=False)  # the defaults, whatever the shell has set
+    s = StokerSettings()
+    assert (s.warm_value_model, s.warm_idle_price, s.warm_latency_weight) == ("prevented", 0.2, 0)
+    monkeypatch.setenv("STOKER_WARM_VALUE_MODEL", "hits")
+    monkeypatch.setenv("STOKER_WARM_IDLE_PRICE", "0")
+    monkeypatch.setenv("STOKER_WARM_LATENCY_WEIGHT", "2.5")
+    s = StokerSettings()
+    assert (s.warm_value_model, s.warm_idle_price, s.warm_latency_weight) == ("hits", 0.0, 2.5)
+
+
+@pytest.mark.parametrize(
     ("variable", "says"),
     [
         ("STOKER_SEMANTIC_THRESHOLD=2", "STOKER_SEMANTIC_THRESHOLD='2': Input should be less"),

@@ -99,3 +99,17 @@ def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_se
     pw = build_prewarmer(s, runner)
     assert (pw.hit_bar, pw.min_share, pw.budget.requests) == (0.4, 0.8, 7)
     assert pw.window().hours() == 5 and pw.runner is runner
+
+
+def test_wiring__the_planner_takes_its_value_model_and_prices_from_settings() -> None:
+    from stoker.wiring import hot_set_config
+
+    # the settings' model, not HotSetConfig's default ("hits", for the benchmarks)
+    assert hot_set_config(StokerSettings(warm_value_model="prevented")).value_model == "prevented"
+    s = StokerSettings(
+        warm_value_model="hits", warm_idle_price=0.5, warm_latency_weight=3.0,
+        warm_min_ttl_left_s=60, warm_cluster_threshold=0.9,
+    )  # fmt: skip
+    cfg = hot_set_config(s)
+    assert (cfg.value_model, cfg.idle_price, cfg.latency_weight) == ("hits", 0.5, 3.0)
+    assert (cfg.min_ttl_left_s, cfg.cluster_threshold) == (60, 0.9)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -171,3 +172,109 @@ def test_hotset__a_query_surging_in_the_last_hours_is_warmed_though_history_neve
     assert "is the app down" not in [
         i.query for i in off.plan(NEXT_MONDAY_10, Budget(requests=5)).items
     ]
+
+
+# -- valued by the miss it prevents (warmers/value.py) --
+
+
+def _flat(tenant: str, per_hour: dict[str, int]) -> list:
+    """A week asking `per_hour` every hour of every day: the load never moves."""
+    out = []
+    for h in range(7 * 24):
+        for prompt, n in per_hour.items():
+            for i in range(n):
+                ts = MONDAY + timedelta(hours=h, minutes=i)
+                out.append(event(len(out), tenant, prompt, ts))
+    return out
+
+
+def test_hotset__a_flat_load_plans_nothing_when_valued_by_the_miss_prevented(
+    profile: TrafficProfile,
+) -> None:
+    # The send hour costs what the window's hours cost: a warm buys a miss at the price the
+    # miss would have cost, less the chance it is never asked. No latency weight: none pays.
+    fill(profile, _flat("acme", {"flat hot question": 4, "flat warm question": 1}))
+    plan = _selector(profile, value_model="prevented").plan(NEXT_MONDAY_10, Budget(requests=10))
+    assert plan.items == []
+    assert "only 0 candidates" in plan.unused_reason()
+    assert "2 below break-even" in plan.unused_reason()
+    below = {s.query: s for s in plan.skipped if s.reason.startswith("below break-even")}
+    assert set(below) == {"flat hot question", "flat warm question"}
+    hot = below["flat hot question"]
+    assert hot.value_ms is not None and -800 < hot.value_ms < 0  # P < 1 at price 1 == send
+    assert "at price 1.00; its warm send costs 800 at price 1.00" in hot.reason
+    # valued by hits, the same profile warms both: the model is what left them out
+    hits = _selector(profile).plan(NEXT_MONDAY_10, Budget(requests=10))
+    assert {"flat hot question", "flat warm question"} <= {i.query for i in hits.items}
+    # ... and a latency weight makes the prevented first miss worth its send
+    lat = _selector(profile, value_model="prevented", latency_weight=0.5)
+    assert "flat hot question" in {
+        i.query for i in lat.plan(NEXT_MONDAY_10, Budget(requests=10)).items
+    }
+
+
+def _ramp(tenant: str, hot: int) -> list:
+    """Weekdays: 4 one-offs an hour all day (each its own word, so no two are paraphrases),
+    and at 10:00 the hot question `hot` times more; weekends the one-offs only."""
+    out = []
+    for h in range(7 * 24):
+        for i in range(4):
+            ts = MONDAY + timedelta(hours=h, minutes=i)
+            out.append(event(len(out), tenant, f"background {h}-{i}", ts))
+        if h % 24 == 10 and h < 5 * 24:
+            out += [event(len(out) + n, tenant, "hot question", MONDAY + timedelta(hours=h, minutes=n))
+                    for n in range(hot)]  # fmt: skip
+    return out
+
+
+def test_hotset__before_a_ramp_up_the_hot_query_pays_and_a_one_off_does_not(
+    profile: TrafficProfile,
+) -> None:
+    # 09:00 asks 4 requests, 10:00 the hot question 40 times more (the week's peak): the warm
+    # goes out at near-idle prices to prevent a miss at peak prices. A query asked once is
+    # expected 0.15 times at 10:00, asked with p 0.14: under the send's price over the window's.
+    once = event(90_000, "acme", "a one-off question", MONDAY + timedelta(days=2, hours=10))
+    fill(profile, [*_ramp("acme", 40), once])
+    plan = _selector(profile, value_model="prevented").plan(NEXT_MONDAY_10, Budget(requests=10))
+    assert [i.query for i in plan.items] == ["hot question"]  # no background one-off either
+    hot = plan.items[0]
+    assert hot.p_asked is not None and hot.p_asked == pytest.approx(1.0, abs=1e-6)
+    assert hot.price_send == pytest.approx(0.2 + 0.8 * 4 / 45, rel=0.02)  # 4 of the peak's 45
+    assert hot.price_window is not None and hot.price_window > 0.95
+    assert hot.value_ms == pytest.approx(800 * (hot.price_window - hot.price_send), rel=0.01)
+    assert sum(hot.rates) == pytest.approx(hot.expected_hits)  # the hits, split by hour
+    assert "first asked with p 1.00" in hot.reason
+    (one,) = [s for s in plan.skipped if s.query == "a one-off question"]
+    assert one.reason.startswith("below break-even") and one.value_ms is not None
+    assert one.value_ms < 0
+
+
+def test_hotset__an_entry_expiring_inside_the_window_is_valued_after_its_expiry(
+    redis_client: redis.Redis,
+) -> None:
+    # Weekdays ask the steady question twice at 10:00 and twice at 11:00; planned at 09:30
+    # for 10:00-12:00. Cached until 10:25, a warm prevents only a miss after 10:25.
+    window = Window(MONDAY + timedelta(days=7, hours=10), MONDAY + timedelta(days=7, hours=12))
+    now = window.start - timedelta(minutes=30)
+    profile = TrafficProfile(redis_client, clock=lambda: now)
+    steady = [event(80_000 + n, "acme", "steady question", MONDAY + timedelta(days=d, hours=h, minutes=n))
+              for d in range(5) for h in (10, 11) for n in range(2)]  # fmt: skip
+    fill(profile, [*_week("acme", {}, {}), *steady])
+    sel = _selector(profile, value_model="prevented", min_ttl_left_s=6 * 3600)
+    (uncached,) = sel.plan(window, Budget(requests=5)).items
+    cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=86_400))
+    req = CacheRequest("acme", "m", "v1", "t1", "steady question", RequestParams(max_tokens=16))
+    assert cache.store(cache.lookup(req, use_semantic=False), "steady answer").landed
+    redis_client.pexpire(req.key().exact(), 55 * 60_000)  # expires at 10:25
+
+    (cached,) = sel.plan(window, Budget(requests=5)).items
+    lam = uncached.rates
+    assert len(lam) == 2 and min(lam) > 1  # both hours asked
+    assert cached.p_asked == pytest.approx(1 - math.exp(-(lam[0] * 35 / 60 + lam[1])), rel=1e-3)
+    assert cached.p_asked < (uncached.p_asked or 0)
+    assert 0 < cached.value_ms < uncached.value_ms
+    assert "cached until 10:25 UTC" in cached.reason
+    # cached past the window's end: nothing to prevent in it, skipped as fresh
+    redis_client.pexpire(req.key().exact(), 3 * 3600_000)
+    later = sel.plan(window, Budget(requests=5))
+    assert later.items == [] and [i.query for i in later.fresh] == ["steady question"]

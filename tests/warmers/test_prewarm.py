@@ -14,7 +14,7 @@ from schemas.errors import ConfigError
 from tests.gateway.upstreams import Served
 from tests.warmers.hotset_helpers import WordsEmbedder, fill
 from tests.warmers.refusing import refusing_proxy
-from tests.warmers.test_hotset import MONDAY, _week
+from tests.warmers.test_hotset import MONDAY, _flat, _week
 from warmers.backends.base import Backend
 from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
@@ -161,3 +161,25 @@ def test_prewarm__nothing_learned_is_ready_and_bad_settings_fail_at_once(
     for kw in ({"hit_bar": 0.0}, {"hit_bar": 1.5}, {"hours": 0}, {"hours": 25}):
         with pytest.raises(ConfigError):
             HotSetPrewarmer(runner, Budget(requests=1), **kw)  # type: ignore[arg-type]
+
+
+def test_prewarm__plans_by_hits_whatever_value_model_the_selector_has(
+    redis_client: redis.Redis, sim: SimulatorThread
+) -> None:
+    # A flat load: valued by the miss it prevents, no warm pays (tests/warmers/test_hotset.py),
+    # so `stoker warm` plans nothing. The bar counts hits: the pre-warm keeps its hot set.
+    profile = TrafficProfile(redis_client)
+    fill(profile, _flat("acme", {"flat hot question": 4, "flat warm question": 1}))
+    cfg = HotSetConfig(min_ttl_left_s=60, value_model="prevented")
+    runner = WarmRunner(
+        HotSetSelector(profile, WordsEmbedder(), config=cfg),
+        CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600)),
+        lambda: OpenAIBackend(sim.url, retry=RetryPolicy(attempts=1)),
+        WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, min_ttl_left_s=60), progress=False,
+    )  # fmt: skip
+    window = Window(START, START + timedelta(hours=1))
+    assert runner.plan(window, Budget(requests=2)).items == []
+    pw = HotSetPrewarmer(runner, Budget(requests=2), window=lambda: window, hit_bar=0.7)
+    res = pw.prewarm("m", "v2", "v1", ["acme"])
+    assert res.ok and (res.planned, res.sent, res.cached) == (1, 1, 1)  # the hot one: 80%
+    assert res.reached == res.projected == pytest.approx(0.8, abs=0.05)

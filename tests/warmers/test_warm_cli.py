@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 import redis
 
 from tests.warmers.hotset_helpers import fill
@@ -122,6 +123,12 @@ def test_warm_cli__json_prints_every_item_and_every_candidate_left_out_with_its_
     items = plan["items"]
     assert {i["query"] for i in items[:2]} == {"what is my balance", "how do i reset my pin"}
     assert all(i["value_ms"] > 0 and i["kept"] for i in items)
+    # valued by the miss it prevents (the default): the two are asked for sure, sent at 09:00's
+    # 4 requests of the 10:00 peak's 36, each miss at the peak's price
+    for i in items[:2]:
+        assert i["p_asked"] == pytest.approx(1.0, abs=1e-3)
+        assert i["price_send"] == pytest.approx(0.2 + 0.8 * 4 / 36, rel=0.02)
+        assert i["price_window"] > 0.95
     below = [o for o in plan["left_out"] if o["reason"].startswith("below break-even")]
     assert below and all(o["value_ms"] <= 0 and o["query"].startswith("filler") for o in below)
     n = len(items)

@@ -1,0 +1,67 @@
+"""The value of a warm: the first ask's hour, the price of load, the miss prevented."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from schemas.errors import ConfigError
+from warmers.value import Prices, after_expiry, first_ask, prevented
+
+
+def test_first_ask__matches_a_hand_computation_over_three_hours() -> None:
+    # 0.5, 2 and 1 requests expected in hours 0, 1, 2 (Poisson): the first ask falls in hour k
+    # when none came before it and at least one comes in it
+    p = first_ask([0.5, 2.0, 1.0])
+    assert p[0] == pytest.approx(1 - math.exp(-0.5))  # 0.3935
+    assert p[1] == pytest.approx(math.exp(-0.5) * (1 - math.exp(-2.0)))  # 0.5244
+    assert p[2] == pytest.approx(math.exp(-2.5) * (1 - math.exp(-1.0)))  # 0.0519
+    assert p.sum() == pytest.approx(1 - math.exp(-3.5))  # asked at all
+    assert list(first_ask([0.0, 0.0])) == [0.0, 0.0]
+
+
+def test_after_expiry__counts_the_hour_holding_the_expiry_by_the_fraction_after_it() -> None:
+    assert list(after_expiry(3, 1.25)) == [0.0, 0.75, 1.0]
+    assert list(after_expiry(2, -0.5)) == [1.0, 1.0]  # expired before the window
+    assert list(after_expiry(2, 2.0)) == [0.0, 0.0]  # outlives it
+
+
+def test_prices__idle_to_peak_linear_in_load_and_capped_at_peak() -> None:
+    pr = Prices.from_load([0.0, 50.0, 100.0, 300.0], send_load=25.0, peak=100.0, idle=0.2)
+    assert pr.window == pytest.approx((0.2, 0.6, 1.0, 1.0))
+    assert pr.send == pytest.approx(0.4)
+    assert Prices.from_load([5.0], 5.0, peak=0.0, idle=0.3).window == (0.3,)  # no history
+    with pytest.raises(ConfigError, match="idle price"):
+        Prices.from_load([1.0], 1.0, 1.0, idle=1.5)
+
+
+def test_prevented__flat_load_never_pays_a_ramp_up_does_a_one_off_never() -> None:
+    flat = Prices((1.0, 1.0), send=1.0)
+    hot = prevented([5.0, 5.0], miss_cost_ms=800, warm_cost_ms=800, prices=flat)
+    assert hot.value_ms < 0  # the miss would cost the same GPU at the same price
+    assert hot.p_asked == pytest.approx(1 - math.exp(-10))
+    ramp = Prices((1.0, 1.0), send=0.2)  # idle now, peak in the window
+    ramped = prevented([5.0, 5.0], 800, 800, ramp)
+    assert ramped.value_ms == pytest.approx(800 * (hot.p_asked - 0.2)) and ramped.value_ms > 0
+    assert prevented([0.05, 0.05], 800, 800, ramp).value_ms < 0  # p 0.10 < the send's 0.2
+    # latency counts at the miss's GPU ms (the profile has no latency): weight 1 doubles it
+    lat = prevented([5.0, 5.0], 800, 800, flat, latency_weight=1.0)
+    assert lat.saved_ms == pytest.approx(2 * hot.saved_ms) and lat.value_ms > 0
+
+
+def test_prevented__an_entry_expiring_in_the_window_is_valued_after_its_expiry_only() -> None:
+    flat = Prices((1.0, 1.0), send=0.2)
+    whole = prevented([3.0, 1.0], 800, 800, flat)
+    late = prevented([3.0, 1.0], 800, 800, flat, after=after_expiry(2, 0.5))
+    assert late.p_asked == pytest.approx(1 - math.exp(-(1.5 + 1.0)))
+    assert late.value_ms < whole.value_ms
+    # Cheap now, dear later: live traffic would fill the uncached entry in the cheap hour,
+    # the cached one expires into the dear one, where its first miss costs more to let happen.
+    rising = Prices((0.5, 1.0), send=0.2)
+    whole, late = (prevented([3.0, 1.0], 800, 800, rising, after=a)
+                   for a in (None, after_expiry(2, 0.5)))  # fmt: skip
+    p = first_ask(np.array([1.5, 1.0]))
+    assert late.price_window == pytest.approx((p[0] * 0.5 + p[1] * 1.0) / p.sum())
+    assert late.price_window > whole.price_window and late.value_ms > whole.value_ms

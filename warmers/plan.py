@@ -1,0 +1,132 @@
+"""The hot set's plan: each warm send, what was left out and why, and what it should serve.
+
+warmers/hotset.py makes it; `stoker warm` prints it, the shadow warmer sends its items, the
+deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from warmers.budget import Budget
+from warmers.shadow import WarmItem
+from warmers.window import Window
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One warm send: a cluster's representative, what it is expected to save, and why."""
+
+    tenant: str
+    model_id: str
+    model_version: str
+    template_version: str
+    qkey: str
+    query: str
+    cluster_size: int
+    expected_hits: float  # in the window, summed over the cluster's members
+    miss_cost_ms: float  # GPU ms per miss, hit-weighted over the members
+    warm_cost_ms: float  # GPU ms the representative's one warm send is expected to take
+    reason: str
+    item: WarmItem = field(repr=False, compare=False)
+    members: tuple[str, ...] = field(default=(), repr=False)
+    own_hits: float = 0.0  # the representative's own requests expected in the window
+    # Valued by the miss it prevents (value.py; all None when valued by hits):
+    p_asked: float | None = None  # the chance the entry is asked in the window (after expiry)
+    price_send: float | None = None  # the price of a GPU-ms in the send hour, 1.0 at peak
+    price_window: float | None = None  # ... in the hours it is first asked in, P-weighted
+    prevented_ms: float | None = None  # Σ_k P_k x the prevented miss's value at hour k
+    rates: tuple[float, ...] = field(default=(), repr=False, compare=False)  # λ per hour
+
+    @property
+    def value_ms(self) -> float:
+        """Expected GPU-ms (equivalent, at peak price when priced) saved net of the warm's
+        cost: under either value model; > 0 pays for its send."""
+        if self.prevented_ms is not None:
+            return self.prevented_ms - self.warm_cost_ms * (self.price_send or 0.0)
+        return self.expected_hits * self.miss_cost_ms - self.warm_cost_ms
+
+    def rank(self) -> tuple[bool, float]:
+        """Sort key, best first: by the GPU time the warm is expected to save (the prevented
+        miss's value, when priced); items serving nothing new last, most asked first. Not by
+        value net of the warm's cost: past break even every value is negative, and net
+        ranking would put the cheapest sends first, one-offs ahead of the most asked query."""
+        if self.prevented_ms is not None and self.prevented_ms > 0:
+            return False, -self.prevented_ms
+        if self.prevented_ms is None and self.expected_hits > 0:
+            return False, -self.expected_hits * self.miss_cost_ms
+        return True, -self.own_hits * self.miss_cost_ms
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A candidate the plan left out, and why; a rule or the budget that left out a cluster
+    worth something says what it was worth."""
+
+    tenant: str
+    query: str
+    reason: str
+    expected_hits: float | None = None
+    value_ms: float | None = None
+
+
+@dataclass
+class Plan:
+    window: Window
+    budget: Budget
+    items: list[PlanItem] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
+    regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
+    over_budget: int = 0  # clusters worth warming that the budget left out
+    # Expected warmable requests in the window per tenant (the profile's forecast, the long
+    # tail it tracks in aggregate only included): the denominator of a projected hit rate.
+    volume: dict[str, float] = field(default_factory=dict)
+    # Items already cached in the target namespace with TTL to spare (step 5): not sent, but
+    # they serve their expected hits all the same.
+    fresh: list[PlanItem] = field(default_factory=list)
+
+    @property
+    def spent(self) -> float:
+        return sum(self.budget.cost(i.warm_cost_ms) for i in self.items)
+
+    @property
+    def expected_gpu_s_saved(self) -> float:
+        return sum(max(i.value_ms, 0.0) for i in self.items) / 1000.0
+
+    @property
+    def unused(self) -> float:
+        """Budget the plan leaves unspent (requests, or GPU-seconds)."""
+        return max(0.0, self.budget.total - self.spent)
+
+    def unused_reason(self) -> str:
+        """Why budget is left, in one line ("" when all of it is spent): a plan never leaves
+        budget unused without saying so."""
+        if self.unused <= 1e-9:
+            return ""
+        why: dict[str, int] = {}
+        for sk in self.skipped:
+            key = sk.reason.split(" (")[0]
+            why[key] = why.get(key, 0) + 1
+        left = ", ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        return (
+            f"{self.unused:g} of {self.budget} unused: only {len(self.items)} candidates are "
+            f"worth a warm send" + (f" (left out: {left})" if left else " (no other candidates)")
+        )
+
+    def warm_items(self) -> list[WarmItem]:
+        return [i.item for i in self.items]
+
+    @property
+    def expected_volume(self) -> float:
+        return sum(self.volume.values())
+
+    def hit_share(self, items: Iterable[PlanItem]) -> float:
+        """The share of the window's expected warmable requests that `items` are expected to
+        serve from the cache (their expected hits, paraphrase clusters summed, over the
+        volume; 0.0 when no traffic is expected). Every request of a warmed entry counts,
+        the ones live traffic would have filled after a first miss too: it is the hit rate
+        the warmed entries alone give the window, if the profile's forecast holds."""
+        v = self.expected_volume
+        return 0.0 if v <= 0 else min(1.0, sum(i.expected_hits for i in items) / v)

@@ -1,0 +1,104 @@
+"""What a warm send is worth: the first miss it prevents, priced by the backend's load.
+
+A live cache fills an entry on its first request anyway, so warming saves that first miss and
+no more. Per hour k of the window, with the cluster's expected requests λ_k (Poisson arrivals):
+
+1. P_k = exp(-Σ_{j<k} λ_j) · (1 - exp(-λ_k)), the chance the first ask falls in hour k; Σ P_k
+   = 1 - exp(-Σ λ) is the chance it is asked at all. An entry cached until inside the window
+   is asked "first" only after it expires: hours before are left out, the hour holding the
+   expiry counts by the fraction after it (`after_expiry`);
+2. price(h) = idle + (1 - idle) · min(1, load(h) / peak), load the forecast requests of hour h
+   over every namespace the plan reads and peak the busiest hour the history holds: a GPU-ms
+   at idle costs `idle` of one at peak;
+3. value = Σ P_k · (miss_cost · price(k) + latency_weight · miss_latency) - warm_cost ·
+   price(send), the send hour being the one before the window (the warm goes out in the 30
+   minutes before it).
+
+The profile keeps no latency per query: a miss's latency is taken to be its GPU ms (decode
+dominates both), so latency_weight w adds w x miss_cost per prevented miss.
+
+On a flat load with latency_weight 0 no warm pays (P < 1 at the same price as the send: the
+miss would cost the same GPU at the same price); before a ramp-up (an idle send hour, a busy
+window) a hot entry does; a one-off (λ tiny, P tiny) never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from schemas.errors import ConfigError
+
+# "hits": every expected hit x its miss cost (hotset.py); "prevented": the miss, as above.
+ValueModel = Literal["hits", "prevented"]
+
+
+def first_ask(rates: Sequence[float] | np.ndarray) -> np.ndarray:
+    """P_k: the chance the first request falls in hour k, for hourly Poisson rates λ_k."""
+    lam = np.asarray(rates, dtype=float)
+    before = np.concatenate(([0.0], np.cumsum(lam)[:-1]))
+    out: np.ndarray = np.exp(-before) * -np.expm1(-lam)
+    return out
+
+
+def after_expiry(hours: int, expires_h: float) -> np.ndarray:
+    """Per window hour, the fraction of it after an expiry `expires_h` hours past the window's
+    start: 0 before, the remainder of the hour holding it, 1 after."""
+    out: np.ndarray = np.clip(np.arange(1, hours + 1, dtype=float) - expires_h, 0.0, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class Prices:
+    """The price of a GPU-ms in each window hour and in the send hour, 1.0 at peak load."""
+
+    window: tuple[float, ...]
+    send: float
+
+    @classmethod
+    def from_load(
+        cls, load: Sequence[float] | np.ndarray, send_load: float, peak: float, idle: float
+    ) -> Prices:
+        if not 0.0 <= idle <= 1.0:
+            raise ConfigError(f"idle price must lie in [0, 1], got {idle}")
+        lam = np.asarray(load, dtype=float)
+        util = np.clip(lam / peak, 0.0, 1.0) if peak > 0 else np.zeros_like(lam)
+        send = min(1.0, max(0.0, send_load / peak)) if peak > 0 else 0.0
+        window = idle + (1.0 - idle) * util
+        return cls(tuple(float(p) for p in window), idle + (1.0 - idle) * send)
+
+
+@dataclass(frozen=True)
+class Prevented:
+    """A warm valued by the miss it prevents, in GPU-ms at peak price."""
+
+    p_asked: float  # Σ P_k: the chance the entry is asked in the window (after any expiry)
+    price_window: float  # the P-weighted mean price of the hours it is first asked in
+    price_send: float
+    saved_ms: float  # Σ P_k · (the prevented miss's value at k): the ranking key
+    value_ms: float  # saved_ms - warm cost x price_send
+
+
+def prevented(
+    rates: Sequence[float] | np.ndarray,
+    miss_cost_ms: float,
+    warm_cost_ms: float,
+    prices: Prices,
+    latency_weight: float = 0.0,
+    after: np.ndarray | None = None,
+) -> Prevented:
+    """The value of warming an entry asked at `rates` per window hour (step 3 above); `after`:
+    the fraction of each hour that counts (after_expiry), all of it when None."""
+    lam = np.asarray(rates, dtype=float)
+    if after is not None:
+        lam = lam * after
+    p = first_ask(lam)
+    price = np.asarray(prices.window, dtype=float)
+    # miss_latency_ms = miss_cost_ms: no latency per query in the profile (module docstring)
+    saved = float(p @ (miss_cost_ms * price + latency_weight * miss_cost_ms))
+    asked = float(p.sum())
+    mean = float(p @ price) / asked if asked > 0 else float(price.mean())
+    return Prevented(asked, mean, prices.send, saved, saved - warm_cost_ms * prices.send)
