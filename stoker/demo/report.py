@@ -207,6 +207,12 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
             sum(x.get("expected_gpu_s_saved", 0.0) for x in warm.warm_windows), 1
         ),
         "realised_saving_gpu_s": round(total_b - total_w, 1),
+        # the same in misses: what the scheduler's sends were expected to prevent (the deploy
+        # pre-warm, planned by hits, not counted), beside the extra hits it got
+        "expected_prevented_misses": round(
+            sum(x.get("expected_prevented", 0.0) for x in warm.warm_windows), 1
+        ),
+        "scheduled_warm_requests": sum(x.get("sent", 0) for x in warm.warm_windows),
         "busiest_hours_latency": _busiest_latency(warm.serve, hours),
         "busiest_hours_latency_baseline": _busiest_latency(base.serve, hours),
         "expired_entries": sum(warm.expired.values()),

@@ -63,6 +63,8 @@ class DemoWarming:
             "gpu_seconds": round(real_gpu_s, 2),
             # what the plan expected its sends to save, net of their cost (GPU-s equivalents)
             "expected_gpu_s_saved": round(plan.expected_gpu_s_saved, 2),
+            # the misses the sends are expected to prevent (valued by the miss prevented)
+            "expected_prevented": round(sum(i.p_asked or 0.0 for i in plan.items[: s.sent]), 2),
             "sim_gpu_seconds": round(s.gpu_seconds, 3),
         }
 

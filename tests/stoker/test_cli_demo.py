@@ -52,7 +52,7 @@ REPORT_KEYS = {
 REGIME_KEYS = {
     "peak_gpu_ratio", "total_gpu_ratio", "warm_efficiency", "post_deploy_gap_points",
     "net_saved_delta_points", "busiest_hours_latency", "expected_saving_gpu_s",
-    "realised_saving_gpu_s", "verdict",
+    "realised_saving_gpu_s", "expected_prevented_misses", "verdict",
 }  # fmt: skip
 
 
