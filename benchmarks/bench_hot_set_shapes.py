@@ -19,8 +19,9 @@ every shape and K. plan_s_max: the slowest plan in process (its embedder disk-ca
 
 Row `warm_dry_run_<shape>`: `stoker warm --dry-run --json` as a user runs it, a new process
 against the same Redis once the profile holds all of it but the last window, for that window and
-a budget of the largest K: `cli_s` is the whole command (start-up, model load, embeddings with no
-cache), `plan_s` the plan alone as the command reports it (goal: the window planned in <= 10 s).
+a budget of the largest K, the embedding cache holding every earlier prompt (as the gateway that
+served them left it): `cli_s` is the whole command (start-up, model load), `plan_s` the plan alone
+as the command reports it (goal: the window planned in <= 10 s).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import pandas as pd
 from _common import ROOT, emit
 from bench_hot_set import DiskCachedEmbedder
 
-from caches.embedders import SentenceTransformerEmbedder
+from caches.embedders import CachedEmbedder, SentenceTransformerEmbedder
 from caches.keys import normalise_prompt
 from caches.policy import CachePolicy
 from stoker.embedded import EmbeddedStack
@@ -141,6 +142,12 @@ def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
                     tally[k]["ours"] += scorer.served(asked, warmed)
                     tally[k]["naive"] += scorer.served(asked, history.index[:k].tolist())
                     tally[k]["oracle"] += scorer.oracle(asked, k)
+        # what a gateway serving this traffic holds: the embedding of every prompt it served
+        cached = CachedEmbedder(emb, profile.r, 30 * 86_400)
+        seen = df.iloc[:done]
+        for tenant, texts in seen.groupby("tenant")["norm"]:
+            uniq = sorted(set(texts))
+            cached.prime(str(tenant), uniq, scorer.vecs(uniq))
         dry_run(shape, stack.redis_url, WINDOWS[-1], max(ks))
     emb.save()
     for k in ks:

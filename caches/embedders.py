@@ -217,14 +217,18 @@ class BatchingEmbedder(Embedder):
 
 
 class CachedEmbedder:
-    """Embeds through Redis: one MGET for the batch, the misses computed and written back."""
+    """Embeds through Redis: one MGET for the batch, the misses computed and written back
+    (read_only: computed and not written, for callers that must write nothing, a dry run)."""
 
-    def __init__(self, inner: Embedder, r: redis.Redis, ttl_s: int) -> None:
+    def __init__(
+        self, inner: Embedder, r: redis.Redis, ttl_s: int, *, read_only: bool = False
+    ) -> None:
         self.inner = inner
         self.id = inner.id
         self.dim = inner.dim
         self._r = r
         self._ttl_s = ttl_s
+        self.read_only = read_only
 
     def embed(self, tenant: str, texts: Sequence[str]) -> Vectors:
         keys = [K.embedding_key(tenant, self.id, t) for t in texts]
@@ -239,6 +243,9 @@ class CachedEmbedder:
                 out[i] = np.frombuffer(as_bytes(b), dtype=np.float32)
         if todo:
             fresh = self.inner.embed([texts[i] for i in todo])
+            if self.read_only:
+                out[todo] = fresh
+                return out
             pipe = self._r.pipeline(transaction=False)
             for j, i in enumerate(todo):
                 out[i] = fresh[j]

@@ -283,8 +283,8 @@ def build_runner(
 ) -> WarmRunner:
     """The warm runner: profile and cache on the settings' Redis, its embedder, its backend.
 
-    dry_run: plan only, writing nothing: the embedder is used bare (no embedding-cache
-    writes), no semantic store is opened and no job record is written."""
+    dry_run: plan only, writing nothing: the embedding cache is read, not written, no
+    semantic store is opened and no job record is written."""
     from warmers.backends.base import Backend
     from warmers.backends.openai import OpenAIBackend
     from warmers.hotset import HotSetSelector
@@ -292,8 +292,10 @@ def build_runner(
     from warmers.shadow import WarmConfig
 
     cache = build_cache_client(s, semantic=not dry_run)
+    # a dry run reads the embedding cache (what the gateway embedded as it served) and
+    # writes nothing back
     emb: Embedder | CachedEmbedder = (
-        build_embedder(s)
+        CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s, read_only=True)
         if dry_run
         else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
     )

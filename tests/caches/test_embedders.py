@@ -125,6 +125,19 @@ def test_cached_embedder__computes_each_text_once_per_tenant(redis_client: redis
     assert 0 < redis_client.ttl(K.embedding_key("acme", "counting", "a")) <= 60
 
 
+def test_cached_embedder__read_only_reads_the_cache_and_writes_nothing(redis_client: redis.Redis):
+    inner = CountingEmbedder()
+    CachedEmbedder(inner, redis_client, ttl_s=60).embed("acme", ["a"])  # the gateway's write
+    before = sorted(redis_client.keys("*"))
+    ro = CachedEmbedder(inner, redis_client, ttl_s=60, read_only=True)
+    got = ro.embed("acme", ["a", "bb", "ccc"])
+    assert inner.calls[-1] == ["bb", "ccc"]  # "a" came from the cache
+    assert got.tolist() == [[1, 1, 0, 0], [2, 1, 0, 0], [3, 1, 0, 0]]
+    assert sorted(redis_client.keys("*")) == before
+    ro.embed("acme", ["bb"])
+    assert inner.calls[-1] == ["bb"]  # still not cached: computed again
+
+
 def test_batching_embedder__concurrent_callers_share_model_calls_and_get_their_rows():
     import threading
     from concurrent.futures import ThreadPoolExecutor
