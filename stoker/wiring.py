@@ -305,7 +305,12 @@ def build_runner(
         week_capacity=s.traffic_week_capacity,
         hour_capacity=s.traffic_hour_capacity,
     )
-    selector = HotSetSelector(profile, emb, policy=policy_from(s), config=hot_set_config(s))
+    # valued by the miss it prevents, a cluster a cached paraphrase already serves is checked
+    # against the cache (a dry run opens no semantic store: it sees exact entries only)
+    selector = HotSetSelector(
+        profile, emb, policy=policy_from(s), config=hot_set_config(s),
+        cache=None if dry_run else cache,
+    )  # fmt: skip
     url = backend_url or s.warm_backend_url
     model = s.warm_backend_model
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -44,11 +44,12 @@ import redis
 
 from caches import slots
 from caches.boundary import redis_boundary
+from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_gen_key, normalise_prompt
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, RequestRejected
 from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
 from warmers.forecast import Forecaster, NamespaceForecast
@@ -124,8 +125,13 @@ class HotSetSelector:
         policy: CachePolicy | None = None,
         cache_redis: redis.Redis | None = None,
         config: HotSetConfig | None = None,
+        cache: CacheClient | None = None,
     ) -> None:
+        """cache: what a warm is checked against, valued by the miss it prevents: a cluster
+        whose representative a cached paraphrase already serves prevents no miss until that
+        entry expires (_drop_served). Without it only the exact entry is checked."""
         self.profile = profile
+        self.cache = cache
         self.vectors = embedder if isinstance(embedder, TextVectors) else TextVectors(embedder)
         self.policy = policy or CachePolicy()
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
@@ -168,6 +174,7 @@ class HotSetSelector:
             items.sort(key=PlanItem.rank)
             items = self._drop_fresh(items, plan, prices)
             if prices is not None:  # valued once the TTLs are known
+                items = self._drop_served(items, plan, prices, 2 * _items(budget) + 10)
                 items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
             ranked[t] = self._drop_changed_context(items, plan)
         self._fill(plan, ranked, plan.volume)
@@ -272,9 +279,7 @@ class HotSetSelector:
         return _priced(pi, v, tuple(float(x) for x in rates))
 
     def _candidates(self, budget: Budget) -> int:
-        items = budget.requests if budget.requests is not None else (budget.gpu_seconds or 0) / 0.5
-        # GPU budgets: items guessed at 0.5 s each (decode-heavy answers); more only costs reads.
-        return max(self.cfg.min_candidates, int(self.cfg.candidates_per_item * items))
+        return max(self.cfg.min_candidates, int(self.cfg.candidates_per_item * _items(budget)))
 
     def _row(
         self,
@@ -356,16 +361,22 @@ class HotSetSelector:
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
                 plan.fresh.append(i)
             elif prices is not None and expires is not None and expires > w.start:
-                h = (expires - w.start).total_seconds() / 3600
-                v = prevented(
-                    i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
-                    after_expiry(w.hours(), h),
-                )  # fmt: skip
-                why = f"; cached until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
-                keep.append(_priced(_with_reason(i, why), v))
+                keep.append(self._valued_after(i, expires, w, prices, "cached"))
             else:
                 keep.append(i)
         return keep
+
+    def _valued_after(
+        self, i: PlanItem, expires: datetime, w: Window, prices: Prices, what: str
+    ) -> PlanItem:
+        """The item valued for the window's hours after `expires` only (value.after_expiry)."""
+        h = max(0.0, (expires - w.start).total_seconds() / 3600)
+        v = prevented(
+            i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
+            after_expiry(w.hours(), h),
+        )  # fmt: skip
+        why = f"; {what} until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
+        return _priced(_with_reason(i, why), v)
 
     def _worth_warming(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
         """Valued by the miss it prevents: what is worth more than min_value_ms, noted with
@@ -384,6 +395,45 @@ class HotSetSelector:
                 )
                 plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
         return out
+
+    def _drop_served(
+        self, items: list[PlanItem], plan: Plan, prices: Prices, limit: float
+    ) -> list[PlanItem]:
+        """Valued by the miss it prevents, a cluster whose representative the cache already
+        serves through another entry (a paraphrase live traffic cached first) prevents no
+        miss while that entry lives: left out if the entry outlives the window, valued for
+        the hours after its expiry if not. One semantic lookup per item, the best `limit`
+        only (ranked lower, the budget rarely reaches them)."""
+        if self.cache is None or not items:
+            return items
+        keep: list[PlanItem] = []
+        now, w = self.profile.clock(), plan.window
+        for n, i in enumerate(items):
+            if n >= limit:
+                keep.extend(items[n:])
+                break
+            try:
+                key = self.cache.serving_key(i.item.identity)
+            except RequestRejected:
+                key = None
+            if key is None or key == i.item.identity.key().exact():
+                keep.append(i)  # a miss, or its own entry (_drop_fresh valued it)
+                continue
+            with redis_boundary("hot set freshness"):
+                pttl = int(self.cache_redis.pttl(key))
+            expires = now + timedelta(milliseconds=pttl) if pttl >= 0 else None
+            if pttl == -1 or (expires is not None and expires >= w.end):
+                left = "no expiry" if expires is None else f"{pttl / 1000:.0f} s left"
+                why = f"served by a cached paraphrase ({left})"
+                plan.skipped.append(Skipped(i.tenant, i.query, why))
+                plan.fresh.append(i)
+            elif expires is None:  # expired between the lookup and the PTTL: a miss
+                keep.append(i)
+            else:
+                keep.append(
+                    self._valued_after(i, expires, w, prices, "served by a cached paraphrase")
+                )
+        return sorted(keep, key=PlanItem.rank)
 
     def _fill(
         self, plan: Plan, ranked: dict[str, list[PlanItem]], volume: dict[str, float]
@@ -415,6 +465,13 @@ class HotSetSelector:
                 why = f"left out by the budget ({b} spent)"
                 plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
         plan.items.sort(key=PlanItem.rank)
+
+
+def _items(budget: Budget) -> float:
+    """How many items the budget buys; GPU budgets guess 0.5 s an item (decode-heavy answers)."""
+    if budget.requests is not None:
+        return float(budget.requests)
+    return (budget.gpu_seconds or 0.0) / 0.5
 
 
 def _with_reason(i: PlanItem, more: str) -> PlanItem:

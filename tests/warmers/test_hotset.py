@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
 
 from caches.client import CacheClient, CacheRequest
+from caches.embedders import CachedEmbedder
 from caches.policy import CachePolicy
+from caches.semantic.edge import EdgeSemanticStore
 from schemas.common import RequestParams
 from schemas.errors import ConfigError
 from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
@@ -213,7 +216,7 @@ def test_hotset__a_flat_load_plans_nothing_when_valued_by_the_miss_prevented(
     }
 
 
-def _ramp(tenant: str, hot: int) -> list:
+def _ramp(tenant: str, hot: int, question: str = "hot question") -> list:
     """Weekdays: 4 one-offs an hour all day (each its own word, so no two are paraphrases),
     and at 10:00 the hot question `hot` times more; weekends the one-offs only."""
     out = []
@@ -222,7 +225,7 @@ def _ramp(tenant: str, hot: int) -> list:
             ts = MONDAY + timedelta(hours=h, minutes=i)
             out.append(event(len(out), tenant, f"background {h}-{i}", ts))
         if h % 24 == 10 and h < 5 * 24:
-            out += [event(len(out) + n, tenant, "hot question", MONDAY + timedelta(hours=h, minutes=n))
+            out += [event(len(out) + n, tenant, question, MONDAY + timedelta(hours=h, minutes=n))
                     for n in range(hot)]  # fmt: skip
     return out
 
@@ -278,3 +281,57 @@ def test_hotset__an_entry_expiring_inside_the_window_is_valued_after_its_expiry(
     redis_client.pexpire(req.key().exact(), 3 * 3600_000)
     later = sel.plan(window, Budget(requests=5))
     assert later.items == [] and [i.query for i in later.fresh] == ["steady question"]
+
+
+def test_hotset__a_cluster_a_cached_paraphrase_serves_prevents_no_miss_until_it_expires(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # The hot question before a ramp-up pays (test above). Live traffic cached a paraphrase
+    # the static 0.92 serves it from (its 6 words of 7: cosine 0.926): warming the representative
+    # prevents no miss while that entry lives, and a miss only after it expires.
+    window = NEXT_MONDAY_10
+    now = window.start - timedelta(minutes=30)
+    profile = TrafficProfile(redis_client, clock=lambda: now)
+    fill(profile, _ramp("acme", 40, "how can i reset my password"))
+    words = WordsEmbedder()
+    store = EdgeSemanticStore(tmp_path / "edge", dim=words.dim)
+    cache = CacheClient(
+        redis_client, semantic=store, embedder=CachedEmbedder(words, redis_client, 600),
+        policy=CachePolicy(exact_ttl_s=86_400, semantic_ttl_s=86_400),
+    )  # fmt: skip
+    sel = HotSetSelector(
+        profile, words, policy=CachePolicy(), cache=cache,
+        config=HotSetConfig(value_model="prevented"),
+    )  # fmt: skip
+    try:
+        (alone,) = sel.plan(window, Budget(requests=10)).items
+        assert alone.query == "how can i reset my password"
+        para = CacheRequest(
+            "acme", "m", "v1", "t1", "how can i reset my password now", RequestParams(max_tokens=16)
+        )
+        assert cache.store(cache.lookup(para), "the answer").landed
+        rep = alone.item.identity
+        assert cache.serving_key(rep) == para.key().exact()  # the mechanism: a semantic hit
+
+        # the paraphrase outlives the window: nothing to prevent, and the plan says why
+        served = sel.plan(window, Budget(requests=10))
+        assert served.items == []
+        (why,) = [s.reason for s in served.skipped if s.query == alone.query]
+        assert why.startswith("served by a cached paraphrase (")
+        assert [i.query for i in served.fresh] == [alone.query]
+        assert redis_client.exists(rep.key().exact()) == 0  # checked, not written
+
+        # it expires at 10:25: the warm prevents only a miss after that
+        redis_client.pexpire(para.key().exact(), 55 * 60_000)
+        (later,) = sel.plan(window, Budget(requests=10)).items
+        lam = alone.rates[0]
+        assert later.p_asked == pytest.approx(-math.expm1(-lam * 35 / 60), rel=1e-3)
+        assert later.value_ms < alone.value_ms
+        assert "served by a cached paraphrase until 10:25 UTC" in later.reason
+
+        # valued by hits (the deploy pre-warm's model), the representative is still warmed:
+        # it serves its paraphrases whatever else is cached
+        hits = sel.plan(window, Budget(requests=10), value_model="hits")
+        assert alone.query in {i.query for i in hits.items}
+    finally:
+        store.close()
