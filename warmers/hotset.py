@@ -47,6 +47,7 @@ from caches.boundary import redis_boundary
 from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_gen_key, normalise_prompt
+from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
 from schemas.errors import ConfigError, RequestRejected
@@ -149,7 +150,8 @@ class HotSetSelector:
         value_model: ValueModel | None = None,
     ) -> Plan:
         """The hot set for `window`. model_version: the namespace to warm (default: the version
-        each query was last served under, which the representative carries); value_model:
+        live for the tenant, caches/live.py; before any deploy went READY, the version each
+        query was last served under, which the representative carries); value_model:
         this plan's, instead of the config's."""
         plan = Plan(window, budget)
         spaces: dict[str, list[NamespaceForecast]] = {}
@@ -167,18 +169,31 @@ class HotSetSelector:
             _prices([ns for nss in spaces.values() for ns in nss], self.cfg) if priced else None
         )
         ranked: dict[str, list[PlanItem]] = {}
+        live: dict[str, dict[str, str]] = {}  # model -> scope -> live version, read once
         for t, nss in spaces.items():
             items = [
-                i for ns in nss for i in self._clusters(ns, budget, model_version, plan, prices)
+                i
+                for ns in nss
+                for i in self._clusters(
+                    ns, budget, model_version or self._live(live, t, ns.model_id), plan, prices
+                )
             ]
             items.sort(key=PlanItem.rank)
             items = self._drop_fresh(items, plan, prices)
             if prices is not None:  # valued once the TTLs are known
-                items = self._drop_served(items, plan, prices, 2 * _items(budget) + 10)
+                items = self._drop_served(items, plan, prices, _items(budget) + 10)
                 items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
             ranked[t] = self._drop_changed_context(items, plan)
         self._fill(plan, ranked, plan.volume)
         return plan
+
+    def _live(self, live: dict[str, dict[str, str]], tenant: str, model_id: str) -> str | None:
+        """The version the gateways serve the tenant now (caches/live.py), None before any
+        deploy went READY: after a deploy the profile's representatives still carry the old
+        version, and a warm of it would be refused as retired."""
+        if model_id not in live:
+            live[model_id] = LiveVersions(self.cache_redis).get(model_id)
+        return version_for(live[model_id], tenant)
 
     # -- steps 3-4 --
 

@@ -11,6 +11,7 @@ import redis
 
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import CachedEmbedder
+from caches.live import LiveVersions
 from caches.policy import CachePolicy
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.common import RequestParams
@@ -335,3 +336,23 @@ def test_hotset__a_cluster_a_cached_paraphrase_serves_prevents_no_miss_until_it_
         assert alone.query in {i.query for i in hits.items}
     finally:
         store.close()
+
+
+def test_hotset__after_a_deploy_went_ready_the_plan_warms_the_live_version(
+    profile: TrafficProfile, redis_client: redis.Redis
+) -> None:
+    # The profile's representatives were served under v1; once a deploy made v2 live, a warm
+    # of v1 would be refused as retired (the demo's 3-hour regime lost 30 of 40 sends so).
+    fill(profile, _week("acme", {"how do i reset my password": 5}, {}))
+    fill(profile, _week("globex", {"where is my parcel": 5}, {}))
+    before = _selector(profile).plan(NEXT_MONDAY_10, Budget(requests=4))
+    assert {i.model_version for i in before.items} == {"v1"}
+    lv = LiveVersions(redis_client)
+    lv.set("m", "v2", deploy_id="d1", accepted_at=1.0)
+    lv.set("m", "v3", deploy_id="d2", accepted_at=2.0, tenants=["globex"])  # a canary
+    after = _selector(profile).plan(NEXT_MONDAY_10, Budget(requests=4))
+    got = {i.tenant: (i.model_version, i.item.identity.model_version) for i in after.items}
+    assert got == {"acme": ("v2", "v2"), "globex": ("v3", "v3")}
+    # a plan for a named version (the deploy pre-warm's) keeps it
+    named = _selector(profile).plan(NEXT_MONDAY_10, Budget(requests=4), model_version="v9")
+    assert {i.model_version for i in named.items} == {"v9"}
