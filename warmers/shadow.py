@@ -111,6 +111,7 @@ class WarmSummary:
     final_rate_qps: float = 0.0
     backoff_events: list[Backoff] = field(default_factory=list)
     send_times: list[float] = field(default_factory=list, repr=False)
+    landed_keys: list[str] = field(default_factory=list, repr=False)  # exact keys, as landed
 
     @property
     def backoffs(self) -> int:
@@ -318,6 +319,7 @@ class _Run:
         )
         if res.landed:
             self.s.cached += 1
+            self.s.landed_keys.append(miss.key)
             M.STORED.labels("landed").inc()
         elif res.reason.startswith(("stale", "retired")):
             self.s.refused_stale += 1

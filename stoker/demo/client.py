@@ -107,6 +107,8 @@ class ServeStats:
     false_semantic_hits: int = 0
     errors: int = 0
     hourly: dict[int, HourStats] = field(default_factory=dict)
+    # the hours each served entry (its key digest, x-stoker-key) served a hit in
+    hit_hours: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -135,6 +137,7 @@ class Scorer:
             h.exact += outcome == "exact"
             h.semantic += outcome == "semantic"
             s.gpu_ms_saved += row["gpu_ms"]
+            s.hit_hours.setdefault(resp.headers.get("x-stoker-key", ""), []).append(hour)
             s.latency_ms.append(wall_ms)
             h.latency_ms.append(wall_ms)
             self._judge(row, resp, outcome)

@@ -213,6 +213,9 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
             sum(x.get("expected_prevented", 0.0) for x in warm.warm_windows), 1
         ),
         "scheduled_warm_requests": sum(x.get("sent", 0) for x in warm.warm_windows),
+        # ... and what a gateway's log shows: the landed warms that then served a hit (within
+        # their TTL), beside the misses those landed warms were expected to prevent
+        **_warms_hit(warm, sc),
         "busiest_hours_latency": _busiest_latency(warm.serve, hours),
         "busiest_hours_latency_baseline": _busiest_latency(base.serve, hours),
         "expired_entries": sum(warm.expired.values()),
@@ -230,6 +233,28 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
             out[f"post_deploy_gap_points{key}"] = round(100 * (hb - ha), 2)
     out["verdict"] = regime_verdict(sc.regime, out)
     return out
+
+
+def _warms_hit(warm: PassResult, sc: Scenario) -> dict[str, Any]:
+    """Of the scheduled warms that landed, how many served a hit before they expired, against
+    their summed chance of being asked (p_asked): the forecast's calibration, read from what
+    the gateway says served each hit (x-stoker-key), no label read."""
+    landed = expected = served = 0.0
+    for x in warm.warm_windows:
+        start = x["hour"]
+        for key, p in x.get("warmed", {}).items():
+            landed += 1
+            expected += p
+            served += any(start <= h < start + sc.ttl_h for h in warm.serve.hit_hours.get(key, ()))
+    return {
+        # sends whose answer did not land: refused as stale (a deploy retired the namespace,
+        # a KB change moved a document's generation while it computed) or failed
+        "warm_refused_stale": sum(x.get("refused_stale", 0) for x in warm.warm_windows),
+        "warm_failed": sum(x.get("failed", 0) for x in warm.warm_windows),
+        "landed_warms": int(landed),
+        "landed_warms_expected_asked": round(expected, 1),
+        "landed_warms_hit": int(served),
+    }
 
 
 def regime_verdict(name: str, f: dict[str, Any]) -> str:

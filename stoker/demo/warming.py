@@ -52,6 +52,10 @@ class DemoWarming:
         # The simulated GPU is time-compressed; what a warm request costs a real GPU is what a
         # miss of that query cost in the log (the profile's learned miss cost).
         real_gpu_s = sum(i.miss_cost_ms for i in plan.items[: s.sent]) / 1000.0
+        landed = set(s.landed_keys)
+        # each landed warm's key digest (what x-stoker-key names) and its chance of being asked
+        warmed = {k.rsplit(":", 1)[-1]: i.p_asked or 0.0 for i in plan.items
+                  if (k := i.item.identity.key().exact()) in landed}  # fmt: skip
         return {
             "hour": hour,
             "planned": len(plan.items),
@@ -59,6 +63,7 @@ class DemoWarming:
             "cached": s.cached,
             "skipped": s.skipped_cached + s.skipped_uncacheable + s.skipped_negative,
             "failed": s.failed,
+            "refused_stale": s.refused_stale,
             "achieved_qps": round(s.achieved_qps, 1),
             "gpu_seconds": round(real_gpu_s, 2),
             # what the plan expected its sends to save, net of their cost (GPU-s equivalents)
@@ -66,6 +71,7 @@ class DemoWarming:
             # the misses the sends are expected to prevent (valued by the miss prevented)
             "expected_prevented": round(sum(i.p_asked or 0.0 for i in plan.items[: s.sent]), 2),
             "sim_gpu_seconds": round(s.gpu_seconds, 3),
+            "warmed": warmed,
         }
 
     def prewarmer(self) -> Prewarmer:
