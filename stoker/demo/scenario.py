@@ -38,11 +38,11 @@ class Scenario:
     def fast(cls) -> Scenario:
         return cls(
             sample_every=3,
-            week2_hours=48,
+            week2_hours=36,
             warm_budget=80,
             deploy_at_h=30,
             grace_s=1,
-            kb_change_at_h=(12, 36),
+            kb_change_at_h=(12, 33),
         )
 
     def regimes(self) -> list[Scenario]:
@@ -50,11 +50,12 @@ class Scenario:
         6 hours every 2 hours), and TTL 3 h with an hourly warm of the next 3 hours (the
         warm goes out in the 30 minutes before each hour; cached entries expiring inside the
         window are refreshed ahead). The 3-hour regime serves the 3 days around the deploy
-        (the day around it in --fast), to keep the demo's run time."""
+        (the 12 hours around it in --fast), to keep the demo's run time."""
+        half = 36 if self.week2_hours > 48 else 6
         short = replace(
             self, regime="ttl_3h", ttl_h=3, warm_every_h=1, warm_horizon_h=3,
-            first_h=max(0, self.deploy_at_h - (36 if self.week2_hours > 48 else 12)),
-            week2_hours=min(self.week2_hours, self.deploy_at_h + (36 if self.week2_hours > 48 else 12)),
+            first_h=max(0, self.deploy_at_h - half),
+            week2_hours=min(self.week2_hours, self.deploy_at_h + half),
         )  # fmt: skip
         return [self, short]
 
