@@ -308,23 +308,13 @@ class CacheClient:
 
     def serving_key(self, req: CacheRequest) -> str | None:
         """The key of the entry that would serve `req` now: its exact entry, else the entry a
-        semantic lookup would serve; None if it would miss or bypass. Reads only (the
-        warm planner asks what a warm would add): no tally, no L1, no write ticket. Raises
-        RequestRejected, CacheUnavailable."""
-        if self._screen(req):
-            return None
-        try:
-            key = req.key()
-            exact = key.exact()
-        except _UNKEYABLE as e:
-            raise _unkeyable(e) from None
-        with redis_boundary("serving check"):
-            if self.redis.exists(exact):
-                return exact
-        if self.semantic is None:
-            return None
-        hit = self._semantic_lookup(req, key, None)
-        return hit.key if hit is not None and hit.hit else None
+        semantic lookup would serve; None if it would miss, bypass or hit a negative entry.
+        lookup's two halves, untallied (the warm planner asks what a warm would add, not a
+        request). Raises RequestRejected, CacheUnavailable."""
+        res = self.lookup_exact(req)
+        if res.outcome == "miss":
+            res = self.lookup_semantic(req, res)
+        return res.key if res.hit else None
 
     def _screen(self, req: CacheRequest) -> str | None:
         """RequestRejected for a request no key may name; else why it bypasses, or None."""

@@ -29,7 +29,8 @@ Vectors = npt.NDArray[np.float32]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
-def _unit(v: Vectors) -> Vectors:
+def unit(v: Vectors) -> Vectors:
+    """Rows scaled to length 1 (cosine = dot product); a zero row stays zero."""
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     out: Vectors = (v / norms).astype(np.float32)
@@ -149,7 +150,7 @@ class OpenAIEmbedder(Embedder):
             raise ConfigError(
                 f"embedder {self.id} returned shape {v.shape}, want ({len(texts)}, {self.dim})"
             )
-        return _unit(v)
+        return unit(v)
 
     def close(self) -> None:
         self._http.close()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from caches.embedders import CachedEmbedder, Embedder
+from caches.embedders import CachedEmbedder, Embedder, unit
 
 Vectors = npt.NDArray[np.float32]
 
@@ -95,9 +95,9 @@ def _neighbourhoods(
             continue
         # Cosine by one matrix product per chunk of rows (scikit-learn's radius neighbours
         # cost ~8 ms of argument checks a call, and a plan has a scope per set of documents:
-        # half of planning's time). A hair of slack so a pair exactly at the threshold joins,
+        # a quarter of the demo's planning time). A hair of slack so a pair exactly at the threshold joins,
         # as the cache's ">=" would serve it.
-        v = _unit(vectors[idx])
+        v = unit(vectors[idx])  # a zero row is similar to nothing, not even itself
         step = max(1, _CHUNK_CELLS // len(idx))
         for lo in range(0, len(idx), step):
             sims = v[lo : lo + step] @ v.T
@@ -107,14 +107,6 @@ def _neighbourhoods(
 
 
 _CHUNK_CELLS = 4_000_000  # similarities held at once (16 MB of float32)
-
-
-def _unit(vectors: Vectors) -> Vectors:
-    """Rows scaled to length 1; a zero row stays zero (similar to nothing, not even itself)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: Vectors = (vectors / norms).astype(np.float32)
-    return out
 
 
 class TextVectors:
