@@ -8,9 +8,10 @@ Every error is {"error": {message, type, param, code}} with its status (errors.p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from gateway.upstream import Upstream
 log = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+_CONNECT_S = 3.0  # the start-up connect's bound (below the server's start deadline)
 
 
 @dataclass
@@ -78,6 +80,11 @@ def build_app(parts: GatewayParts) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> Any:
+        # Connect before the first request, so it does not pay for the handshake (a cluster's
+        # slot map too) inside its lookup budget. Bounded: a gateway whose Redis is down still
+        # starts, and serves failed open.
+        with suppress(TimeoutError):
+            await asyncio.wait_for(parts.gate.ping(), _CONNECT_S)
         yield
         parts.draining = True
         await parts.upstream.aclose()

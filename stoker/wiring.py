@@ -94,11 +94,16 @@ def build_redis(s: StokerSettings) -> redis.Redis:
     return connect(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
+GATEWAY_CLIENT_NAME = "stoker-gateway"  # in CLIENT LIST, so operators see whose connections
+
+
 def build_async_redis(s: StokerSettings) -> Any:
     """redis.asyncio on the settings' Redis (the gateway's event loop; its own connections)."""
     if not s.redis_url:
         raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
-    return connect_async(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return connect_async(
+        s.redis_url, socket_timeout=5, socket_connect_timeout=5, client_name=GATEWAY_CLIENT_NAME
+    )
 
 
 def build_embedder(s: StokerSettings) -> Embedder:
