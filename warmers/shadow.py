@@ -111,6 +111,7 @@ class WarmSummary:
     final_rate_qps: float = 0.0
     backoff_events: list[Backoff] = field(default_factory=list)
     send_times: list[float] = field(default_factory=list, repr=False)
+    sent_keys: list[str] = field(default_factory=list, repr=False)  # exact keys, as sent
     landed_keys: list[str] = field(default_factory=list, repr=False)  # exact keys, as landed
 
     @property
@@ -174,7 +175,8 @@ class ShadowWarmer:
         if pttl == -1 or pttl > self.cfg.min_ttl_left_s * 1000:
             return "cached"
         # Expiring soon (or gone since the GET): warm again under a fresh ticket.
-        return LookupResult("miss", ticket=self.cache.generations.snapshot(key, req.docs))
+        ticket = self.cache.generations.snapshot(key, req.docs)
+        return LookupResult("miss", ticket=ticket, key=key.exact())
 
 
 class _Run:
@@ -265,6 +267,7 @@ class _Run:
 
     async def _warm_one(self, item: WarmItem, miss: LookupResult) -> None:
         try:
+            self.s.sent_keys.append(miss.key)
             gen = await self._send(item.request)
             if gen is not None:
                 await self._store(miss, gen)

@@ -51,7 +51,10 @@ class DemoWarming:
         s = self.runner.warm(plan)
         # The simulated GPU is time-compressed; what a warm request costs a real GPU is what a
         # miss of that query cost in the log (the profile's learned miss cost).
-        real_gpu_s = sum(i.miss_cost_ms for i in plan.items[: s.sent]) / 1000.0
+        # (the items sent, by key: an item found cached is skipped, so not the plan's first N)
+        sent_keys = set(s.sent_keys)
+        sent = [i for i in plan.items if i.item.identity.key().exact() in sent_keys]
+        real_gpu_s = sum(i.miss_cost_ms for i in sent) / 1000.0
         landed = set(s.landed_keys)
         # each landed warm's key digest (what x-stoker-key names) and its chance of being asked
         warmed = {k.rsplit(":", 1)[-1]: i.p_asked or 0.0 for i in plan.items
@@ -69,7 +72,7 @@ class DemoWarming:
             # what the plan expected its sends to save, net of their cost (GPU-s equivalents)
             "expected_gpu_s_saved": round(plan.expected_gpu_s_saved, 2),
             # the misses the sends are expected to prevent (valued by the miss prevented)
-            "expected_prevented": round(sum(i.p_asked or 0.0 for i in plan.items[: s.sent]), 2),
+            "expected_prevented": round(sum(i.p_asked or 0.0 for i in sent), 2),
             "sim_gpu_seconds": round(s.gpu_seconds, 3),
             "warmed": warmed,
         }

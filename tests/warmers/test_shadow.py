@@ -82,6 +82,8 @@ def test_shadow__skips_what_is_cached_with_ttl_left_rewarms_what_expires(
     s = _warm(sim.url, cache, items, config=cfg)
     assert (s.sent, s.cached, s.skipped_cached) == (1, 1, 5)
     assert redis_client.pttl(items[0].identity.key().exact()) > 60_000
+    # the re-warm reports the key it landed (the demo matches it to the hits it served)
+    assert s.sent_keys == s.landed_keys == [items[0].identity.key().exact()]
     assert sim.stats().served == 7
 
 
