@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.metrics import silhouette_score
 from threadpoolctl import threadpool_limits
 
 # Fewer days cannot show two regimes with a silhouette worth trusting (k=2 needs >= 2 per side).
@@ -82,6 +80,11 @@ def cluster_days(
     days, x = features({d: v for d, v in daily.items() if sum(v) > 0})
     if len(days) < _MIN_DAYS:
         return DayRegimes(dict.fromkeys(days, 0), 1, 0.0)
+    # scikit-learn here, not at the top: importing it costs ~2 s, which every `stoker` command
+    # paid at start-up (through stoker.wiring), even `--help` and bad arguments
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
     best: tuple[float, int, np.ndarray] | None = None
     # One thread: a few dozen days fit in microseconds, and OpenMP's thread start-up on a busy
     # 2-core box cost ~20 ms per KMeans init (measured: 1.2 s per tenant -> ~30 ms).

@@ -84,7 +84,7 @@ def analyze(
     and TTL (a simulated cache in time order), a recommendation and a verdict."""
     from schemas.errors import UsageError
     from stoker.settings import StokerSettings
-    from warmers.analysis.keyed_log import UnreadableLog, read_frame
+    from warmers.analysis.keyed_log import UnreadableLog, key_frame, read_frame
     from warmers.analysis.report import Settings
 
     s = StokerSettings()
@@ -96,7 +96,10 @@ def analyze(
         frame = read_frame(log)
         if labels is not None and labels not in frame.columns:
             raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
-        report = _run(frame, settings, s if embed_cache else None, show_progress=not json_out)
+        keyed = key_frame(
+            frame, labels
+        )  # before the embedder loads (seconds): a bad log fails fast
+        report = _run(keyed, settings, s if embed_cache else None, show_progress=not json_out)
     except UnreadableLog as e:
         raise UsageError(str(e)) from e
     if json_out:

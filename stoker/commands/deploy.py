@@ -18,7 +18,6 @@ from schemas.errors import EventDecodeError
 from schemas.events import JobStatus, ModelDeployed
 from stoker.app import app, console
 from stoker.settings import StokerSettings
-from stoker.wiring import build_publisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, topic_name
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
@@ -94,6 +93,8 @@ def deploy(
     # wrong), and a retried deploy id sees the statuses it already earned.
     consumer = _follower(s) if wait else None
     try:
+        from stoker.wiring import build_publisher  # here: importing the wiring costs ~1 s
+
         with build_publisher(s) as pub:
             pub.publish("inference.deploys", ev, key=ev.model_id)
             pub.flush()

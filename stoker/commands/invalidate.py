@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from schemas.events import BaseEvent, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
 from stoker.app import app, console
 from stoker.settings import StokerSettings
-from stoker.wiring import build_publisher
 
 invalidate_app = typer.Typer(
     help="Publish invalidations to Kafka (the invalidation worker applies them).",
@@ -31,6 +30,8 @@ def _send(logical: str, build: Callable[..., BaseEvent], key: str, **fields: Any
         ev = build(**fields)
     except ValidationError as e:  # bad usage: exit 2 with pydantic's own words
         raise typer.BadParameter(str(e)) from None
+    from stoker.wiring import build_publisher  # here: importing the wiring costs ~1 s
+
     with build_publisher(StokerSettings()) as pub:
         pub.publish(logical, ev, key=key)
         pub.flush()

@@ -148,8 +148,10 @@ def test_simhttp_stream__first_content_after_prefill_and_the_whole_stream_takes_
     ]
     assert len(content_at) == 4  # 16 tokens, 4 a chunk
     assert content_at[0] >= prefill_s
-    # decoding spaces the chunks: the last comes 12 tokens' decode time after the first
-    assert content_at[-1] - content_at[0] >= 0.9 * 12 * PACED_SIM.decode_ms_per_token / 1000
+    # decoding spaces the chunks: the last comes 12 tokens' decode time (60 ms) after the first,
+    # where a burst at the end would bring them together. Half of it: a first chunk read late
+    # on a loaded machine shortens the gap (CI saw 52 ms), and a burst's gap is ~0.
+    assert content_at[-1] - content_at[0] >= 0.5 * 12 * PACED_SIM.decode_ms_per_token / 1000
     assert 0.95 * gpu_ms / 1000 <= total_s <= gpu_ms / 1000 + 1.0
 
 

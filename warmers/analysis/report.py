@@ -49,13 +49,15 @@ class Settings:
 
 
 def analyze(
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | KeyedLog,
     settings: Settings,
     embedder: Embedder,
     on_progress: Progress = lambda _s, _d, _t: None,
 ) -> dict[str, Any]:
+    """frame: the raw table, or one key_frame already keyed (a caller that checks the log
+    before it loads the embedder)."""
     clock = {"start": time.perf_counter()}
-    full = key_frame(frame, settings.labels)
+    full = frame if isinstance(frame, KeyedLog) else key_frame(frame, settings.labels)
     sample = draw(full, settings.embed_budget)
     log = sample.log
     clock["keyed"] = time.perf_counter()
