@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,3 +109,15 @@ def test_demo__a_broken_invalidation_worker_shows_stale_hits() -> None:
     served = res.run(None).serve
     assert served.stale_hits > 0
     assert served.cross_tenant_hits == 0 and served.errors == 0
+
+
+def test_cli__start_up_loads_no_model_library():
+    """Every `stoker` command, even --help and a bad argument, imports stoker.cli first: the
+    libraries that take seconds to import (scikit-learn, torch, sentence-transformers) wait
+    for the command that uses them."""
+    heavy = ("sklearn", "scipy", "torch", "sentence_transformers", "transformers")
+    code = f"import sys, stoker.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert proc.stdout.strip() == "[]"
