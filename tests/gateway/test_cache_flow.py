@@ -238,15 +238,16 @@ def test_gateway__redis_down_fails_open_and_is_counted(
 def test_gateway__a_lookup_over_its_budget_goes_upstream(
     make_gateway: GatewayFactory, sim: SimulatorThread, redis_client: redis.Redis
 ) -> None:
-    gw = make_gateway(sim.url, gateway_lookup_budget_ms=50)
+    # 300 ms: room for a normal lookup on a loaded machine, far under the pause below
+    gw = make_gateway(sim.url, gateway_lookup_budget_ms=300)
     c = client(gw)
     assert outcome(ask(c)) == "miss" and outcome(ask(c)) == "exact"
-    redis_client.execute_command("CLIENT", "PAUSE", "600", "ALL")  # every Redis call now waits
+    redis_client.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # every Redis call now waits
     t0 = time.perf_counter()
     slow = ask(c)
     took = time.perf_counter() - t0
     assert outcome(slow) == "bypass" and "deadline" in slow.headers["x-stoker-reason"]
-    assert took < 0.6  # it did not wait for Redis
+    assert took < 2.5  # it did not wait for Redis
     redis_client.execute_command("CLIENT", "UNPAUSE")
 
 
