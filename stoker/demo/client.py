@@ -107,12 +107,18 @@ class ServeStats:
     false_semantic_hits: int = 0
     errors: int = 0
     hourly: dict[int, HourStats] = field(default_factory=dict)
-    # the hours each served entry (its key digest, x-stoker-key) served a hit in
+    # the hours each served entry served a hit in, by served_entry(): the digest alone
+    # (x-stoker-key) is the same for one prompt in every tenant and version
     hit_hours: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
         return sum(self.outcomes.values())
+
+
+def served_entry(tenant: str, model_version: str, digest: str) -> str:
+    """One cache entry's name in the report: its tenant, model version and key digest."""
+    return f"{tenant}/{model_version}/{digest}"
 
 
 class Scorer:
@@ -137,7 +143,12 @@ class Scorer:
             h.exact += outcome == "exact"
             h.semantic += outcome == "semantic"
             s.gpu_ms_saved += row["gpu_ms"]
-            s.hit_hours.setdefault(resp.headers.get("x-stoker-key", ""), []).append(hour)
+            entry = served_entry(
+                row["tenant"],
+                resp.headers.get("x-stoker-model-version", ""),
+                resp.headers.get("x-stoker-key", ""),
+            )
+            s.hit_hours.setdefault(entry, []).append(hour)
             s.latency_ms.append(wall_ms)
             h.latency_ms.append(wall_ms)
             self._judge(row, resp, outcome)

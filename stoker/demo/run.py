@@ -228,6 +228,10 @@ class Pass:
                 exact_ttl_s=ttl_s, semantic_ttl_s=ttl_s,
                 # entries that would expire inside the warm window are refreshed ahead
                 warm_min_ttl_left_s=self.sc.warm_horizon_h * 3600.0,
+                # the version the gateway serves before any deploy: the model the log ran, as
+                # an operator names it (with the default, "default", scheduled warms went to
+                # the log's version, a namespace no request read until the deploy)
+                gateway_default_model_version=self.traffic.week1[0]["model_version"],
             )  # fmt: skip
             parts = build_gateway(settings, upstream_url=sim.url)
             cache = parts.gate.cache

@@ -13,6 +13,7 @@ from typing import Any
 
 from caches.client import CacheClient
 from invalidators.deployjob import Prewarmer
+from stoker.demo.client import served_entry
 from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
 from stoker.wiring import build_runner
@@ -56,9 +57,14 @@ class DemoWarming:
         sent = [i for i in plan.items if i.item.identity.key().exact() in sent_keys]
         real_gpu_s = sum(i.miss_cost_ms for i in sent) / 1000.0
         landed = set(s.landed_keys)
-        # each landed warm's key digest (what x-stoker-key names) and its chance of being asked
-        warmed = {k.rsplit(":", 1)[-1]: i.p_asked or 0.0 for i in plan.items
-                  if (k := i.item.identity.key().exact()) in landed}  # fmt: skip
+        # each landed warm's entry (as the scorer names the entry a hit came from) and its
+        # chance of being asked
+        warmed = {
+            served_entry(i.tenant, i.item.identity.model_version, k.rsplit(":", 1)[-1]): i.p_asked
+            or 0.0
+            for i in plan.items
+            if (k := i.item.identity.key().exact()) in landed
+        }
         return {
             "hour": hour,
             "planned": len(plan.items),
