@@ -96,9 +96,8 @@ def analyze(
         frame = read_frame(log)
         if labels is not None and labels not in frame.columns:
             raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
-        keyed = key_frame(
-            frame, labels
-        )  # before the embedder loads (seconds): a bad log fails fast
+        # keyed before the embedder loads (seconds), so a bad log fails fast
+        keyed = key_frame(frame, labels)
         report = _run(keyed, settings, s if embed_cache else None, show_progress=not json_out)
     except UnreadableLog as e:
         raise UsageError(str(e)) from e

@@ -52,18 +52,18 @@ class DemoWarming:
         s = self.runner.warm(plan)
         # The simulated GPU is time-compressed; what a warm request costs a real GPU is what a
         # miss of that query cost in the log (the profile's learned miss cost).
-        # (the items sent, by key: an item found cached is skipped, so not the plan's first N)
-        sent_keys = set(s.sent_keys)
-        sent = [i for i in plan.items if i.item.identity.key().exact() in sent_keys]
+        # Matched to the plan by key: an item found cached is skipped, so the sends are not
+        # the plan's first N.
+        keys = [i.item.identity.key() for i in plan.items]
+        sent_keys, landed = set(s.sent_keys), set(s.landed_keys)
+        sent = [i for i, k in zip(plan.items, keys, strict=True) if k.exact() in sent_keys]
         real_gpu_s = sum(i.miss_cost_ms for i in sent) / 1000.0
-        landed = set(s.landed_keys)
         # each landed warm's entry (as the scorer names the entry a hit came from) and its
         # chance of being asked
         warmed = {
-            served_entry(i.tenant, i.item.identity.model_version, k.rsplit(":", 1)[-1]): i.p_asked
-            or 0.0
-            for i in plan.items
-            if (k := i.item.identity.key().exact()) in landed
+            served_entry(i.tenant, i.item.identity.model_version, k.digest): i.p_asked or 0.0
+            for i, k in zip(plan.items, keys, strict=True)
+            if k.exact() in landed
         }
         return {
             "hour": hour,
