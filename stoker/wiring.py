@@ -322,7 +322,10 @@ def build_runner(
     def backend() -> Backend:
         return OpenAIBackend(url, model=model)
 
-    warm_cfg = WarmConfig(target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s)
+    warm_cfg = WarmConfig(
+        target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
+        idle_price=s.warm_idle_price,
+    )  # fmt: skip
     records = None if dry_run else JobRecords(cache.redis)
     return WarmRunner(selector, cache, backend, warm_cfg, progress, console, records)
 

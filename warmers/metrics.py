@@ -28,7 +28,8 @@ ERRORS = Counter(
 )
 SKIPPED = Counter(
     "stoker_warm_skipped",
-    "Warm items not sent: cached (fresh entry), uncacheable, negative (failed recently)",
+    "Warm items not sent: cached (fresh entry), uncacheable, negative (failed recently), "
+    "priced (worth less than its send at the backend's load then)",
     ["reason"],
 )
 STORED = Counter(

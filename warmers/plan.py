@@ -7,10 +7,11 @@ deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from warmers.budget import Budget
 from warmers.shadow import WarmItem
+from warmers.value import Worth
 from warmers.window import Window
 
 
@@ -116,7 +117,14 @@ class Plan:
         )
 
     def warm_items(self) -> list[WarmItem]:
-        return [i.item for i in self.items]
+        """The sends, in plan order; valued by the miss prevented, each carries its worth so
+        the warmer can price it again at the load the backend shows when it is sent."""
+        return [
+            i.item
+            if i.prevented_ms is None
+            else replace(i.item, worth=Worth(i.prevented_ms, i.warm_cost_ms))
+            for i in self.items
+        ]
 
     @property
     def expected_volume(self) -> float:

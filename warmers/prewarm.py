@@ -179,7 +179,7 @@ class HotSetPrewarmer:
         reached = plan.hit_share(self._in_place([*plan.fresh, *plan.items]))
         return HotSetPrewarm(
             model_id, version, previous_version, tuple(tenants), str(win), len(plan.items),
-            s.sent, s.cached, s.skipped_cached + s.skipped_uncacheable + s.skipped_negative,
+            s.sent, s.cached, s.skipped,
             s.failed, s.refused_stale, s.gpu_seconds, s.skipped_cached, self.hit_bar,
             self.min_share, in_budget, plan.expected_volume, projected, reachable, reached,
             sum(i.miss_cost_ms for i in plan.items[: s.sent]) / 1000.0,

@@ -25,6 +25,7 @@ def warm_record(
         "skipped_cached": s.skipped_cached,
         "skipped_uncacheable": s.skipped_uncacheable,
         "skipped_negative": s.skipped_negative,
+        "skipped_priced": s.skipped_priced,
         "failed": s.failed,
         "overloaded": s.overloaded,
         "refused_stale": s.refused_stale,

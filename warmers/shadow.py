@@ -7,6 +7,9 @@ For each item, in the order given (the hot set's ranking):
    back a WriteTicket, taken before the GPU computes;
 2. wait for a concurrency slot, then a token from the bucket, whose rate is
    min(target, ramp ceiling, AIMD rate); jitter the send inside one interval;
+   an item that carries its worth (valued by the miss it prevents) is priced again at the load
+   the backend shows now (Aimd.load: latency per token over baseline, 429s), and left out
+   when its warm would cost more than it saves at that load (`skipped_priced`);
 3. generate; congestion (429, 5xx, timeouts, a retried call, latency over 1.5x baseline)
    halves the AIMD rate, success grows it back additively;
 4. store through CacheClient with source="warm": the ticket's generation check refuses a write
@@ -39,10 +42,11 @@ from schemas.errors import (
 from warmers import metrics as M
 from warmers.backends.base import Backend, Generation, GenerationRequest
 from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
+from warmers.value import Worth, price_at
 
 log = logging.getLogger(__name__)
 
-Skip = Literal["cached", "uncacheable", "negative"]
+Skip = Literal["cached", "uncacheable", "negative", "priced"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ class WarmItem:
 
     request: GenerationRequest
     identity: CacheRequest
+    # What the send saves and costs (valued by the miss it prevents), to be priced again at the
+    # backend's load when it is sent; None: sent whatever the load (valued by hits).
+    worth: Worth | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         r, i = self.request, self.identity
@@ -81,6 +88,9 @@ class WarmConfig:
     min_ttl_left_s: float = 3600.0  # an entry with under an hour left is warmed again
     aimd: AimdConfig = field(default_factory=AimdConfig)
     seed: int | None = None
+    # A GPU-ms at idle, as a share of one at full load: what an item's worth is priced at when
+    # it is sent (value.price_at). None: the plan's price stands, whatever the backend shows.
+    idle_price: float | None = 0.2
 
     def __post_init__(self) -> None:
         if self.target_qps <= 0 or self.concurrency < 1:
@@ -89,6 +99,8 @@ class WarmConfig:
             raise ConfigError("need 0 < ramp_start_frac <= ramp_end_frac")
         if not 0 <= self.jitter_frac < 1:
             raise ConfigError("jitter_frac must lie in [0, 1)")
+        if self.idle_price is not None and not 0.0 <= self.idle_price <= 1.0:
+            raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
 
     def ramp(self) -> Ramp:
         cap = self.capacity_qps or self.target_qps / self.ramp_end_frac
@@ -102,6 +114,7 @@ class WarmSummary:
     skipped_cached: int = 0
     skipped_uncacheable: int = 0
     skipped_negative: int = 0
+    skipped_priced: int = 0  # worth less than its send at the load the backend showed then
     failed: int = 0
     overloaded: int = 0  # of the failed, how many were 429s
     refused_stale: int = 0  # generation moved or namespace retired while computing
@@ -113,6 +126,16 @@ class WarmSummary:
     send_times: list[float] = field(default_factory=list, repr=False)
     sent_keys: list[str] = field(default_factory=list, repr=False)  # exact keys, as sent
     landed_keys: list[str] = field(default_factory=list, repr=False)  # exact keys, as landed
+
+    @property
+    def skipped(self) -> int:
+        """Items not sent: cached, uncacheable, recently failed or priced out."""
+        return (
+            self.skipped_cached
+            + self.skipped_uncacheable
+            + self.skipped_negative
+            + (self.skipped_priced)
+        )
 
     @property
     def backoffs(self) -> int:
@@ -206,6 +229,10 @@ class _Run:
                     self._skip(verdict)
                     continue
                 await self.sem.acquire()
+                if self._priced_out(item):
+                    self.sem.release()
+                    self._skip("priced")
+                    continue
                 await self._pace()
                 t = asyncio.create_task(self._warm_one(item, verdict))
                 self.tasks.add(t)
@@ -223,9 +250,22 @@ class _Run:
             self.s.skipped_cached += 1
         elif why == "uncacheable":
             self.s.skipped_uncacheable += 1
+        elif why == "priced":
+            self.s.skipped_priced += 1
         else:
             self.s.skipped_negative += 1
         self._advance()
+
+    def _priced_out(self, item: WarmItem) -> bool:
+        """Step 2's price check, once every earlier send has its slot (and with one slot, its
+        answer): the load those answers show is the load this send would meet."""
+        idle = self.w.cfg.idle_price
+        if item.worth is None or idle is None:
+            return False
+        load = self.aimd.load()
+        if load is None:  # no baseline yet: the plan's forecast price stands
+            return False
+        return item.worth.value_at(price_at(load, idle)) <= 0.0
 
     def _advance(self) -> None:
         self.tick()

@@ -129,6 +129,9 @@ class AimdConfig:
     # backend, and an EWMA would carry one 9x outlier over the bar for 6 answers. Costs 3
     # answers of reaction, 0.6 s at 5 QPS.
     latency_patience: int = 3
+    # How long a 429, 5xx, timeout or retry reads as a full backend (Aimd.load): about the
+    # retry-after a server sends, and a few cooldowns.
+    busy_hold_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class Aimd:
         self._ceiling = ceiling
         self._last_change = clock.now()
         self._last_cut = float("-inf")
+        self._last_congestion = float("-inf")
         self._n = 0
         self._over = 0  # answers in a row with the EWMA over the bar
         self.baseline: float | None = None
@@ -199,8 +203,21 @@ class Aimd:
             self._over = 0
         self._grow()
 
+    def load(self) -> float | None:
+        """The backend's load as the answers show it, 0 idle .. 1 full: full within
+        `busy_hold_s` of a congestion signal (429, 5xx, timeout, retry), else the latency per
+        token over the baseline (1x: 0, latency_factor x, where the rate is cut: 1). None
+        before the baseline is known."""
+        if self._clock.now() - self._last_congestion < self.cfg.busy_hold_s:
+            return 1.0
+        if self.baseline is None or self.current is None or self.baseline <= 0:
+            return None
+        over = self.current / self.baseline - 1.0
+        return min(1.0, max(0.0, over / max(self.cfg.latency_factor - 1.0, 1e-9)))
+
     def on_congestion(self, reason: str) -> None:
         now = self._clock.now()
+        self._last_congestion = now
         self._grow()
         if now - self._last_cut < self.cfg.cooldown_s:
             return

@@ -17,6 +17,10 @@ no more. Per hour k of the window, with the cluster's expected requests λ_k (Po
 The profile keeps no latency per query: a miss's latency is taken to be its GPU ms (decode
 dominates both), so latency_weight w adds w x miss_cost per prevented miss.
 
+When it is sent, the shadow warmer prices the send again at the load the backend shows then
+(`Worth`, throttle.Aimd.load: its latency per token over the run's baseline, and its 429s): a
+warm that paid at the forecast load of the send hour but not at a busy backend's is left out.
+
 On a flat load with latency_weight 0 no warm pays (P < 1 at the same price as the send: the
 miss would cost the same GPU at the same price); before a ramp-up (an idle send hour, a busy
 window) a hot entry does; a one-off (λ tiny, P tiny) never does.
@@ -69,6 +73,23 @@ class Prices:
         send = min(1.0, max(0.0, send_load / peak)) if peak > 0 else 0.0
         window = idle + (1.0 - idle) * util
         return cls(tuple(float(p) for p in window), idle + (1.0 - idle) * send)
+
+
+def price_at(load: float, idle: float) -> float:
+    """The price of a GPU-ms at `load` (0 idle .. 1 full), 1.0 at full load."""
+    return idle + (1.0 - idle) * min(1.0, max(0.0, load))
+
+
+@dataclass(frozen=True)
+class Worth:
+    """What one warm send saves (the prevented miss, at peak price) and what it costs, so the
+    warmer can price it again at the load the backend shows when it is sent."""
+
+    saved_ms: float
+    warm_cost_ms: float
+
+    def value_at(self, price: float) -> float:
+        return self.saved_ms - self.warm_cost_ms * price
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 def _show_summary(s: WarmSummary) -> None:
     console.print(
         f"sent {s.sent}, cached {s.cached}, skipped {s.skipped_cached} cached + "
-        f"{s.skipped_uncacheable} uncacheable + {s.skipped_negative} recently failed, "
+        f"{s.skipped_uncacheable} uncacheable + {s.skipped_negative} recently failed + "
+        f"{s.skipped_priced} priced out by the backend's load, "
         f"failed {s.failed} ({s.overloaded} overloaded), refused as stale {s.refused_stale}, "
         f"GPU-seconds {s.gpu_seconds:.1f}, {s.achieved_qps:.1f} QPS over {s.elapsed_s:.1f} s"
     )

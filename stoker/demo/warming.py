@@ -35,7 +35,7 @@ class DemoWarming:
         # ramp from 5% to 20% of it within half a second, since a window's warm lasts ~1 s.
         self.runner.warm_config = WarmConfig(
             target_qps=sc.warm_qps, capacity_qps=2_000.0, ramp_s=0.5, concurrency=32,
-            min_ttl_left_s=s.warm_min_ttl_left_s,
+            min_ttl_left_s=s.warm_min_ttl_left_s, idle_price=s.warm_idle_price,
         )  # fmt: skip
         self.window = Window.next_hour()  # moved to the simulated clock by warm_ahead
         self.prewarms: list[HotSetPrewarm] = []  # what each deploy's pre-warm did
@@ -70,7 +70,7 @@ class DemoWarming:
             "planned": len(plan.items),
             "sent": s.sent,
             "cached": s.cached,
-            "skipped": s.skipped_cached + s.skipped_uncacheable + s.skipped_negative,
+            "skipped": s.skipped,
             "failed": s.failed,
             "refused_stale": s.refused_stale,
             "achieved_qps": round(s.achieved_qps, 1),

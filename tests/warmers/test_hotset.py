@@ -20,6 +20,7 @@ from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
 from warmers.budget import Budget, fair_shares
 from warmers.hotset import HotSetConfig, HotSetSelector
 from warmers.profile import TrafficProfile
+from warmers.value import Worth
 from warmers.window import Window
 
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)  # history: one week from here
@@ -248,6 +249,10 @@ def test_hotset__before_a_ramp_up_the_hot_query_pays_and_a_one_off_does_not(
     assert hot.value_ms == pytest.approx(800 * (hot.price_window - hot.price_send), rel=0.01)
     assert sum(hot.rates) == pytest.approx(hot.expected_hits)  # the hits, split by hour
     assert "first asked with p 1.00" in hot.reason
+    # the send carries its worth, to be priced again at the backend's load when it goes out
+    (sent,) = plan.warm_items()
+    assert sent.worth == Worth(hot.prevented_ms, hot.warm_cost_ms)
+    assert sent.worth.value_at(hot.price_send) == pytest.approx(hot.value_ms)
     (one,) = [s for s in plan.skipped if s.query == "a one-off question"]
     assert one.reason.startswith("below break-even") and one.value_ms is not None
     assert one.value_ms < 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 
 import pytest
@@ -22,6 +23,7 @@ from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
 from warmers.throttle import AimdConfig, ManualClock
+from warmers.value import Worth
 
 FAST = WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, jitter_frac=0.1, seed=1)
 
@@ -169,6 +171,34 @@ def test_shadow__backs_off_on_429_and_counts_them(cache: CacheClient) -> None:
     assert {b.reason for b in summary.backoff_events} >= {"429"}
     assert summary.final_rate_qps < 100
     assert summary.cached + summary.failed == summary.sent == 30
+
+
+def _worth(item: WarmItem, saved_ms: float) -> WarmItem:
+    return dataclasses.replace(item, worth=Worth(saved_ms, warm_cost_ms=100.0))
+
+
+def test_shadow__prices_each_send_at_the_backends_load_and_leaves_out_what_no_longer_pays(
+    cache: CacheClient,
+) -> None:
+    # Worth 80 ms for a 100 ms send: it pays at an idle price (0.2), not at a full one (1.0).
+    # Worth 10 s: it pays at any load. One send at a time, so each sees the last one's answer.
+    cheap = [_worth(_item(i), 80.0) for i in range(6)]
+    dear = [_worth(_item(100 + i), 10_000.0) for i in range(2)]
+    cfg = dataclasses.replace(
+        FAST, concurrency=1, idle_price=0.2, aimd=AimdConfig(baseline_samples=2)
+    )
+    with SimulatorThread(SimConfig(slots=0, queue=0)) as s:  # every request gets a 429
+        busy = _warm(s.url, cache, [dear[0], *cheap[:3], dear[1], *cheap[3:]], config=cfg)
+    assert busy.sent == busy.overloaded == 2  # the first 429 prices the cheap ones out
+    assert busy.skipped_priced == 6 and busy.skipped == 6
+    with SimulatorThread(SimConfig()) as s:  # an idle backend: latency at its baseline
+        idle = _warm(s.url, cache, cheap, config=cfg)
+    assert idle.skipped_priced == 0 and idle.sent == idle.cached == 6
+    # without prices (idle_price None) the plan's choice stands at any load
+    unpriced = dataclasses.replace(cfg, idle_price=None)
+    with SimulatorThread(SimConfig(slots=0, queue=0)) as s:
+        blind = _warm(s.url, cache, [*dear, *cheap[:2]], config=unpriced)
+    assert blind.sent == 4 and blind.skipped_priced == 0
 
 
 def test_shadow__paces_at_the_target_in_clock_time(

@@ -95,6 +95,25 @@ def test_aimd__backs_off_when_latency_rises_above_its_baseline(fake_clock: Manua
     assert a.rate < 20.0
 
 
+def test_aimd__load_reads_latency_over_baseline_and_congestion_as_full(
+    fake_clock: ManualClock,
+) -> None:
+    a = Aimd(AimdConfig(baseline_samples=3, latency_factor=1.5, busy_hold_s=5.0), 20.0, fake_clock)
+    assert a.load() is None  # no baseline yet: the caller keeps the plan's price
+    for _ in range(3):
+        fake_clock.t += 0.1
+        a.on_success(latency_ms=100, tokens_out=10)
+    assert a.load() == pytest.approx(0.0)
+    a.on_success(latency_ms=200, tokens_out=10)  # EWMA 0.2: 10 -> 12 ms per token
+    assert a.load() == pytest.approx((12 / 10 - 1) / 0.5)
+    a.on_congestion("429")
+    assert a.load() == 1.0
+    fake_clock.t += 4.9
+    assert a.load() == 1.0  # held for busy_hold_s
+    fake_clock.t += 0.2
+    assert a.load() == pytest.approx(0.4)  # then the latency speaks again
+
+
 def test_aimd__never_below_the_floor(fake_clock: ManualClock) -> None:
     a = Aimd(AimdConfig(min_qps=0.5, cooldown_s=0), 8.0, fake_clock)
     for _ in range(20):
