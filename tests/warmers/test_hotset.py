@@ -19,6 +19,7 @@ from schemas.errors import ConfigError
 from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
 from warmers.budget import Budget, fair_shares
 from warmers.hotset import HotSetConfig, HotSetSelector
+from warmers.observe import query_key
 from warmers.profile import TrafficProfile
 from warmers.value import Worth
 from warmers.window import Window
@@ -72,6 +73,27 @@ def test_hotset__weekday_window_draws_on_weekdays_weekend_on_weekends(
     assert [i.query for i in mon.items] == ["weekday report"]
     assert [i.query for i in sat.items] == ["weekend brunch places"]
     assert "weekday" in mon.regimes["acme/m/t1"] and "weekend" in sat.regimes["acme/m/t1"]
+
+
+def test_hotset__past_break_even_the_budget_tail_goes_to_the_most_asked_of_other_days(
+    profile: TrafficProfile,
+) -> None:
+    # Saturday's window: the weekend asks brunch 20 times a day and a one-off once a day; the
+    # weekdays ask their report 100 times, never on a weekend. A budget of K buys K items:
+    # after brunch, the most asked query of any day (as a naive top-K would), not the one-off.
+    week = _week(
+        "acme", {"weekday report": 20}, {"weekend brunch places": 20, "weekend one-off": 1}
+    )
+    fill(profile, week)
+    ranked = _selector(profile, min_value_ms=None).plan(NEXT_SATURDAY_10, Budget(requests=2))
+    assert [i.query for i in ranked.items] == ["weekend brunch places", "weekday report"]
+    # with the value bar, a query the matching days never asked is not expected in the window
+    hits = _selector(profile).forecaster.expected_hits("acme", "m", "t1", NEXT_SATURDAY_10).hits
+
+    def expected(prompt: str) -> float:
+        return hits[query_key(prompt, {"temperature": 0.0, "max_tokens": 16}, [])]
+
+    assert expected("weekday report") < 0.01 < expected("weekend one-off")
 
 
 def test_hotset__paraphrases_warm_one_representative(profile: TrafficProfile) -> None:
