@@ -213,6 +213,9 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
             sum(x.get("expected_prevented", 0.0) for x in warm.warm_windows), 1
         ),
         "scheduled_warm_requests": sum(x.get("sent", 0) for x in warm.warm_windows),
+        # planned sends left out when sent: the backend's answers showed a load at which they
+        # no longer paid (priced again at send time, warmers/shadow.py)
+        "scheduled_warms_priced_out": sum(x.get("priced_out", 0) for x in warm.warm_windows),
         # ... and what a gateway's log shows: the landed warms that then served a hit (within
         # their TTL), beside the misses those landed warms were expected to prevent
         **_warms_hit(warm, sc),

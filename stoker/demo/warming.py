@@ -71,6 +71,7 @@ class DemoWarming:
             "sent": s.sent,
             "cached": s.cached,
             "skipped": s.skipped,
+            "priced_out": s.skipped_priced,  # worth less than its send at the load then
             "failed": s.failed,
             "refused_stale": s.refused_stale,
             "achieved_qps": round(s.achieved_qps, 1),
