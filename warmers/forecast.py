@@ -103,7 +103,7 @@ class Forecaster:
                 row[cols] += split
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         ns.note = ", ".join(sorted(notes)) or "no history"
-        self._fallback(tenant, model_id, template, hourly, ns, ns.volume)
+        self._fallback(tenant, model_id, template, hourly, ns)
         ns.note += self._surges(ns, window)
         # the send hour: the one before the window, from the past days of its own day's regime
         send = window.start - timedelta(hours=1)
@@ -157,7 +157,6 @@ class Forecaster:
         template: str,
         hourly: dict[int, HourlyCounts],
         ns: NamespaceForecast,
-        volume: float,
     ) -> None:
         """Whatever the retained weeks asked, at any hour of any day, by how much: a floor of
         its share of those weeks x the window's volume, times FALLBACK (under every query the
@@ -172,7 +171,7 @@ class Forecaster:
             return
         weight = PAST_BREAK_EVEN if self.cfg.min_value_ms is None else FALLBACK
         for q, n in self.profile.week_counts(tenant, model_id, template).items():
-            floor = weight * n / total * max(volume, 1.0)
+            floor = weight * n / total * max(ns.volume, 1.0)
             if ns.hits.get(q, 0.0) < floor:
                 ns.hits[q] = floor
                 ns.per_hour.pop(q, None)  # spread as the window's volume is (hourly())

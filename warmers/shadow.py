@@ -130,12 +130,8 @@ class WarmSummary:
     @property
     def skipped(self) -> int:
         """Items not sent: cached, uncacheable, recently failed or priced out."""
-        return (
-            self.skipped_cached
-            + self.skipped_uncacheable
-            + self.skipped_negative
-            + (self.skipped_priced)
-        )
+        s = self
+        return s.skipped_cached + s.skipped_uncacheable + s.skipped_negative + s.skipped_priced
 
     @property
     def backoffs(self) -> int:

@@ -55,6 +55,11 @@ def after_expiry(hours: int, expires_h: float) -> np.ndarray:
     return out
 
 
+def price_at(load: float, idle: float) -> float:
+    """The price of a GPU-ms at `load` (0 idle .. 1 full), 1.0 at full load."""
+    return idle + (1.0 - idle) * min(1.0, max(0.0, load))
+
+
 @dataclass(frozen=True)
 class Prices:
     """The price of a GPU-ms in each window hour and in the send hour, 1.0 at peak load."""
@@ -69,15 +74,9 @@ class Prices:
         if not 0.0 <= idle <= 1.0:
             raise ConfigError(f"idle price must lie in [0, 1], got {idle}")
         lam = np.asarray(load, dtype=float)
-        util = np.clip(lam / peak, 0.0, 1.0) if peak > 0 else np.zeros_like(lam)
-        send = min(1.0, max(0.0, send_load / peak)) if peak > 0 else 0.0
-        window = idle + (1.0 - idle) * util
-        return cls(tuple(float(p) for p in window), idle + (1.0 - idle) * send)
-
-
-def price_at(load: float, idle: float) -> float:
-    """The price of a GPU-ms at `load` (0 idle .. 1 full), 1.0 at full load."""
-    return idle + (1.0 - idle) * min(1.0, max(0.0, load))
+        util = lam / peak if peak > 0 else np.zeros_like(lam)
+        send = send_load / peak if peak > 0 else 0.0
+        return cls(tuple(price_at(float(u), idle) for u in util), price_at(send, idle))
 
 
 @dataclass(frozen=True)
