@@ -33,7 +33,7 @@ from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, An
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.budget import ErrorBudget, ServingLevels
 from caches.matching.counts import RedisCounts
-from caches.matching.verified import LADDER, VETO, VerifiedMatcher
+from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
@@ -210,13 +210,8 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
         return StaticThreshold(), None
     budget = build_budget(s, r)
     levels = ServingLevels(budget, s.budget_refresh_s)
-    if s.answer_bar < VETO:
-        raise ConfigError(
-            f"STOKER_ANSWER_BAR={s.answer_bar} is under the verified matcher's veto ({VETO}): "
-            "an answer would both agree and object"
-        )
     BUDGET_GAUGES.watch(levels)
-    return VerifiedMatcher(levels, bar=s.answer_bar, veto=VETO), budget
+    return VerifiedMatcher(levels, bar=s.answer_bar), budget
 
 
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:

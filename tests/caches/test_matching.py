@@ -134,19 +134,31 @@ def test_verified__serves_where_the_neighbours_answers_agree(embedder):
     m = _verified()
     got = m.decide(Query("tell me today's weather please", vec, 0.92), cands)
     assert got is not None and "weather" in cands[got.index].prompt
-    assert got.rule.startswith("verified:L0:cos>=0.50,agree>=1:s")
+    assert got.rule.startswith("verified:L0:cos>=0.50,agree>=1,margin>=0.00:s")
     assert m.stats.hits[got.rule] == 1
 
 
-def test_verified__a_neighbour_that_was_answered_otherwise_vetoes(embedder):
+def test_verified__a_neighbour_answered_otherwise_blocks_what_is_not_clearly_nearer(embedder):
     q = "tell me today's weather please"
     vec, cands = _bank_cands(embedder, q, {})
     near = [c for c in cands if "weather" in c.prompt]
-    # The backend answered one weather phrasing with something else entirely: the region is
-    # not one question, so nothing in it is served.
-    other = {near[-1].prompt: "your parcel left the depot and arrives on monday"}
-    vec, cands = _bank_cands(embedder, q, other)
-    assert _verified().decide(Query(q, vec, 0.92), cands) is None
+    # The backend answered one weather phrasing with something else entirely: the query may be
+    # that something else, unless the candidate is clearly nearer than it.
+    other = near[-1].prompt
+    vec, cands = _bank_cands(
+        embedder, q, {other: "your parcel left the depot and arrives on monday"}
+    )
+    a = _verified().assess(Query(q, vec, 0.92), cands)
+    served, odd = cands[a.index], next(c for c in cands if c.prompt == other)
+    assert "weather" in served.prompt and served.prompt != other
+    assert a.margin == pytest.approx(served.score - odd.score)
+    for margin, serves in ((a.margin - 0.01, True), (a.margin + 0.01, False)):
+        m = VerifiedMatcher(lambda q: 0, ladder=(Level(0.5, 1, margin),))
+        assert (m.decide(Query(q, vec, 0.92), cands) is not None) is serves
+    # Answered alike, the same phrasing is no objection at any margin short of the score.
+    vec, cands = _bank_cands(embedder, q, {})
+    m = VerifiedMatcher(lambda q: 0, ladder=(Level(0.5, 1, a.margin + 0.01),))
+    assert m.decide(Query(q, vec, 0.92), cands) is not None
 
 
 def test_verified__the_level_gates_and_strength_says_which_levels_would_serve(embedder):
@@ -167,11 +179,11 @@ def test_verified__probes_are_evidence_never_served(embedder):
     assert _verified().decide(Query(q, vec, 0.92), probes) is None
 
 
-def test_verified__ladders_only_tighten_and_the_veto_stays_under_the_bar():
+def test_verified__ladders_only_tighten():
     with pytest.raises(ValueError, match="loosen"):
         VerifiedMatcher(lambda q: 0, ladder=(Level(0.8, 2), Level(0.7, 3)))
-    with pytest.raises(ValueError, match="veto"):
-        VerifiedMatcher(lambda q: 0, bar=0.5, veto=0.6)
+    with pytest.raises(ValueError, match="loosen"):
+        VerifiedMatcher(lambda q: 0, ladder=(Level(0.6, 2, 0.2), Level(0.7, 3, 0.1)))
 
 
 def test_conservative__static_threshold_and_guards_bind_any_matcher(embedder):
@@ -238,7 +250,7 @@ def test_client__verified_matcher_indexes_answers_serves_and_shadow_checks(cache
     hit = client.lookup(_req("tell me today's weather please"))
     assert hit.outcome == "semantic" and hit.entry is not None
     assert "weather" in hit.entry.prompt
-    assert hit.rule.startswith("verified:L0:cos>=0.60,agree>=1:s0")
+    assert hit.rule.startswith("verified:L0:cos>=0.60,agree>=1,margin>=0.00:s0")
     assert 0.6 <= (hit.score or 0) < 0.99
     # At the strict level the same query misses, but the miss carries its best candidate, and
     # the live answer it then gets is judged against that candidate's: evidence for level 0.

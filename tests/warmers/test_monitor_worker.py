@@ -48,7 +48,7 @@ MEANINGS = {
     "what is the weather today": "weather",
     "what is my bank balance": "balance",
 }
-RULE = "verified:L0:cos>=0.58,agree>=2:s5"
+RULE = "verified:L0:cos>=0.62,agree>=1,margin>=0.10:s5"
 
 
 @pytest.fixture
