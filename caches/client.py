@@ -165,7 +165,7 @@ class CacheClient:
         matcher: Matcher | None = None,
         budget: ErrorBudget | None = None,
         judge: AnswerJudge | None = None,
-        shadow_share: float = 0.2,
+        shadow_share: float = 1.0,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")
@@ -177,8 +177,9 @@ class CacheClient:
         # verification outcomes. Default: the policy's static threshold, as before matchers.
         self.matcher = matcher or StaticThreshold()
         # A verified matcher's evidence: each miss it nearly served is, at shadow_share, judged
-        # against the live answer it then got (the same share the monitor audits hits at, so
-        # the budget's pairs are sampled alike).
+        # against the live answer it then got (free: that answer is embedded for the store
+        # anyway). Near misses are sampled more than the monitor samples hits; they are the
+        # weaker strengths, so the bias only raises a looser level's bound.
         self.budget = budget
         self.judge = judge or AnswerJudge()
         self.shadow_share = shadow_share

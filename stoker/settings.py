@@ -103,15 +103,18 @@ class StokerSettings(BaseSettings):
     budget_window_s: float = Field(default=DEFAULT_BUDGET_WINDOW_S, gt=0)
     budget_refresh_s: float = Field(default=5.0, ge=0, le=3600)
     # The wrong-hit monitor (`stoker worker monitor`, warmers/monitor_worker.py): the share of
-    # served semantic hits it re-asks (the same share as shadow checks, so the budget's verdicts
-    # are sampled alike), at most this many a second (a hit over the cap is dropped, not
+    # served semantic hits it re-asks (each re-ask costs the backend a request), at most this
+    # many a second (a hit over the cap is dropped, not
     # queued), from this backend (unset: the gateway's upstream, else the warm backend).
     monitor_share: float = Field(default=0.2, ge=0.0, le=1.0)
     monitor_qps: float = Field(default=2.0, gt=0)
     monitor_backend_url: str | None = None
     # The share of near misses (a candidate short of the serving level) whose live answer is
-    # judged against the candidate's, as budget evidence; costs one answer embedding each.
-    budget_shadow_share: float = Field(default=0.2, ge=0.0, le=1.0)
+    # judged against the candidate's, as budget evidence. Free: the verified matcher embeds
+    # every stored answer anyway, so a check is one dot product and one counter write. All of
+    # them by default; that samples near misses more than the monitor samples hits, and near
+    # misses are the weaker strengths, so a looser level's bound leans high (never low).
+    budget_shadow_share: float = Field(default=1.0, ge=0.0, le=1.0)
     exact_ttl_s: int = Field(default=86_400, gt=0)
     semantic_ttl_s: int = Field(default=86_400, gt=0)
     negative_ttl_s: int = Field(default=30, gt=0)

@@ -106,6 +106,16 @@ class MemoryCounts:
             got = self._c.get((tenant, route), {})
             return [tuple(got.get(s, (0, 0))) for s in range(levels)]  # type: ignore[misc]
 
+    def copy(self) -> MemoryCounts:
+        """The same verdicts, counted on from here without touching these (one evaluation's
+        earlier traffic, carried into several runs)."""
+        out = MemoryCounts()
+        with self._lock:
+            for pair, cells in self._c.items():
+                out._c[pair] = {s: list(c) for s, c in cells.items()}
+            out._once = set(self._once)
+        return out
+
 
 def shown_within(wrong: int, checked: int, delta: float, confidence: float = CONFIDENCE) -> bool:
     """upper_bound(wrong, checked) <= delta, from one binomial CDF instead of a bisection (the
