@@ -46,7 +46,7 @@ def main() -> None:
     summary = ev.summary()
     emit(summary.pop("name"), embed_s=round(ev.embed_seconds, 1), seed=args.seed, **summary)
     if args.coverage_seeds:
-        cov = coverage(ev.stream, range(1, args.coverage_seeds + 1))
+        cov = coverage(ev.stream, range(1, args.coverage_seeds + 1), ev.evidence)
         emit(cov.pop("name"), **cov)
 
 

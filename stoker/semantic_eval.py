@@ -17,6 +17,16 @@ Protocol, per configuration (one fresh Qdrant Edge store each):
    serving level per query from those verdicts alone;
 5. labels are read only by `_Scorer`, after the decision.
 
+Earlier traffic. A service's error budget keeps its verdicts for a week (in Redis, per tenant and
+route), so a cache that starts empty (a deploy, a purge) still serves at the level last week's
+evidence allows. The protocol does the same: the verified matcher first serves the earlier
+traffic (default: CLINC150 val + oos_val, utterances the stream never repeats) through a store of
+its own, and only the budget's verdict counts carry over; the stream then starts on an empty
+store. The same matcher with no earlier evidence is reported beside it (`stoker_cold`): the
+budget then starts at the strictest level and must earn every loosening within the stream.
+Shadow checks and monitor audits run at the production defaults (STOKER_BUDGET_SHADOW_SHARE,
+STOKER_MONITOR_SHARE).
+
 The simulated backend is told which queries share a meaning: the label (each oos query is its
 own meaning), as a model that understands every question perfectly would answer them. It words
 each answer anew (warmers/backends/phrasing.py), so answer texts never match by identity; how
@@ -75,6 +85,13 @@ def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) ->
     return rows[:limit] if limit else rows
 
 
+def history_stream(data: dict[str, Pairs], seed: int) -> Pairs:
+    """The earlier traffic of the default protocol: CLINC150's val + oos_val, shuffled."""
+    rows = data["val"] + data["oos_val"]
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def load_csv(path: Path, text_col: str, label_col: str) -> Pairs:
     """(text, label) rows of a labelled CSV; a clear error for a missing file or column."""
     import pandas as pd
@@ -92,6 +109,19 @@ def load_csv(path: Path, text_col: str, label_col: str) -> Pairs:
     if not rows:
         raise UsageError(f"{path}: no row with text in column {text_col!r}")
     return rows
+
+
+def split_history(rows: Pairs, share: float, seed: int) -> tuple[Pairs, Pairs | None]:
+    """(stream, earlier traffic): the first `share` of the rows, shuffled by `seed`, become the
+    earlier traffic (None when share is 0: a cold start)."""
+    if not share:
+        return rows, None
+    rows = list(rows)
+    random.Random(seed ^ 0x5EED).shuffle(rows)
+    k = int(len(rows) * share)
+    if k == 0 or k == len(rows):
+        raise UsageError(f"--history-share {share} leaves no earlier traffic or no stream")
+    return rows[k:], rows[:k]
 
 
 def answer_pairs(rows: Pairs, oos_label: str) -> tuple[list[str], list[str]]:
@@ -212,22 +242,34 @@ def _percentiles(lookup_ms: list[float]) -> dict[str, float]:
     return {"lookup_ms_p50": float(p50), "lookup_ms_p99": float(p99)}
 
 
+def _default(field: str) -> float:
+    from stoker.settings import StokerSettings
+
+    return float(StokerSettings.model_fields[field].default)
+
+
+MONITOR_SHARE = _default("monitor_share")
+SHADOW_SHARE = _default("budget_shadow_share")
+
+
 def run_verified(
     name: str,
     st: Stream,
     *,
     max_wrong_rate: float = 0.01,
-    monitor_share: float = 0.2,
-    shadow_share: float = 1.0,
+    monitor_share: float = MONITOR_SHARE,
+    shadow_share: float = SHADOW_SHARE,
     seed: int = 0,
     judge: AnswerJudge | None = None,
     fixed_level: int | None = None,
+    counts: MemoryCounts | None = None,
 ) -> QualityRow:
-    """Steps 2-5 for the verified matcher under an error budget fed by the monitor alone, or
-    held at `fixed_level` of the ladder (the monitor still audits: its bound is reported)."""
+    """Steps 2-5 for the verified matcher under an error budget fed by the monitor's audits and
+    the shadow checks alone, or held at `fixed_level` of the ladder (the monitor still audits:
+    its bound is reported). `counts`: the verdicts so far (earlier traffic's), counted on."""
     judge = judge or AnswerJudge()
     rng = random.Random(seed)
-    budget = ErrorBudget(MemoryCounts(), len(LADDER), max_wrong_rate)
+    budget = ErrorBudget(counts or MemoryCounts(), len(LADDER), max_wrong_rate)
     auditor = Auditor(judge, budget)
     level = [budget.level(_NS.tenant, "") if fixed_level is None else fixed_level]
     matcher = VerifiedMatcher(lambda q: level[0], bar=judge.bar)
@@ -269,8 +311,10 @@ def run_verified(
                     store.upsert([probe])
             level[0] = budget.level(_NS.tenant, "") if fixed_level is None else fixed_level
     row.seconds = time.perf_counter() - t0
+    per = budget.counts.read(_NS.tenant, "", len(LADDER))
     row.stats = {
         **matcher.stats.as_dict(),
+        "budget_verdicts": sum(c for c, _ in per),
         "monitor_checked": audited.checked,
         "monitor_judged_wrong": audited.judged_wrong,
         "monitor_truly_wrong": audited.truly_wrong,
@@ -328,6 +372,7 @@ class Evaluation:
     rows: list[QualityRow]
     embed_seconds: float
     stream: Stream
+    evidence: MemoryCounts | None = None  # the budget's verdicts after the earlier traffic
 
     def row(self, name: str) -> QualityRow:
         return next(r for r in self.rows if r.name == name)
@@ -337,6 +382,9 @@ class Evaluation:
         the wrong rate beside the true one."""
         ours = self.row("stoker").as_dict()
         base = self.row(f"static_{BASELINE:.2f}").as_dict()
+        names = {r.name for r in self.rows}
+        cold = self.row("stoker_cold").as_dict() if "stoker_cold" in names else ours
+        history = self.row("history").as_dict() if "history" in names else None
         return {
             "name": "semantic_quality_clinc",
             "hit_rate": ours["hit_rate"],
@@ -354,6 +402,14 @@ class Evaluation:
             "verification_ms_p50": ours["lookup_ms_p50"] - base["lookup_ms_p50"],
             "verification_ms_p99": ours["lookup_ms_p99"] - base["lookup_ms_p99"],
             "queries": ours["queries"],
+            "final_level": ours["final_level"],
+            # Earlier traffic's verdicts carried into the stream (0: a cold start), and the same
+            # matcher started cold beside it.
+            "history_queries": history["queries"] if history else 0,
+            "cold_hit_rate": cold["hit_rate"],
+            "cold_wrong_share": cold["wrong_share"],
+            "cold_ratio": cold["hit_rate"] / max(base["hit_rate"], 1e-9),
+            "cold_final_level": cold["final_level"],
         }
 
 
@@ -377,21 +433,34 @@ def evaluate(
     limit: int | None = None,
     names: Sequence[str] | None = None,
     rows: Pairs | None = None,
+    history: Pairs | None = None,
     oos_label: str = OOS,
     max_wrong_rate: float = 0.01,
-    monitor_share: float = 0.2,
+    monitor_share: float = MONITOR_SHARE,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Evaluation:
-    """Run the protocol: the static curve, then the verified matcher (name "stoker")."""
+    """Run the protocol: the static curve, then the verified matcher (name "stoker"), its
+    budget carrying the verdicts of `history` (earlier traffic; none: a cold start only), and
+    the same started cold ("stoker_cold") when there is a history.
+
+    Default data: CLINC150 test + oos_test, with val + oos_val as the earlier traffic (both cut
+    to `limit`)."""
     if rows is None:
-        rows = query_stream(load_clinc(), seed, limit)
+        data = load_clinc()
+        rows = query_stream(data, seed, limit)
+        history = history_stream(data, seed)[:limit] if history is None else history
     else:
         rows = list(rows)
         random.Random(seed).shuffle(rows)
         rows = rows[:limit] if limit else rows
+    wants_verified = not names or "stoker" in names
     t0 = time.perf_counter()
     progress(f"embedding {len(rows)} queries and {2 * len(rows)} simulated answers")
     st = embed_stream(embedder, rows, oos_label)
+    hist = None
+    if history and wants_verified:
+        progress(f"embedding {len(history)} earlier queries and their answers")
+        hist = embed_stream(embedder, history, oos_label)
     embed_s = time.perf_counter() - t0
     out = []
     for t in STATIC_CURVE:
@@ -405,11 +474,20 @@ def evaluate(
             progress(f"{name} ({lvl})")
             out.append(run_verified(name, st, monitor_share=monitor_share, seed=seed,
                                     fixed_level=k))  # fmt: skip
-    if not names or "stoker" in names:
+    evidence = None
+    if wants_verified:
+        budgeted = {"max_wrong_rate": max_wrong_rate, "monitor_share": monitor_share, "seed": seed}
+        if hist is not None:
+            progress(f"history: {len(hist.texts)} earlier queries, for the budget's verdicts")
+            evidence = MemoryCounts()
+            out.append(run_verified("history", hist, counts=evidence, **budgeted))
         progress("stoker (verified, error budget)")
-        out.append(run_verified("stoker", st, max_wrong_rate=max_wrong_rate,
-                                monitor_share=monitor_share, seed=seed))  # fmt: skip
-    return Evaluation(out, embed_s, st)
+        carried = None if evidence is None else evidence.copy()
+        out.append(run_verified("stoker", st, counts=carried, **budgeted))
+        if evidence is not None:
+            progress("stoker_cold (verified, error budget, no earlier verdicts)")
+            out.append(run_verified("stoker_cold", st, **budgeted))
+    return Evaluation(out, embed_s, st, evidence)
 
 
 def reordered(st: Stream, seed: int) -> Stream:
@@ -423,11 +501,15 @@ def reordered(st: Stream, seed: int) -> Stream:
     )  # fmt: skip
 
 
-def coverage(st: Stream, seeds: Sequence[int], **kw: Any) -> dict[str, Any]:
-    """Does the monitor's bound cover the true wrong share? One budgeted run per seed."""
+def coverage(
+    st: Stream, seeds: Sequence[int], evidence: MemoryCounts | None = None, **kw: Any
+) -> dict[str, Any]:
+    """Does the monitor's bound cover the true wrong share? One budgeted run per seed, each
+    from the same earlier verdicts (`evidence`) when there are some."""
     runs = []
     for s in seeds:
-        r = run_verified(f"seed_{s}", reordered(st, s), seed=s, **kw).as_dict()
+        counts = None if evidence is None else evidence.copy()
+        r = run_verified(f"seed_{s}", reordered(st, s), seed=s, counts=counts, **kw).as_dict()
         runs.append({"seed": s, "monitor_bound": r["monitor_bound"], "true_wrong": r["wrong_share"],
                      "hit_rate": r["hit_rate"]})  # fmt: skip
     covered = sum(r["monitor_bound"] >= r["true_wrong"] for r in runs)

@@ -10,6 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from schemas.errors import UsageError
 from stoker.app import app, console
 
 
@@ -22,6 +23,25 @@ def eval_semantic(
     text_col: Annotated[str, typer.Option(help="the CSV's text column")] = "text",
     label_col: Annotated[str, typer.Option(help="the CSV's label column (scoring only)")] = "label",
     oos_label: Annotated[str, typer.Option(help="the label of out-of-scope rows")] = "oos",
+    history: Annotated[
+        Path | None,
+        typer.Option(
+            help="earlier traffic (a CSV with the same columns): the budget's verdicts carry "
+            "over from it; default for CLINC150: val + oos_val"
+        ),
+    ] = None,
+    history_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.9,
+            help="with --data and no --history: this share of the shuffled "
+            "rows is the earlier traffic (not scored)",
+        ),
+    ] = 0.0,
+    cold: Annotated[
+        bool, typer.Option("--cold", help="no earlier traffic: the budget starts with no verdict")
+    ] = False,
     limit: Annotated[int, typer.Option(min=0, help="queries to stream; 0 = all")] = 0,
     seed: Annotated[int, typer.Option(help="shuffle seed of the queries")] = 7,
     max_wrong_rate: Annotated[
@@ -35,13 +55,20 @@ def eval_semantic(
     the static curve and the verified matcher, with a simulated backend that words every answer
     anew. Labels only score; matchers see prompts, vectors and the backend's answers."""
     from caches.embedders import SentenceTransformerEmbedder
-    from stoker.semantic_eval import evaluate, load_clinc, load_csv
+    from stoker.semantic_eval import evaluate, load_clinc, load_csv, split_history
 
+    if cold and (history is not None or history_share):
+        raise UsageError("--cold takes no --history or --history-share")
     if data is None:
+        if history_share:
+            raise UsageError("--history-share splits --data; CLINC150's earlier traffic is val")
         load_clinc()  # UsageError (exit 2) with the path when the data is absent or unreadable
-        rows = None
+        rows, earlier = None, ([] if cold else None)
     else:
         rows = load_csv(data, text_col, label_col)  # UsageError (exit 2) for a bad file
+        rows, earlier = split_history(rows, history_share, seed)
+    if history is not None:
+        earlier = load_csv(history, text_col, label_col)
     names = [n for n in only.split(",") if n] or None
     with console.status("evaluating") as status:
         ev = evaluate(
@@ -50,6 +77,7 @@ def eval_semantic(
             limit=limit or None,
             names=names,
             rows=rows,
+            history=earlier,
             oos_label=oos_label,
             max_wrong_rate=max_wrong_rate,
             progress=lambda m: status.update(m),
@@ -62,6 +90,13 @@ def eval_semantic(
         return
     _table(rows_out)
     if summary:
+        warm = summary["history_queries"]
+        if warm:
+            console.print(
+                f"budget verdicts carried over from {warm} earlier queries; started cold "
+                f"instead: {summary['cold_ratio']:.2f}x static 0.92's hits at "
+                f"{summary['cold_wrong_share']:.2%} wrong"
+            )
         console.print(
             f"verified: {summary['ratio']:.2f}x the hit rate of static 0.92, wrong share "
             f"{summary['wrong_share']:.2%} vs {summary['static092_wrong_share']:.2%}; monitor "

@@ -65,3 +65,14 @@ def test_budget__refuses_a_rate_that_is_no_rate():
 )
 def test_shown_within__says_what_the_bound_says_without_bisecting(checked, wrong, delta):
     assert shown_within(wrong, checked, delta) == (upper_bound(wrong, checked) <= delta)
+
+
+def test_memory_counts__a_copy_counts_on_alone():
+    base = MemoryCounts()
+    base.add("t", "r", 2, wrong=True)
+    assert base.add_once("t", "r", 1, wrong=False, once="ev1")
+    c = base.copy()
+    assert c.read("t", "r", 3) == base.read("t", "r", 3) == [(0, 0), (1, 0), (1, 1)]
+    c.add("t", "r", 2, wrong=False)
+    assert not c.add_once("t", "r", 1, wrong=False, once="ev1")  # the marks come along
+    assert c.read("t", "r", 3)[2] == (2, 1) and base.read("t", "r", 3)[2] == (1, 1)

@@ -111,3 +111,21 @@ def test_replay__an_all_garbage_log_exits_2_after_its_report(
     assert (
         "bad rows" in res.stderr and "nothing sent from bad.jsonl: all 3 rows are bad" in res.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--cold", "--history-share", "0.3"],  # a cold start has no earlier traffic
+        ["--history-share", "0.3"],  # no --data to split: CLINC150's earlier traffic is val
+        ["--data", "{csv}", "--history", "{missing}"],
+    ],
+)
+def test_eval_semantic__earlier_traffic_options_that_cannot_hold_are_one_line_and_exit_2(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    csv = tmp_path / "d.csv"
+    csv.write_text("text,label\nhello there,greet\nbye now,leave\n")
+    args = [a.format(csv=csv, missing=tmp_path / "missing.csv") for a in extra]
+    res = run_stoker("eval-semantic", *args, timeout=120)
+    _one_clear_error(res, " ".join(extra))

@@ -64,6 +64,13 @@ def test_load_csv__names_the_missing_column_and_the_unreadable_file(tmp_path):
         load_csv(tmp_path / "missing.csv", "text", "intent")
 
 
+def _clinc_val():
+    from stoker.semantic_eval import load_clinc
+
+    d = load_clinc()
+    return d["val"] + d["oos_val"]
+
+
 @needs_clinc
 def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw(embedder):
     ev = evaluate(embedder, limit=600, names=["static_0.92", "stoker"])
@@ -78,3 +85,41 @@ def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw
     checked, judged = ours["monitor_checked"], ours["monitor_judged_wrong"]
     assert s["monitor_bound"] >= (judged / checked if checked else 0.0)
     assert set(s) >= {"hit_rate", "wrong_share", "static092_hit_rate", "ratio", "true_wrong"}
+    # Earlier traffic (CLINC150 val, cut to the same 600) fed the budget; the cold start beside.
+    history, cold = ev.row("history").as_dict(), ev.row("stoker_cold").as_dict()
+    assert history["queries"] == s["history_queries"] == 600
+    assert not set(ev.stream.texts) & {t for t, _ in _clinc_val()}
+    assert ours["budget_verdicts"] > history["budget_verdicts"] > 0  # counted on from there
+    assert (s["cold_hit_rate"], s["cold_final_level"]) == (cold["hit_rate"], cold["final_level"])
+
+
+def test_run_verified__earlier_verdicts_start_the_stream_where_they_allow():
+    """The budget's counts carried in decide the first level served; the stream's own verdicts
+    count on in them. Far-apart queries: no candidate, so no verdict of the stream's own."""
+    from caches.matching.budget import MemoryCounts, min_evidence
+    from caches.matching.verified import LADDER
+    from stoker.semantic_eval import _NS
+
+    vecs = np.eye(6, dtype=np.float32)
+    st = _stream([f"q{i}" for i in range(6)], vecs, ["a"] * 6)
+    strict = len(LADDER) - 1
+    assert run_verified("cold", st).as_dict()["final_level"] == strict
+    earlier = MemoryCounts()
+    for _ in range(min_evidence(0.01)):
+        earlier.add(_NS.tenant, "", strict, wrong=False)
+    row = run_verified("warm", st, counts=earlier).as_dict()
+    assert row["final_level"] == 0 and row["budget_verdicts"] == min_evidence(0.01)
+    earlier.add(_NS.tenant, "", strict, wrong=True)  # one wrong verdict: 1% no longer shown
+    assert run_verified("warm", st, counts=earlier).as_dict()["final_level"] == strict
+
+
+def test_split_history__the_earlier_share_is_apart_from_the_stream():
+    from stoker.semantic_eval import split_history
+
+    rows = [(f"t{i}", f"l{i % 3}") for i in range(100)]
+    assert split_history(rows, 0.0, 1) == (rows, None)
+    stream, earlier = split_history(rows, 0.3, 1)
+    assert earlier is not None and (len(stream), len(earlier)) == (70, 30)
+    assert sorted(stream + earlier) == sorted(rows)
+    with pytest.raises(UsageError, match="no earlier traffic"):
+        split_history(rows[:2], 0.3, 1)
