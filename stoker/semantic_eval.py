@@ -476,17 +476,20 @@ def evaluate(
                                     fixed_level=k))  # fmt: skip
     evidence = None
     if wants_verified:
-        budgeted = {"max_wrong_rate": max_wrong_rate, "monitor_share": monitor_share, "seed": seed}
+
+        def budgeted(name: str, s: Stream, counts: MemoryCounts | None) -> QualityRow:
+            return run_verified(name, s, max_wrong_rate=max_wrong_rate, seed=seed,
+                                monitor_share=monitor_share, counts=counts)  # fmt: skip
+
         if hist is not None:
             progress(f"history: {len(hist.texts)} earlier queries, for the budget's verdicts")
             evidence = MemoryCounts()
-            out.append(run_verified("history", hist, counts=evidence, **budgeted))
+            out.append(budgeted("history", hist, evidence))
         progress("stoker (verified, error budget)")
-        carried = None if evidence is None else evidence.copy()
-        out.append(run_verified("stoker", st, counts=carried, **budgeted))
+        out.append(budgeted("stoker", st, None if evidence is None else evidence.copy()))
         if evidence is not None:
             progress("stoker_cold (verified, error budget, no earlier verdicts)")
-            out.append(run_verified("stoker_cold", st, **budgeted))
+            out.append(budgeted("stoker_cold", st, None))
     return Evaluation(out, embed_s, st, evidence)
 
 

@@ -55,7 +55,7 @@ def eval_semantic(
     the static curve and the verified matcher, with a simulated backend that words every answer
     anew. Labels only score; matchers see prompts, vectors and the backend's answers."""
     from caches.embedders import SentenceTransformerEmbedder
-    from stoker.semantic_eval import evaluate, load_clinc, load_csv, split_history
+    from stoker.semantic_eval import Pairs, evaluate, load_clinc, load_csv, split_history
 
     if cold and (history is not None or history_share):
         raise UsageError("--cold takes no --history or --history-share")
@@ -63,7 +63,8 @@ def eval_semantic(
         if history_share:
             raise UsageError("--history-share splits --data; CLINC150's earlier traffic is val")
         load_clinc()  # UsageError (exit 2) with the path when the data is absent or unreadable
-        rows, earlier = None, ([] if cold else None)
+        earlier: Pairs | None = [] if cold else None
+        rows = None
     else:
         rows = load_csv(data, text_col, label_col)  # UsageError (exit 2) for a bad file
         rows, earlier = split_history(rows, history_share, seed)
