@@ -16,6 +16,7 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:{t:<tenant>}:i:c:<context_hash>                        set of entry keys with that context
     stk:{t:<tenant>}:b:<route>:<bucket>                        error-budget verdicts of one time bucket (hash)
     stk:{t:<tenant>}:a:<event_id>                              a request the monitor's verdict was counted for
+    stk:{t:<tenant>}:ch                                        when the tenant's cached answers last went stale
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
     stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
@@ -53,6 +54,9 @@ KIND_BUDGET: Final = "b"
 # The monitor's "already counted" mark per audited request (a re-delivered log record is
 # re-asked, but its verdict counts once); it lives as long as the verdict can count.
 KIND_AUDITED: Final = "a"
+# When an invalidation last touched the tenant (unix seconds, the change event's time): the
+# monitor re-asks a share of the exact hits served soon after it (warmers/monitor_worker.py).
+KIND_CHANGED: Final = "ch"
 
 # The live version of each model, written by the deploy cutover when the new version is READY
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by

@@ -222,6 +222,10 @@ def doc_gen_key(tenant: str, doc_id: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_DOC_GEN}:{enc(doc_id)}"
 
 
+def changed_key(tenant: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_CHANGED}"
+
+
 def live_versions_key(model_id: str) -> str:
     """The hash of a model's live versions the cutover publishes ("*" or a tenant -> JSON)."""
     return f"{C.LIVE_PREFIX}{enc(model_id)}"

@@ -71,6 +71,7 @@ class InvalidationHandler(Handler):
             self._flush(run)
             self.apply_one(ev)
         self._flush(run)
+        self.invalidator.note_changes([e for e in events if isinstance(e, _HANDLED)])
         M.applied(events)
 
     def _flush(self, run: list[KnowledgeBaseChanged]) -> None:

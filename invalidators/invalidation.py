@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import redis
 
+from caches import changes, slots
 from caches import keys as K
-from caches import slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.generations import Generations
 from caches.semantic.base import SemanticStore
@@ -88,6 +88,16 @@ class Invalidator:
         self.generations = Generations(r)
         self.purger = Purger(r, semantic)
         self._purge_opts = purge_opts or PurgeOptions()
+
+    def note_changes(
+        self, events: Sequence[KnowledgeBaseChanged | PromptTemplateChanged | Invalidate]
+    ) -> None:
+        """Mark each tenant's answers as changed at its latest event's time, for the monitor's
+        check of exact hits served soon after (caches/changes.py)."""
+        latest: dict[str, float] = {}
+        for ev in events:
+            latest[ev.tenant] = max(latest.get(ev.tenant, 0.0), ev.ts.timestamp())
+        changes.note(self._r, latest)
 
     def close(self) -> None:
         """Close the clients this invalidator was handed (the worker owns them through it)."""

@@ -108,6 +108,10 @@ class StokerSettings(BaseSettings):
     # queued), from this backend (unset: the gateway's upstream, else the warm backend).
     monitor_share: float = Field(default=0.2, ge=0.0, le=1.0)
     monitor_qps: float = Field(default=2.0, gt=0)
+    # The stale-serve check of the same monitor: the share of exact hits served within the
+    # window after an invalidation in their tenant that it re-asks (within the same QPS cap).
+    monitor_stale_share: float = Field(default=0.2, ge=0.0, le=1.0)
+    monitor_stale_window_s: float = Field(default=3_600.0, gt=0)
     monitor_backend_url: str | None = None
     # The share of near misses (a candidate short of the serving level) whose live answer is
     # judged against the candidate's, as budget evidence. Free: the verified matcher embeds

@@ -53,6 +53,13 @@ AUDITS = Counter(
     "Served hits the wrong-hit monitor sampled, by result (same / different when re-asked)",
     ["result"],
 )
+# Of those, the exact hits served soon after an invalidation in their tenant (the stale-serve
+# check), by verdict: "different" is an answer the backend no longer gives, served from cache.
+STALE_CHECKS = Counter(
+    "stoker_monitor_stale_checks",
+    "Exact hits served soon after an invalidation, re-asked, by verdict (different: stale)",
+    ["tenant", "result"],
+)
 SCHEDULER_LEADER = Gauge(
     "stoker_scheduler_leader", "1 if this process is the scheduler's leader, else 0"
 )
@@ -70,6 +77,10 @@ def failed(kind: ErrorKind) -> None:
 
 def audited(result: AuditResult) -> None:
     AUDITS.labels(result).inc()
+
+
+def stale_checked(tenant: str, verdict: Literal["same", "different"]) -> None:
+    STALE_CHECKS.labels(tenant, verdict).inc()
 
 
 def set_leader(leader: bool) -> None:

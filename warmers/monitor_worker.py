@@ -1,10 +1,19 @@
-"""The wrong-hit monitor as a worker: served semantic hits from the request log, re-asked.
+"""The wrong-hit monitor as a worker: served hits from the request log, re-asked.
+
+Two kinds of served hit are checked:
+- semantic hits (a look-alike's answer served): is it right for this query?
+- exact hits served soon after an invalidation in their tenant (within `stale_window_s` of the
+  change event's time, which the invalidation worker notes: caches/changes.py): is it still
+  what the backend answers? A missed or late deletion serves a stale answer exactly here.
+  Verdicts go to stoker.audit and `stoker_monitor_stale_checks_total{tenant,result}`, not to
+  the semantic error budget (they say nothing of the matcher).
 
 Per batch of inference.requests (numbered as in `apply`):
 1. sample: a v2 semantic hit is audited when the hash of its event id falls under `share`
-   (so a re-delivered batch samples the same hits), and the QPS cap has a token for it (a hit
-   the cap cannot carry is dropped, counted "over_rate": the monitor keeps up with the log
-   rather than falling behind it);
+   (so a re-delivered batch samples the same hits), an exact hit served soon after a change
+   under `stale_share`, and only while the QPS cap has a token (a hit the cap cannot carry is
+   dropped, counted "over_rate": the monitor keeps up with the log rather than falling behind
+   it);
 2. the served entry is read back from Redis (the log names it by namespace and key digest);
    one gone since (expired, invalidated) is skipped;
 3. the backend is asked the logged request again, exactly as the gateway sent it;
@@ -18,8 +27,7 @@ Bad records go to stoker.dlq (the worker's decode, as for every handler). A Redi
 outage raises (retriable): the batch is read again. A backend outage does not: the hits of that
 batch go unaudited (counted "backend_error"), a sample lost, not a stalled log.
 
-Not built: exact hits served soon after an invalidation (the stale-serve half of the monitor),
-and off-peak scheduling (the cap is the only pacing).
+Not built: off-peak scheduling (the cap is the only pacing).
 """
 
 from __future__ import annotations
@@ -30,11 +38,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-from caches import slots
+from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.client import CacheClient, CacheRequest
+from caches.matching.answers import Judgement
 from caches.matching.budget import ErrorBudget, ServingLevels
 from caches.matching.verified import strength_of
 from caches.semantic.base import SemanticPoint
@@ -65,10 +74,17 @@ class MonitorOptions:
     share: float = 0.2  # of served semantic hits (STOKER_MONITOR_SHARE)
     qps: float = 2.0  # re-asks per second at most (STOKER_MONITOR_QPS)
     probe_ttl_s: float = 86_400.0
+    # of the exact hits served within stale_window_s after a change in their tenant
+    # (STOKER_MONITOR_STALE_SHARE, STOKER_MONITOR_STALE_WINDOW_S)
+    stale_share: float = 0.2
+    stale_window_s: float = 3_600.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.share <= 1.0:
-            raise ValueError(f"monitor share {self.share} must lie in [0, 1]")
+        for name in ("share", "stale_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"monitor {name} {getattr(self, name)} must lie in [0, 1]")
+        if not self.stale_window_s > 0:
+            raise ValueError(f"monitor stale window {self.stale_window_s} must be positive")
         if not self.qps > 0:
             raise ValueError(f"monitor qps {self.qps} must be positive")
 
@@ -135,12 +151,16 @@ class MonitorHandler(Handler):
     # -- 1, 2 --
 
     def _picks(self, events: Sequence[Event]) -> list[_Pick]:
+        share = {"semantic": self.options.share, "exact": self.options.stale_share}
         hits = [
             e for e in events
-            if isinstance(e, RequestLogged) and e.schema_version == 2
-            and e.cache_outcome == "semantic" and e.cache_key and e.request is not None
-            and sampled(e.event_id, self.options.share)
+            if isinstance(e, RequestLogged) and e.schema_version == 2 and e.cache_key
+            and e.request is not None and e.cache_outcome in share
+            and sampled(e.event_id, share[e.cache_outcome])
         ]  # fmt: skip
+        exact = {e.tenant for e in hits if e.cache_outcome == "exact"}
+        changed = changes.read(self.cache.redis, exact) if exact else {}
+        hits = [e for e in hits if e.cache_outcome == "semantic" or self._soon_after(e, changed)]
         if not hits:
             return []
         keys = [_request(e).ns.exact_prefix + str(e.cache_key) for e in hits]
@@ -154,6 +174,10 @@ class MonitorHandler(Handler):
             entry = CacheEntry.from_bytes(as_bytes(blob))
             out.append(_Pick(e, key, entry.prompt, entry.response))
         return out
+
+    def _soon_after(self, e: RequestLogged, changed: dict[str, float]) -> bool:
+        at = changed.get(e.tenant)
+        return at is not None and 0.0 <= e.ts.timestamp() - at <= self.options.stale_window_s
 
     # -- 3 --
 
@@ -196,6 +220,12 @@ class MonitorHandler(Handler):
         n, now, out = len(judged), time.time(), []
         for i, (p, g) in enumerate(judged):
             e = p.event
+            if e.cache_outcome == "exact":
+                j = self.auditor.judge.judge(vecs[i], vecs[n + i], g.text, p.served_text)
+                M.audited(j.verdict)
+                M.stale_checked(e.tenant, j.verdict)
+                out.append(_audited(e, p, j, rule=e.cache_rule or "exact", strength=None))
+                continue
             req = _request(e)
             key = req.key()
             strength = strength_of(e.cache_rule or "")
@@ -212,28 +242,7 @@ class MonitorHandler(Handler):
                     e.tenant, hit.route, strength, wrong=not j.same, once=e.event_id
                 )
             self._leave_probe(probe)
-            out.append(
-                HitAudited(
-                    event_id=e.event_id,
-                    request_id=e.request_id,
-                    tenant=e.tenant,
-                    model_id=e.model_id,
-                    model_version=e.model_version,
-                    template_version=e.template_version,
-                    route=hit.route,
-                    query=e.prompt,
-                    served_prompt=p.served_prompt,
-                    entry_key=str(e.cache_key),
-                    cache_outcome="semantic",
-                    score=e.cache_score,
-                    rule=audit.rule,
-                    strength=strength,
-                    verdict=j.verdict,
-                    cosine=max(-1.0, min(1.0, j.cosine)),
-                    reason=j.reason,
-                    counted=counted,
-                )
-            )
+            out.append(_audited(e, p, j, rule=audit.rule, strength=strength, counted=counted))
         return out
 
     def _leave_probe(self, probe: SemanticPoint) -> None:
@@ -247,6 +256,38 @@ class MonitorHandler(Handler):
 
     def close(self) -> None:
         self.cache.close()
+
+
+def _audited(
+    e: RequestLogged,
+    p: _Pick,
+    j: Judgement,
+    *,
+    rule: str,
+    strength: int | None,
+    counted: bool = False,
+) -> HitAudited:
+    outcome: Literal["exact", "semantic"] = "exact" if e.cache_outcome == "exact" else "semantic"
+    return HitAudited(
+        event_id=e.event_id,
+        request_id=e.request_id,
+        tenant=e.tenant,
+        model_id=e.model_id,
+        model_version=e.model_version,
+        template_version=e.template_version,
+        route=e.route or "",
+        query=e.prompt,
+        served_prompt=p.served_prompt,
+        entry_key=str(e.cache_key),
+        cache_outcome=outcome,
+        score=e.cache_score,
+        rule=rule,
+        strength=strength,
+        verdict=j.verdict,
+        cosine=max(-1.0, min(1.0, j.cosine)),
+        reason=j.reason,
+        counted=counted,
+    )
 
 
 def _request(e: RequestLogged) -> CacheRequest:

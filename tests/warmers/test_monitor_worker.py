@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ MEANINGS = {
     "how can i reset my password?": "password",
     "what is the weather today": "weather",
     "what is my bank balance": "balance",
+    "what is the refund policy": "refund-v1",
 }
 RULE = "verified:L0:cos>=0.62,agree>=1,margin>=0.10:s5"
 
@@ -214,14 +216,79 @@ def test_monitor__built_from_settings_with_the_serving_budget(
 
     s = settings.model_copy(
         update={"semantic_matcher": "verified", "qdrant_path": qdrant_path, "monitor_qps": 3.0,
-                "monitor_share": 0.5, "max_wrong_hit_rate": 0.02}
+                "monitor_share": 0.5, "max_wrong_hit_rate": 0.02, "monitor_stale_share": 0.3,
+                "monitor_stale_window_s": 600.0}
     )  # fmt: skip
     h = monitor_handler(s)
     try:
         assert isinstance(h, MonitorHandler)
         assert (h.options.share, h.options.qps) == (0.5, 3.0)
+        assert (h.options.stale_share, h.options.stale_window_s) == (0.3, 600.0)
         assert h.budget is not None and isinstance(h.budget.counts, RedisCounts)
         assert h.budget.delta == 0.02 and isinstance(h.levels, ServingLevels)
         assert h.auditor.budget is None  # the handler counts each verdict once itself
     finally:
         h.close()
+
+
+def test_monitor__re_asks_exact_hits_served_soon_after_an_invalidation_and_flags_stale_ones(
+    cache: CacheClient, settings: StokerSettings, model_sim: SimulatorThread
+) -> None:
+    """The backend's knowledge changed (a new refund policy) but an entry built on the old one
+    survived: an exact hit of it served after the change is re-asked, judged different, and
+    counted stale. Exact hits of a tenant with no change, or served before it, are not asked."""
+    from datetime import datetime, timedelta
+
+    from invalidators.handlers import InvalidationHandler
+    from invalidators.invalidation import Invalidator
+    from schemas.events import KnowledgeBaseChanged, RequestLogged
+
+    policy = "what is the refund policy"
+    # (asked in the other order than the re-asks below: the simulator's wording is seeded by
+    # its call count, and no two answers compared here should share their boilerplate)
+    kept = cached(
+        cache, "how do i reset my password", sim_answer(model_sim, "how do i reset my password")
+    )
+    old = cached(cache, policy, sim_answer(model_sim, policy))
+    at = datetime(2025, 3, 3, 10, 0, tzinfo=UTC)
+    # The invalidation worker applies a change of another doc of acme's: it notes the time.
+    inv = InvalidationHandler(Invalidator(cache.redis), close_clients=False)
+    inv.apply(
+        [KnowledgeBaseChanged(tenant="acme", doc_id="faq", doc_version=2, change="updated", ts=at)]
+    )  # type: ignore[list-item]
+
+    def exact(i: int, query: str, digest: str, tenant: str = "acme", after_s: float = 60.0):
+        ts = (at + timedelta(seconds=after_s)).isoformat()
+        fields = served(i, query, digest, cache_outcome="exact", cache_rule=None,
+                        cache_score=None, tenant=tenant, ts=ts)  # fmt: skip
+        return RequestLogged.model_validate(fields)
+
+    events = [
+        exact(0, policy, old),  # stale: the backend now answers the new policy
+        exact(1, "how do i reset my password", kept),  # still what the backend says
+        exact(2, policy, old, tenant="globex"),  # no change in globex
+        exact(3, policy, old, after_s=-60.0),  # served before the change
+        exact(4, policy, old, after_s=7200.0),  # long after: outside the window
+    ]
+    changed = dataclasses.replace(
+        FAST, meanings=MEANINGS | {policy: "refund-v2"}, vary_wording=True
+    )
+    before = stale("different"), stale("same")
+    with SimulatorThread(changed) as now:
+        h = handler(cache, settings, now, stale_share=1.0, stale_window_s=3600.0)
+        h.apply(events)  # type: ignore[arg-type]
+    got = {a.event_id: a for a in audits(settings, 2)}
+    assert sorted(got) == ["e0", "e1"]
+    assert (got["e0"].verdict, got["e1"].verdict) == ("different", "same"), got
+    assert all(
+        a.cache_outcome == "exact" and a.strength is None and not a.counted for a in got.values()
+    )
+    assert got["e0"].served_prompt == policy
+    assert (stale("different") - before[0], stale("same") - before[1]) == (1, 1)
+    # stale checks say nothing of the matcher: the semantic budget is untouched
+    assert RedisCounts(cache.redis).read("acme", "support", len(LADDER)) == [(0, 0)] * len(LADDER)
+
+
+def stale(result: str) -> float:
+    labels = {"tenant": "acme", "result": result}
+    return REGISTRY.get_sample_value("stoker_monitor_stale_checks_total", labels) or 0.0
