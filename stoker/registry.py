@@ -157,7 +157,7 @@ def monitor_handler(s: StokerSettings) -> Handler:
     levels = level_of if isinstance(level_of, ServingLevels) else None
     opts = MonitorOptions(
         share=s.monitor_share, qps=s.monitor_qps, stale_share=s.monitor_stale_share,
-        stale_window_s=s.monitor_stale_window_s,
+        stale_window_s=s.monitor_stale_window_s, busy_load=s.monitor_busy_load,
     )  # fmt: skip
     auditor = Auditor(cache.judge)  # its verdicts reach the budget once each, by the handler
     return MonitorHandler(cache, backend, W.build_publisher(s), auditor, cache.budget, levels, opts)

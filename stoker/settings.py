@@ -112,6 +112,10 @@ class StokerSettings(BaseSettings):
     # window after an invalidation in their tenant that it re-asks (within the same QPS cap).
     monitor_stale_share: float = Field(default=0.2, ge=0.0, le=1.0)
     monitor_stale_window_s: float = Field(default=3_600.0, gt=0)
+    # Off-peak: a sampled hit is dropped (not re-asked) while the backend's load, as its answers
+    # show it (latency per token over its baseline; full after a 429 or 5xx), is at or over
+    # this. 1.0 drops only while the backend is refusing or failing.
+    monitor_busy_load: float = Field(default=0.5, gt=0.0, le=1.0)
     monitor_backend_url: str | None = None
     # The share of near misses (a candidate short of the serving level) whose live answer is
     # judged against the candidate's, as budget evidence. Free: the verified matcher embeds

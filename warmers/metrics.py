@@ -45,9 +45,12 @@ BACKEND_LATENCY = Histogram(
     buckets=BACKEND_BUCKETS,
 )
 # The wrong-hit monitor (warmers/monitor_worker.py), per served hit it sampled: "same" /
-# "different" (judged), "over_rate" (dropped: the QPS cap had no token), "entry_gone" (expired or
-# invalidated before the re-ask), "backend_error", "cut" (the re-ask ended on its length).
-AuditResult = Literal["same", "different", "over_rate", "entry_gone", "backend_error", "cut"]
+# "different" (judged), "over_rate" (dropped: the QPS cap had no token), "busy" (dropped: the
+# backend's answers showed it loaded), "entry_gone" (expired or invalidated before the re-ask),
+# "backend_error", "cut" (the re-ask ended on its length).
+AuditResult = Literal[
+    "same", "different", "over_rate", "busy", "entry_gone", "backend_error", "cut"
+]
 AUDITS = Counter(
     "stoker_monitor_audits",
     "Served hits the wrong-hit monitor sampled, by result (same / different when re-asked)",

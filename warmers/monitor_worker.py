@@ -27,7 +27,13 @@ Bad records go to stoker.dlq (the worker's decode, as for every handler). A Redi
 outage raises (retriable): the batch is read again. A backend outage does not: the hits of that
 batch go unaudited (counted "backend_error"), a sample lost, not a stalled log.
 
-Not built: off-peak scheduling (the cap is the only pacing).
+Off-peak: the monitor adds no load to a busy backend. Its re-asks are paced by AIMD under the
+QPS cap (halved on a 429, a 5xx, a timeout or a retry, grown back while answers come at their
+baseline latency), and while the backend's load as its answers show it (warmers/throttle.py,
+Aimd.load: latency per token over the baseline, and full for a few seconds after congestion)
+is at or over `busy_load`, a sampled hit is dropped, counted "busy". So at the daily peak the
+monitor mostly waits, and it catches up on nothing: a dropped sample is a smaller sample, never
+a backlog. Not built: a schedule that holds samples for the night.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from caches import changes, slots
@@ -54,7 +60,7 @@ from streams.base import Handler
 from warmers import metrics as M
 from warmers.backends.base import Backend, Generation, GenerationRequest
 from warmers.monitor import Auditor, ServedHit
-from warmers.throttle import MonotonicClock, TokenBucket
+from warmers.throttle import Aimd, AimdConfig, MonotonicClock, TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,10 @@ class MonitorOptions:
     # (STOKER_MONITOR_STALE_SHARE, STOKER_MONITOR_STALE_WINDOW_S)
     stale_share: float = 0.2
     stale_window_s: float = 3_600.0
+    # drop a sample while the backend's load is at or over this (STOKER_MONITOR_BUSY_LOAD);
+    # None: re-ask at any load, within the cap
+    busy_load: float | None = 0.5
+    aimd: AimdConfig = field(default_factory=AimdConfig)
 
     def __post_init__(self) -> None:
         for name in ("share", "stale_share"):
@@ -85,6 +95,8 @@ class MonitorOptions:
                 raise ValueError(f"monitor {name} {getattr(self, name)} must lie in [0, 1]")
         if not self.stale_window_s > 0:
             raise ValueError(f"monitor stale window {self.stale_window_s} must be positive")
+        if self.busy_load is not None and not 0.0 < self.busy_load <= 1.0:
+            raise ValueError(f"monitor busy load {self.busy_load} must lie in (0, 1]")
         if not self.qps > 0:
             raise ValueError(f"monitor qps {self.qps} must be positive")
 
@@ -130,7 +142,9 @@ class MonitorHandler(Handler):
         self.levels = levels
         self.options = options or MonitorOptions()
         burst = max(1.0, self.options.qps)  # a second's worth after an idle spell
-        self.bucket = TokenBucket(self.options.qps, MonotonicClock(), burst=burst)
+        clock = MonotonicClock()
+        self.bucket = TokenBucket(self.options.qps, clock, burst=burst)
+        self.aimd = Aimd(self.options.aimd, self.options.qps, clock)
 
     def apply(self, events: list[Event]) -> None:
         picks = self._picks(events)  # 1, 2
@@ -183,8 +197,15 @@ class MonitorHandler(Handler):
 
     async def _reask(self, picks: list[_Pick]) -> list[Generation | None]:
         out: list[Generation | None] = []
+        busy = self.options.busy_load
         async with self.backend() as backend:
             for p in picks:
+                load = self.aimd.load()
+                if busy is not None and load is not None and load >= busy:
+                    M.audited("busy")  # no load added to a busy backend
+                    out.append(None)
+                    continue
+                self.bucket.set_rate(min(self.aimd.rate, self.options.qps))
                 if not self.bucket.try_acquire():
                     M.audited("over_rate")
                     out.append(None)
@@ -192,8 +213,7 @@ class MonitorHandler(Handler):
                 out.append(await self._ask(backend, p.event))
         return out
 
-    @staticmethod
-    async def _ask(backend: Backend, e: RequestLogged) -> Generation | None:
+    async def _ask(self, backend: Backend, e: RequestLogged) -> Generation | None:
         assert e.request is not None
         req = GenerationRequest(
             e.tenant, e.model_id, e.model_version, e.template_version, e.prompt, e.params,
@@ -202,9 +222,15 @@ class MonitorHandler(Handler):
         try:
             g = await backend.generate(req)
         except (BackendUnavailable, BackendRejected) as err:
+            if isinstance(err, BackendUnavailable):  # a 429, 5xx or timeout: the backend is full
+                self.aimd.on_congestion(type(err).__name__)
             M.audited("backend_error")
             log.debug("monitor re-ask of %s failed: %s", e.request_id, err)
             return None
+        if g.retries:
+            self.aimd.on_congestion("retried")
+        else:
+            self.aimd.on_success(g.latency_ms, g.tokens_out)
         if g.finish_reason not in ("stop", "tool_calls"):
             M.audited("cut")  # an answer cut at its length is no answer to compare
             return None

@@ -204,6 +204,37 @@ def test_monitor__the_qps_cap_drops_what_it_cannot_carry_and_sampling_is_stable(
         MonitorOptions(share=1.5)
 
 
+def test_monitor__adds_no_load_to_a_backend_that_shows_it_is_full(
+    cache: CacheClient, settings: StokerSettings
+) -> None:
+    """Off-peak by the backend's own signals: after a 429 the monitor drops its samples (counted
+    "busy") instead of re-asking; an idle backend gets every re-ask; with busy_load None, the
+    cap alone paces it."""
+    from schemas.events import RequestLogged
+
+    right = cached(cache, "how do i reset my password", "Open settings and choose reset.")
+    events = [
+        RequestLogged.model_validate(served(i, "How can I reset my password?", right))
+        for i in range(5)
+    ]
+    results = ("busy", "backend_error", "same", "different")
+    with SimulatorThread(SimConfig(slots=0, queue=0)) as full:  # every request gets a 429
+        before = [audited(r) for r in results]
+        handler(cache, settings, full).apply(events)  # type: ignore[arg-type]
+        got = [audited(r) - b for r, b in zip(results, before, strict=True)]
+        assert got == [4, 1, 0, 0]  # one re-ask found it full; the other four never went
+        before = [audited(r) for r in results]
+        handler(cache, settings, full, busy_load=None).apply(events)  # type: ignore[arg-type]
+        assert [audited(r) - b for r, b in zip(results, before, strict=True)][:2] == [0, 5]
+    with SimulatorThread(FAST) as idle:
+        before = [audited(r) for r in results]
+        handler(cache, settings, idle).apply(events)  # type: ignore[arg-type]
+        got = [audited(r) - b for r, b in zip(results, before, strict=True)]
+        assert got[:2] == [0, 0] and got[2] + got[3] == 5
+    with pytest.raises(ValueError, match="busy load"):
+        MonitorOptions(busy_load=0.0)
+
+
 def audited(result: str) -> float:
     return REGISTRY.get_sample_value("stoker_monitor_audits_total", {"result": result}) or 0.0
 
@@ -224,6 +255,7 @@ def test_monitor__built_from_settings_with_the_serving_budget(
         assert isinstance(h, MonitorHandler)
         assert (h.options.share, h.options.qps) == (0.5, 3.0)
         assert (h.options.stale_share, h.options.stale_window_s) == (0.3, 600.0)
+        assert h.options.busy_load == 0.5
         assert h.budget is not None and isinstance(h.budget.counts, RedisCounts)
         assert h.budget.delta == 0.02 and isinstance(h.levels, ServingLevels)
         assert h.auditor.budget is None  # the handler counts each verdict once itself
