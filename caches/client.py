@@ -331,6 +331,23 @@ class CacheClient:
     def _semantic_lookup(
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
     ) -> LookupResult | None:
+        found = self.semantic_candidates(req, key, threshold)
+        if found is None:
+            return None
+        q, cands, alive = found
+        got = self.matcher.decide(q, cands)
+        if got is None:
+            return self._shadow(q, cands)
+        c = cands[got.index]
+        return LookupResult("semantic", alive[c.entry_key], c.score, got.rule, key=c.entry_key)
+
+    def semantic_candidates(
+        self, req: CacheRequest, key: K.CacheKey, threshold: float | None = None
+    ) -> tuple[Query, list[Candidate], dict[str, CacheEntry]] | None:
+        """What the matcher decides on for this request: its query, the candidates (live
+        entries, and for a verified matcher the probes, with their answer vectors) and the live
+        entries by key; None when no live entry is near. The monitor reads it again to judge a
+        served hit against what vouched for it."""
         assert self.semantic is not None and self.embedder is not None
         route = req.route
         pol = self.policy
@@ -372,11 +389,7 @@ class CacheClient:
             # tenant and the same normalised text when its entry was indexed.
             vecs = self.embedder.embed(req.tenant, [c.prompt for c in cands])
             cands = [replace(c, vector=vecs[i]) for i, c in enumerate(cands)]
-        got = self.matcher.decide(q, cands)
-        if got is None:
-            return self._shadow(q, cands)
-        m = live[got.index]
-        return LookupResult("semantic", alive[m.entry_key], m.score, got.rule, key=m.entry_key)
+        return q, cands, alive
 
     def _shadow(self, q: Query, cands: list[Candidate]) -> LookupResult | None:
         """None (a plain miss), or a marker carrying the best candidate for a shadow check."""

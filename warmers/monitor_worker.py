@@ -49,7 +49,9 @@ from typing import Literal, Protocol
 from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.client import CacheClient, CacheRequest
+from caches.keys import CacheKey
 from caches.matching.answers import Judgement
+from caches.matching.base import Vector
 from caches.matching.budget import ErrorBudget, ServingLevels
 from caches.matching.verified import strength_of
 from caches.semantic.base import SemanticPoint
@@ -255,10 +257,11 @@ class MonitorHandler(Handler):
             req = _request(e)
             key = req.key()
             strength = strength_of(e.cache_rule or "")
+            reference, members = self._vouched(req, key, p.entry_key, vecs[n + i])
             hit = ServedHit(
                 key.ns, e.route or "", key.context_hash, key.params_hash, key.prompt_norm,
                 emb.embed_one(e.tenant, key.prompt_norm), p.entry_key, e.cache_score or 0.0,
-                e.cache_rule or "", strength, p.served_text, vecs[n + i],
+                e.cache_rule or "", strength, p.served_text, reference, members,
             )  # fmt: skip
             audit, j, probe = self.auditor.audit(hit, g.text, vecs[i], now)
             M.audited(j.verdict)
@@ -270,6 +273,28 @@ class MonitorHandler(Handler):
             self._leave_probe(probe)
             out.append(_audited(e, p, j, rule=audit.rule, strength=strength, counted=counted))
         return out
+
+    def _vouched(
+        self, req: CacheRequest, key: CacheKey, served_key: str, served: Vector
+    ) -> tuple[Vector, int]:
+        """What the fresh answer is judged against: the centroid of the served answer and the
+        neighbours' answers that vouched for it, as the verified matcher sees them now (one
+        search), with the centroid's bar; else the served answer alone, with the pair bar."""
+        assess = getattr(self.cache.matcher, "assess", None)
+        if assess is None or self.cache.semantic is None:
+            return served, 1
+        try:
+            found = self.cache.semantic_candidates(req, key)
+        except StokerError as err:  # the store or Redis is down: the pair bar still judges
+            log.debug("monitor could not read what vouched for %s: %s", served_key, err)
+            return served, 1
+        if found is None:
+            return served, 1
+        q, cands, _ = found
+        a = assess(q, cands)
+        if a.index < 0 or a.reference is None or cands[a.index].entry_key != served_key:
+            return served, 1  # the neighbourhood moved since: judge against what was served
+        return a.reference, a.members
 
     def _leave_probe(self, probe: SemanticPoint) -> None:
         store = self.cache.semantic

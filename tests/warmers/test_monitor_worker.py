@@ -46,6 +46,7 @@ FAST = SimConfig(slots=16, queue=256, prefill_ms_per_token=0.01, decode_ms_per_t
 MEANINGS = {
     "how do i reset my password": "password",
     "how can i reset my password?": "password",
+    "how do i reset my password please": "password",
     "what is the weather today": "weather",
     "what is my bank balance": "balance",
     "what is the refund policy": "refund-v1",
@@ -324,3 +325,31 @@ def test_monitor__re_asks_exact_hits_served_soon_after_an_invalidation_and_flags
 def stale(result: str) -> float:
     labels = {"tenant": "acme", "result": result}
     return REGISTRY.get_sample_value("stoker_monitor_stale_checks_total", labels) or 0.0
+
+
+def test_monitor__judges_a_verified_hit_against_the_answers_that_vouched_for_it(
+    cache: CacheClient, settings: StokerSettings, model_sim: SimulatorThread
+) -> None:
+    """With the verified matcher, the fresh answer is judged against the centroid of the served
+    answer and its agreeing neighbours' (the centroid bar, 0.58), as the shadow check judges a
+    near miss; with a matcher that weighs no answers, against the served answer (0.52)."""
+    from caches.matching.verified import VerifiedMatcher
+    from schemas.events import RequestLogged
+
+    verified = CacheClient(
+        cache.redis, semantic=cache.semantic, embedder=cache.embedder, policy=cache.policy,
+        matcher=VerifiedMatcher(lambda q: 0),
+    )  # fmt: skip
+    for prompt in ("how do i reset my password", "how can i reset my password?"):
+        assert verified.store(verified.lookup(req(prompt)), sim_answer(model_sim, prompt)).landed
+    query = "how do i reset my password please"
+    hit = verified.lookup(req(query))
+    assert hit.outcome == "semantic" and hit.key is not None, hit
+    event = RequestLogged.model_validate(served(0, query, hit.key.rsplit(":", 1)[-1]))
+    h = handler(verified, settings, model_sim)
+    h.apply([event])
+    plain = handler(cache, settings, model_sim)  # the static matcher's client: no centroid
+    plain.apply([RequestLogged.model_validate(served(1, query, hit.key.rsplit(":", 1)[-1]))])
+    got = {a.event_id: a for a in audits(settings, 2)}
+    assert got["e0"].verdict == got["e1"].verdict == "same"
+    assert got["e0"].reason == "cosine>=0.58" and got["e1"].reason == "cosine>=0.52"
