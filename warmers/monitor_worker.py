@@ -18,7 +18,9 @@ Per batch of inference.requests (numbered as in `apply`):
    one gone since (expired, invalidated) is skipped;
 3. the backend is asked the logged request again, exactly as the gateway sent it;
 4. the fresh answer and the served one are embedded and judged by meaning (AnswerJudge via
-   warmers/monitor.py's Auditor: the pair bar and the number guard on the texts);
+   warmers/monitor.py's Auditor, with the number guard on the texts): a verified hit against
+   the centroid of the answers that vouched for it (found again by one search, as the matcher
+   sees the store now; the centroid bar), anything else against the served answer (pair bar);
 5. a verified hit's verdict goes to the error budget's shared counts in Redis, once per request
    (add_once: a re-delivered record is re-asked, never counted twice); a probe (the query's
    vector with the fresh answer's) goes to the semantic store, if this process has one;
