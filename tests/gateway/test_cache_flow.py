@@ -278,7 +278,9 @@ def test_gateway__semantic_hit_serves_a_paraphrase_with_its_score(
 ) -> None:
     # A budget no embedding on a loaded machine runs out of: this test is about the paraphrase
     # (the deadline has tests of its own).
-    gw = make_gateway(sim.url, semantic_threshold=0.9, gateway_lookup_budget_ms=5000)
+    gw = make_gateway(
+        sim.url, semantic_matcher="static", semantic_threshold=0.9, gateway_lookup_budget_ms=5000
+    )
     c = client(gw)
     assert outcome(ask(c, [{"role": "user", "content": "how do i reset my password"}])) == "miss"
     # The answer is indexed for semantic search after the response went out: wait for it.

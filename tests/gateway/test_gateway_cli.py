@@ -141,7 +141,7 @@ def test_cli__an_invalidation_reaches_the_vectors_the_gateway_serves(
     s = StokerSettings(
         kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=f"inv{unique}.",
         redis_url=redis_url, gateway_default_temperature=0, semantic_threshold=0.9,
-        worker_poll_s=0.05, **semantic,
+        semantic_matcher="static", worker_poll_s=0.05, **semantic,
         gateway_lookup_budget_ms=1000,  # the paraphrase's embedding can pass 50 ms under load
     )  # fmt: skip
     workers = WorkerGroup(s, ["invalidation"])

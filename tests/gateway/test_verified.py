@@ -77,7 +77,10 @@ def store_all(gw: Any, prompts: list[str], tenant: str = "acme") -> None:
 def test_verified__refuses_the_look_alike_static_serves_when_no_answer_vouches(
     make_gateway: GatewayFactory, model_sim: SimulatorThread
 ) -> None:
-    static = make_gateway(model_sim.url, semantic_threshold=0.92, gateway_lookup_budget_ms=5000)
+    static = make_gateway(
+        model_sim.url, semantic_matcher="static", semantic_threshold=0.92,
+        gateway_lookup_budget_ms=5000,
+    )  # fmt: skip
     store_all(static, STORED[:1])
     hit = ask(static, "How can I reset my password?")  # cosine 0.99
     assert hit.headers["x-stoker-cache"] == "semantic"

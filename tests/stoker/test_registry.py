@@ -72,8 +72,10 @@ def test_registry__scheduler_is_a_service_listed_for_all() -> None:
 
 def test_registry__the_monitor_joins_all_only_with_the_verified_matcher() -> None:
     assert "monitor" not in registry.available()
-    assert "monitor" not in registry.available(StokerSettings())
-    assert registry.opted_out(StokerSettings()) == ["monitor"]
-    verified = StokerSettings(semantic_matcher="verified")
+    static = StokerSettings(semantic_matcher="static")
+    assert "monitor" not in registry.available(static)
+    assert registry.opted_out(static) == ["monitor"]
+    verified = StokerSettings()  # the default matcher
+    assert verified.semantic_matcher == "verified"
     assert "monitor" in registry.available(verified) and registry.opted_out(verified) == []
     assert registry.factory_for("monitor") is registry.monitor_handler  # `worker monitor` runs

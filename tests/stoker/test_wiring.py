@@ -56,7 +56,7 @@ def test_wiring__a_dimension_the_model_contradicts_fails_at_start(embedder) -> N
         build_embedder(StokerSettings(embedder_dim=512))
 
 
-def test_wiring__static_by_default_verified_with_its_shared_budget_when_set(redis_url: str) -> None:
+def test_wiring__verified_by_default_with_its_shared_budget_static_when_set(redis_url: str) -> None:
     import redis as redis_lib
 
     from caches.matching.base import StaticThreshold
@@ -66,10 +66,11 @@ def test_wiring__static_by_default_verified_with_its_shared_budget_when_set(redi
     from stoker.wiring import build_judge, build_matcher
 
     r = redis_lib.Redis.from_url(redis_url)
-    matcher, budget = build_matcher(StokerSettings(redis_url=redis_url), r)
+    static = StokerSettings(redis_url=redis_url, semantic_matcher="static")
+    matcher, budget = build_matcher(static, r)
     assert isinstance(matcher, StaticThreshold) and budget is None
     s = StokerSettings(
-        redis_url=redis_url, semantic_matcher="verified", max_wrong_hit_rate=0.002,
+        redis_url=redis_url, max_wrong_hit_rate=0.002,
         answer_bar=0.6, budget_window_s=3600, budget_refresh_s=2,
     )  # fmt: skip
     matcher, budget = build_matcher(s, r)
