@@ -209,6 +209,7 @@ class MonitorHandler(Handler):
                     M.audited("busy")  # no load added to a busy backend
                     out.append(None)
                     continue
+                # AIMD's floor (min_qps) may lie above a lower cap; the cap wins
                 self.bucket.set_rate(min(self.aimd.rate, self.options.qps))
                 if not self.bucket.try_acquire():
                     M.audited("over_rate")
@@ -259,11 +260,11 @@ class MonitorHandler(Handler):
             req = _request(e)
             key = req.key()
             strength = strength_of(e.cache_rule or "")
-            reference, members = self._vouched(req, key, p.entry_key, vecs[n + i])
+            query_vec, reference, members = self._vouched(req, key, p.entry_key, vecs[n + i])
             hit = ServedHit(
                 key.ns, e.route or "", key.context_hash, key.params_hash, key.prompt_norm,
-                emb.embed_one(e.tenant, key.prompt_norm), p.entry_key, e.cache_score or 0.0,
-                e.cache_rule or "", strength, p.served_text, reference, members,
+                query_vec, p.entry_key, e.cache_score or 0.0, e.cache_rule or "", strength,
+                p.served_text, reference, members,
             )  # fmt: skip
             audit, j, probe = self.auditor.audit(hit, g.text, vecs[i], now)
             M.audited(j.verdict)
@@ -278,25 +279,27 @@ class MonitorHandler(Handler):
 
     def _vouched(
         self, req: CacheRequest, key: CacheKey, served_key: str, served: Vector
-    ) -> tuple[Vector, int]:
-        """What the fresh answer is judged against: the centroid of the served answer and the
-        neighbours' answers that vouched for it, as the verified matcher sees them now (one
-        search), with the centroid's bar; else the served answer alone, with the pair bar."""
+    ) -> tuple[Vector, Vector, int]:
+        """The query's vector, and what the fresh answer is judged against: the centroid of the
+        served answer and the neighbours' answers that vouched for it, as the verified matcher
+        sees them now (one search), with the centroid's bar; else the served answer alone, with
+        the pair bar."""
+        emb = self.cache.embedder
+        assert emb is not None
         assess = getattr(self.cache.matcher, "assess", None)
-        if assess is None or self.cache.semantic is None:
-            return served, 1
-        try:
-            found = self.cache.semantic_candidates(req, key)
-        except StokerError as err:  # the store or Redis is down: the pair bar still judges
-            log.debug("monitor could not read what vouched for %s: %s", served_key, err)
-            return served, 1
-        if found is None:
-            return served, 1
-        q, cands, _ = found
+        found = None
+        if assess is not None and self.cache.semantic is not None:
+            try:
+                found = self.cache.semantic_candidates(req, key)
+            except StokerError as err:  # the store or Redis is down: the pair bar still judges
+                log.debug("monitor could not read what vouched for %s: %s", served_key, err)
+        if found is None or assess is None:
+            return emb.embed_one(req.tenant, key.prompt_norm), served, 1
+        q, cands, _ = found  # the search embedded the query already
         a = assess(q, cands)
         if a.index < 0 or a.reference is None or cands[a.index].entry_key != served_key:
-            return served, 1  # the neighbourhood moved since: judge against what was served
-        return a.reference, a.members
+            return q.vector, served, 1  # the neighbourhood moved since: judge what was served
+        return q.vector, a.reference, a.members
 
     def _leave_probe(self, probe: SemanticPoint) -> None:
         store = self.cache.semantic

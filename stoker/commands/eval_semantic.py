@@ -59,6 +59,8 @@ def eval_semantic(
 
     if cold and (history is not None or history_share):
         raise UsageError("--cold takes no --history or --history-share")
+    if history is not None and history_share:
+        raise UsageError("--history and --history-share both name the earlier traffic: give one")
     if data is None:
         if history_share:
             raise UsageError("--history-share splits --data; CLINC150's earlier traffic is val")

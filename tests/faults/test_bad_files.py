@@ -119,6 +119,7 @@ def test_replay__an_all_garbage_log_exits_2_after_its_report(
         ["--cold", "--history-share", "0.3"],  # a cold start has no earlier traffic
         ["--history-share", "0.3"],  # no --data to split: CLINC150's earlier traffic is val
         ["--data", "{csv}", "--history", "{missing}"],
+        ["--data", "{csv}", "--history", "{csv}", "--history-share", "0.3"],  # two histories
     ],
 )
 def test_eval_semantic__earlier_traffic_options_that_cannot_hold_are_one_line_and_exit_2(
