@@ -57,6 +57,9 @@ KIND_AUDITED: Final = "a"
 # When an invalidation last touched the tenant (unix seconds, the change event's time): the
 # monitor re-asks a share of the exact hits served soon after it (warmers/monitor_worker.py).
 KIND_CHANGED: Final = "ch"
+# A document's text after its latest KB change, and the texts it replaced (warmers/doctexts.py):
+# what the re-warmer substitutes into the logged requests that inlined an older text.
+KIND_DOC_TEXT: Final = "dt"
 
 # The live version of each model, written by the deploy cutover when the new version is READY
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by

@@ -222,6 +222,10 @@ def doc_gen_key(tenant: str, doc_id: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_DOC_GEN}:{enc(doc_id)}"
 
 
+def doc_text_key(tenant: str, doc_id: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_DOC_TEXT}:{enc(doc_id)}"
+
+
 def changed_key(tenant: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_CHANGED}"
 

@@ -18,6 +18,9 @@ ModelRef = Annotated[str, Field(min_length=1, max_length=256)]
 # 1e300 ms outranks every real one, and its sums would overflow the profile's int64 counters.
 MAX_REQUEST_MS = 3_600_000.0
 MAX_REQUEST_TOKENS = 10_000_000
+# A document's text in a KB change: a retrieved chunk or page is a few KB; two of them at this
+# bound still fit the codec's 1 MiB event (schemas/codec.py) when the text is ASCII.
+MAX_DOC_TEXT_CHARS = 262_144
 
 
 def _new_id() -> str:
@@ -136,14 +139,33 @@ class ModelDeployed(BaseEvent):
 
 
 class KnowledgeBaseChanged(BaseEvent):
-    """A document behind retrieved context changed; entries computed from it are stale."""
+    """A document behind retrieved context changed; entries computed from it are stale.
+
+    Version 2 may carry the document's text after the change and before it (what a CDC tool
+    such as Debezium emits as the after and before images of the row): the re-warmer
+    (warmers/rewarm.py) then replays the hot logged requests that inlined the old text with
+    the new one, so the first asks after the change are hits again."""
 
     type: Literal["kb_changed"] = "kb_changed"
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     tenant: Tenant
     doc_id: str = Field(min_length=1, max_length=512)
     doc_version: int = Field(ge=0, le=MAX_INT64)
     change: Literal["updated", "retracted", "deleted"]
+    # -- schema_version 2 --
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_DOC_TEXT_CHARS)
+    previous_text: str | None = Field(default=None, min_length=1, max_length=MAX_DOC_TEXT_CHARS)
+
+    @model_validator(mode="after")
+    def _texts(self) -> Self:
+        texts = self.text is not None or self.previous_text is not None
+        if self.schema_version == 1 and texts:
+            raise ValueError("text and previous_text are schema_version 2 fields")
+        if texts and self.change != "updated":
+            raise ValueError(f'a "{self.change}" document has no new text: text is for "updated"')
+        if self.previous_text is not None and self.text is None:
+            raise ValueError("previous_text without text: the new text is what a re-warm sends")
+        return self
 
 
 class PromptTemplateChanged(BaseEvent):

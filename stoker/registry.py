@@ -19,7 +19,9 @@ from streams.base import Handler
 HandlerFactory = Callable[[StokerSettings], Handler]
 
 # Every worker the CLI knows; one without a factory yet is "not available yet", not unknown.
-WORKER_NAMES: Final = ("traffic", "deploy", "invalidation", "scheduler", "monitor", "prefixes")
+WORKER_NAMES: Final = (
+    "traffic", "deploy", "invalidation", "rewarm", "scheduler", "monitor", "prefixes",
+)  # fmt: skip
 # Workers `all` runs only when the settings ask for what they serve: the monitor re-asks the
 # backend (GPU time), which only the verified matcher's error budget needs. `stoker worker
 # monitor` runs it whatever the matcher (its audits of static hits still go to stoker.audit).
@@ -104,6 +106,19 @@ def prefixes_handler(s: StokerSettings) -> Handler:
     return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=s.prefix_min_tokens)
 
 
+def rewarm_handler(s: StokerSettings) -> Handler:
+    """The re-warm after a KB change that carries the document's new text: the warm runner of
+    `stoker warm` (its planner, pace and backend), on the changes' topic."""
+    from warmers.budget import Budget
+    from warmers.rewarm import RewarmHandler, RewarmOptions
+
+    opts = RewarmOptions(
+        budget=Budget(requests=s.rewarm_budget_requests), hours=s.rewarm_hours,
+        wait_s=s.rewarm_wait_s, value_model=s.rewarm_value_model,
+    )  # fmt: skip
+    return RewarmHandler(W.build_runner(s, progress=False), opts)
+
+
 def scheduler_service(s: StokerSettings) -> Service:
     """The leader-elected schedule: warm the next hour, sweep expired vectors."""
     import logging
@@ -167,6 +182,7 @@ _BUILTIN: dict[str, HandlerFactory] = {
     "traffic": traffic_handler,
     "deploy": deploy_handler,
     "invalidation": invalidation_handler,
+    "rewarm": rewarm_handler,
     "monitor": monitor_handler,
     "prefixes": prefixes_handler,
 }

@@ -228,6 +228,15 @@ class StokerSettings(BaseSettings):
     warm_idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm).
     warm_latency_weight: float = Field(default=0.0, ge=0.0)
+    # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at
+    # most, the hours it plans (the hour under way and the next), and how long it waits for the
+    # invalidation worker to apply a change before it reads the batch again.
+    rewarm_budget_requests: int = Field(default=200, ge=0)
+    rewarm_hours: int = Field(default=2, ge=1, le=24)
+    rewarm_wait_s: float = Field(default=30.0, gt=0, le=3_600)
+    # What a re-warm is worth: "hits" (what is expected asked more than once pays its send, as
+    # the deploy pre-warm plans), or "prevented" (as the scheduler; see warm_value_model).
+    rewarm_value_model: Literal["prevented", "hits"] = "hits"
     # Scheduler: warm the next hour this often; sweep expired semantic points this often.
     warm_interval_s: float = Field(default=900.0, gt=0)
     sweep_interval_s: float = Field(default=600.0, gt=0)

@@ -34,7 +34,7 @@ forecast.py, the value a warm is priced at in value.py, what the plan holds in p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,13 +46,14 @@ from caches import slots
 from caches.boundary import redis_boundary
 from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder
-from caches.keys import canonical_params, doc_gen_key, normalise_prompt
+from caches.keys import canonical_params, doc_floor_key, doc_gen_key, normalise_prompt
 from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
 from schemas.errors import ConfigError, RequestRejected
 from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
+from warmers.doctexts import DocText, DocTexts, renew
 from warmers.forecast import Forecaster, NamespaceForecast
 from warmers.paraphrase import TextVectors, cover_greedy
 from warmers.plan import Plan, PlanItem, Skipped
@@ -138,6 +139,7 @@ class HotSetSelector:
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
         self.cfg = config or HotSetConfig()
         self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
+        self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
 
     def plan(
         self,
@@ -148,11 +150,13 @@ class HotSetSelector:
         model_id: str | None = None,
         model_version: str | None = None,
         value_model: ValueModel | None = None,
+        docs: Collection[tuple[str, str]] | None = None,
     ) -> Plan:
         """The hot set for `window`. model_version: the namespace to warm (default: the version
         live for the tenant, caches/live.py; before any deploy went READY, the version each
         query was last served under, which the representative carries); value_model:
-        this plan's, instead of the config's."""
+        this plan's, instead of the config's; docs: only the items whose request names one of
+        these (tenant, doc id), the re-warm after a KB change (warmers/rewarm.py)."""
         plan = Plan(window, budget)
         spaces: dict[str, list[NamespaceForecast]] = {}
         for t in sorted(tenants if tenants is not None else self.profile.tenants()):
@@ -179,11 +183,12 @@ class HotSetSelector:
                 )
             ]
             items.sort(key=PlanItem.rank)
+            items = self._renew_changed_docs(_touching(items, docs), plan)
             items = self._drop_fresh(items, plan, prices)
             if prices is not None:  # valued once the TTLs are known
                 items = self._drop_served(items, plan, prices, _items(budget) + 10)
                 items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
-            ranked[t] = self._drop_changed_context(items, plan)
+            ranked[t] = items
         self._fill(plan, ranked, plan.volume)
         return plan
 
@@ -331,26 +336,40 @@ class HotSetSelector:
 
     # -- step 5 and the budget --
 
-    def _drop_changed_context(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
-        """Drop logged requests whose documents (named by id alone) changed since they were
-        logged: their body inlines the old text, and the key cannot tell (one MGET)."""
-        check = [(i, d.doc_id) for i in items if i.item.request.body is not None
-                 for d in i.item.request.docs if d.version is None]  # fmt: skip
-        if not check:
+    def _renew_changed_docs(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
+        """Logged requests whose documents changed since they were logged inline the old
+        text, and a key naming the doc by id alone could not tell a stale warm from a fresh
+        one; a versioned doc under its floor would be refused at the write. Each is renewed
+        with the doc's new text (warmers/doctexts.py: what a KB change of schema v2 carried)
+        where the body holds an old one, else dropped with the reason (one MGET, and one
+        more for the texts when something changed)."""
+        docs = sorted({(i.tenant, d.doc_id) for i in items if i.item.request.body is not None
+                       for d in i.item.request.docs})  # fmt: skip
+        if not docs:
             return items
         with redis_boundary("hot set doc generations"):
             # Tenants' keys lie in different slots: one MGET per slot on a cluster.
-            now = slots.mget(self.cache_redis, [doc_gen_key(i.tenant, doc) for i, doc in check])
-        changed: set[int] = set()
-        for (i, doc), cur in zip(check, now, strict=True):
-            logged = (i.item.request.doc_generations or {}).get(doc)
-            if int(cur or 0) != (logged if logged is not None else 0):
-                changed.add(id(i))
+            now = slots.mget(
+                self.cache_redis,
+                [doc_gen_key(t, d) for t, d in docs] + [doc_floor_key(t, d) for t, d in docs],
+            )
+        gens = {doc: int(g or 0) for doc, g in zip(docs, now[: len(docs)], strict=True)}
+        floors = {doc: int(f or 0) for doc, f in zip(docs, now[len(docs) :], strict=True)}
+        changed = {id(i): ds for i in items if (ds := _changed(i, gens, floors))}
+        if not changed:
+            return items
+        texts = self.doc_texts.read({(i.tenant, d) for i in items for d in changed.get(id(i), ())})
+        out = []
         for i in items:
-            if id(i) in changed:
-                why = "its documents changed since it was logged (warmed after a live request)"
+            if id(i) not in changed:
+                out.append(i)
+                continue
+            renewed, why = _renewed(i, changed[id(i)], texts, gens, floors)
+            if renewed is None:
                 plan.skipped.append(Skipped(i.tenant, i.query, why))
-        return [i for i in items if id(i) not in changed]
+            else:
+                out.append(renewed)
+        return out
 
     def _drop_fresh(
         self, items: list[PlanItem], plan: Plan, prices: Prices | None
@@ -515,6 +534,82 @@ def _prices(spaces: Sequence[NamespaceForecast], cfg: HotSetConfig) -> Prices:
             by_week[week] = by_week.get(week, 0.0) + np.asarray(hc.warmable, dtype=float)
     peak = max((float(v.max()) for v in by_week.values()), default=0.0)
     return Prices.from_load(load, send, peak, cfg.idle_price)
+
+
+def _touching(items: list[PlanItem], docs: Collection[tuple[str, str]] | None) -> list[PlanItem]:
+    """The items whose request names one of `docs` (tenant, doc id); all when None."""
+    if docs is None:
+        return items
+    return [i for i in items if any((i.tenant, d.doc_id) in docs for d in i.item.request.docs)]
+
+
+def _changed(
+    i: PlanItem, gens: Mapping[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+) -> tuple[str, ...]:
+    """The docs of a logged request that changed since it was logged: named by id alone, its
+    doc generation moved; versioned, its floor rose above the version."""
+    r = i.item.request
+    if r.body is None:
+        return ()
+    logged = r.doc_generations or {}
+    return tuple(
+        d.doc_id for d in r.docs
+        if (d.version is None and gens[(i.tenant, d.doc_id)] != logged.get(d.doc_id, 0))
+        or (d.version is not None and floors[(i.tenant, d.doc_id)] > d.version)
+    )  # fmt: skip
+
+
+def _renewed(
+    i: PlanItem,
+    docs: Sequence[str],
+    texts: Mapping[tuple[str, str], DocText],
+    gens: Mapping[tuple[str, str], int],
+    floors: Mapping[tuple[str, str], int],
+) -> tuple[PlanItem | None, str]:
+    """The item with each changed doc's new text in its logged request, its version and
+    generation now; or None and why not."""
+    req, ident = i.item.request, i.item.identity
+    assert req.body is not None  # _changed names docs of logged bodies only
+    body, prompt, query, refs = dict(req.body), req.prompt, ident.prompt, list(req.docs)
+    gen_of = dict(req.doc_generations or {})
+    for doc in docs:
+        t = texts.get((i.tenant, doc))
+        floor = floors[(i.tenant, doc)]
+        why = f"its document {doc} changed since it was logged"
+        if t is None:
+            return None, f"{why}, and its new text is not known (a KB change v2 carries it)"
+        if t.version != floor:
+            return None, f"{why}; the text known is of version {t.version}, the doc is at {floor}"
+        got = renew(body, t.old, t.text)
+        if got is None:
+            return None, f"{why}, and the logged request holds none of its known old texts"
+        body, sub = got
+        prompt, query = sub(prompt), sub(query)
+        refs = [DocRef(doc_id=r.doc_id, version=None if r.version is None else t.version)
+                if r.doc_id == doc else r for r in refs]  # fmt: skip
+        gen_of[doc] = gens[(i.tenant, doc)]
+    if ident.template_version.startswith("sys-") and _systems(body) != _systems(req.body):
+        return None, (
+            "its documents sit in the system prompt, whose digest is the template version: "
+            "the new text is a new template (send X-Stoker-Template-Version)"
+        )
+    new_req = replace(req, body=body, prompt=prompt, docs=tuple(refs), doc_generations=gen_of)
+    item = replace(
+        i.item, request=new_req, identity=replace(ident, prompt=query, docs=new_req.docs)
+    )
+    versions = ", ".join(f"{d} v{texts[(i.tenant, d)].version}" for d in docs)
+    return replace(i, query=query, item=item, reason=f"{i.reason}; renewed: {versions}"), ""
+
+
+def _systems(body: Mapping[str, Any]) -> list[Any]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list):
+        return []
+    return [
+        m.get("content")
+        for m in msgs
+        if isinstance(m, dict) and m.get("role") in ("system", "developer")
+    ]
 
 
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:

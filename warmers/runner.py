@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -50,10 +50,11 @@ class WarmRunner:
         model_id: str | None = None,
         model_version: str | None = None,
         value_model: ValueModel | None = None,
+        docs: Collection[tuple[str, str]] | None = None,
     ) -> Plan:
         return self.selector.plan(
             window, budget, tenants=tenants, model_id=model_id, model_version=model_version,
-            value_model=value_model,
+            value_model=value_model, docs=docs,
         )  # fmt: skip
 
     def warm(self, plan: Plan, *, labels: Mapping[str, str] | None = None) -> WarmSummary:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
@@ -105,8 +106,22 @@ def kb(
     tenant: Tenant,
     doc_version: Annotated[int, typer.Option("--doc-version", min=0, help="its new version")],
     change: Annotated[str, typer.Option(help="updated | retracted | deleted")] = "updated",
+    text_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="the document's new text (UTF-8): the hot requests that inlined the "
+            "old text are re-warmed with it (`stoker worker rewarm`)"
+        ),
+    ] = None,
+    previous_text_file: Annotated[
+        Path | None,
+        typer.Option(help="its text before the change, as the logged requests inline it"),
+    ] = None,
 ) -> None:
     """Publish a KnowledgeBaseChanged: entries built on older versions of DOC_ID go."""
+    texts = {"text": _read_text(text_file, "--text-file"),
+             "previous_text": _read_text(previous_text_file, "--previous-text-file")}  # fmt: skip
+    given = {k: v for k, v in texts.items() if v is not None}
     _send(
         "inference.kb-changes",
         KnowledgeBaseChanged,
@@ -115,7 +130,17 @@ def kb(
         doc_id=doc_id,
         doc_version=doc_version,
         change=change,
+        **({"schema_version": 2, **given} if given else {}),
     )
+
+
+def _read_text(path: Path | None, param: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise typer.BadParameter(f"cannot read {path}: {e}", param_hint=param) from None
 
 
 @invalidate_app.command()

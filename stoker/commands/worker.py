@@ -20,6 +20,7 @@ class WorkerName(StrEnum):
     traffic = "traffic"
     deploy = "deploy"
     invalidation = "invalidation"
+    rewarm = "rewarm"
     scheduler = "scheduler"
     monitor = "monitor"
     prefixes = "prefixes"

@@ -49,7 +49,9 @@ def test_purge_cli__bad_usage_exits_2_and_no_redis_exits_1():
     assert res.returncode == 1 and "STOKER_REDIS_URL" in res.stderr
 
 
-def test_invalidate_cli__publishes_a_kb_change(kafka_bootstrap, unique):
+def test_invalidate_cli__publishes_a_kb_change_with_or_without_its_texts(
+    kafka_bootstrap, unique, tmp_path
+):
     prefix = f"cli{unique}."
     env = {
         "STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap,
@@ -58,16 +60,41 @@ def test_invalidate_cli__publishes_a_kb_change(kafka_bootstrap, unique):
     }
     res = stoker("invalidate", "kb", "kb/refunds", "--tenant", "acme", "--doc-version", "3", **env)
     assert res.returncode == 0, res.stderr
+    new, old = tmp_path / "new.txt", tmp_path / "old.txt"
+    new.write_text("Refunds take 2 days.\n", encoding="utf-8")
+    old.write_text("Refunds take 5 days.\n", encoding="utf-8")
+    res = stoker("invalidate", "kb", "kb/refunds", "--tenant", "acme", "--doc-version", "4",
+                 "--text-file", str(new), "--previous-text-file", str(old), **env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
     consumer = Consumer(consumer_config(kafka_bootstrap, f"g{unique}", embedded=True))
     try:
         consumer.subscribe([topic_name("inference.kb-changes", prefix)])
-        msgs = consumer.consume(num_messages=1, timeout=20)
+        msgs = consumer.consume(num_messages=2, timeout=20)
     finally:
         consumer.close()
-    assert len(msgs) == 1
-    ev = decode_event(msgs[0].value())
-    assert isinstance(ev, KnowledgeBaseChanged)
+    assert len(msgs) == 2
+    ev, with_text = (decode_event(m.value()) for m in msgs)
+    assert isinstance(ev, KnowledgeBaseChanged) and isinstance(with_text, KnowledgeBaseChanged)
     assert (ev.tenant, ev.doc_id, ev.doc_version, ev.change) == ("acme", "kb/refunds", 3, "updated")
+    assert (ev.schema_version, ev.text) == (1, None)
+    assert (with_text.schema_version, with_text.doc_version) == (2, 4)
+    assert (with_text.text, with_text.previous_text) == (
+        "Refunds take 2 days.\n",
+        "Refunds take 5 days.\n",
+    )
+
+
+def test_invalidate_cli__a_text_file_that_cannot_be_read_or_a_text_of_a_deletion_is_bad_usage(
+    kafka_bootstrap, tmp_path
+):
+    env = {"STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    base = ("invalidate", "kb", "kb/x", "--tenant", "acme", "--doc-version", "1")
+    missing = stoker(*base, "--text-file", str(tmp_path / "absent.txt"), **env)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    text = tmp_path / "t.txt"
+    text.write_text("x", encoding="utf-8")
+    deleted = stoker(*base, "--change", "deleted", "--text-file", str(text), **env)
+    assert deleted.returncode == 2 and "has no new text" in deleted.stderr
 
 
 def test_invalidate_cli__without_a_broker_says_so_and_exits_1():

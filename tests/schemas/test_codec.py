@@ -119,6 +119,17 @@ STRATEGIES: dict[str, st.SearchStrategy[BaseEvent]] = {
         doc_id=st.text(min_size=1, max_size=512),
         doc_version=non_neg_ints,
         change=st.sampled_from(["updated", "retracted", "deleted"]),
+    )
+    | st.builds(  # v2: an update with the doc's texts
+        KnowledgeBaseChanged,
+        **base_fields,
+        schema_version=st.just(2),
+        tenant=tenants,
+        doc_id=st.text(min_size=1, max_size=512),
+        doc_version=non_neg_ints,
+        change=st.just("updated"),
+        text=st.text(min_size=1, max_size=300),
+        previous_text=st.none() | st.text(min_size=1, max_size=300),
     ),
     "template_changed": st.builds(
         PromptTemplateChanged,
@@ -298,11 +309,11 @@ def test_decode_event__missing_schema_version() -> None:
     assert "kb_changed" in err.detail
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", True, None, 1.0])
+@pytest.mark.parametrize("version", [3, 0, "1", True, None, 1.0])
 def test_decode_event__unknown_schema_version_names_given_and_known(version: Any) -> None:
     err = _decode_error(orjson.dumps(_valid(schema_version=version)))
     assert err.reason == "unknown_schema_version"
-    assert err.detail == f"kb_changed schema_version {version!r}; this build knows 1"
+    assert err.detail == f"kb_changed schema_version {version!r}; this build knows 1, 2"
 
 
 def test_decode_event__invalid_fields_renders_path_and_message() -> None:

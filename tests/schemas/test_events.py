@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from schemas.events import (
     EVENT_TYPES,
+    MAX_DOC_TEXT_CHARS,
     Event,
     Invalidate,
     JobStatus,
@@ -143,6 +144,30 @@ def test_model_deployed__negative_grace_rejected() -> None:
 def test_kb_changed__negative_doc_version_rejected() -> None:
     with pytest.raises(ValidationError):
         KnowledgeBaseChanged(tenant="acme", doc_id="d", doc_version=-1, change="updated")
+
+
+def test_kb_changed__v2_carries_the_texts_of_an_update() -> None:
+    ev = KnowledgeBaseChanged(tenant="acme", doc_id="d", doc_version=3, change="updated",
+                              schema_version=2, text="new", previous_text="old")  # fmt: skip
+    assert (ev.text, ev.previous_text) == ("new", "old")
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"text": "new"}, "schema_version 2 fields"),  # v1 cannot carry them
+        ({"schema_version": 2, "text": "new", "change": "deleted"}, "has no new text"),
+        ({"schema_version": 2, "previous_text": "old"}, "previous_text without text"),
+        ({"schema_version": 2, "text": ""}, "at least 1 character"),
+        ({"schema_version": 2, "text": "x" * (MAX_DOC_TEXT_CHARS + 1)}, "at most"),
+    ],
+)
+def test_kb_changed__texts_out_of_their_version_or_bounds_rejected(
+    fields: dict[str, Any], why: str
+) -> None:
+    base: dict[str, Any] = {"tenant": "acme", "doc_id": "d", "doc_version": 3, "change": "updated"}
+    with pytest.raises(ValidationError, match=why):
+        KnowledgeBaseChanged(**(base | fields))
 
 
 def test_invalidate__namespace_without_model_id_rejected() -> None:

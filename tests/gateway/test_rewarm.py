@@ -1,0 +1,148 @@
+"""The re-warm after a KB change, end to end: RAG requests through the gateway -> request log on
+Tansu -> traffic worker; then a KB change carrying the document's new and old text -> the
+invalidation and rewarm workers (threads, as `stoker worker all` runs them) -> the next live
+request, which inlines the new text, is a hit whose answer was computed from the new text."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import redis
+
+from invalidators.invalidation import Invalidator
+from schemas.events import KnowledgeBaseChanged
+from stoker.runtime import WorkerGroup
+from stoker.settings import StokerSettings
+from stoker.wiring import build_publisher, build_runner, worker_config
+from streams.worker import Worker
+from tests.gateway.conftest import GatewayFactory, client
+from tests.waiting import wait_for
+from warmers.backends.simhttp import SimulatorThread
+from warmers.budget import Budget
+from warmers.profile import TrafficProfile
+from warmers.rewarm import InvalidationPending, RewarmHandler, RewarmOptions
+from warmers.traffic import TrafficHandler
+from warmers.window import Window
+
+OLD = "[doc:kb/reset@v3] Open Settings, then Security, then Reset."
+NEW = "[doc:kb/reset@v4] Open Profile, then Password, then Change."
+QUESTIONS = ("How do I reset my password?", "Where do I change my password?")
+# Names the doc, but inlined it in another form: no substitution can renew it.
+REFORMATTED = "What does the reset page say?"
+DOCS = {"stoker": {"docs": [{"doc_id": "kb/reset"}]}}
+NO_CACHE = {"Cache-Control": "no-cache, no-store"}
+
+
+def rag(question: str, doc: str) -> list[Any]:
+    return [
+        {"role": "system", "content": f"Answer only from the context.\n{doc}"},
+        {"role": "user", "content": question},
+    ]
+
+
+def _ask(c: openai.OpenAI, question: str, doc: str, **headers: str) -> tuple[str, str]:
+    raw = c.chat.completions.with_raw_response.create(
+        model="sim-model", messages=rag(question, doc), temperature=0, extra_body=DOCS,
+        extra_headers=headers,
+    )  # fmt: skip
+    return raw.headers["x-stoker-cache"], raw.parse().choices[0].message.content or ""
+
+
+@pytest.fixture
+def learned(
+    make_gateway: GatewayFactory,
+    sim: SimulatorThread,
+    kafka_bootstrap: str,
+    redis_url: str,
+    unique: str,
+    qdrant_path: Path,
+) -> tuple[openai.OpenAI, StokerSettings]:
+    """A gateway whose RAG traffic (6 asks of each question, the doc's old text inlined) the
+    traffic worker has learned; the settings of the workers that follow."""
+    prefix = f"rewarm{unique}."
+    gw = make_gateway(sim.url, kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu",
+                      topic_prefix=prefix)  # fmt: skip
+    c = client(gw, **{"X-Stoker-Template-Version": "rag-v1"})
+    for q in QUESTIONS:
+        for _ in range(6):
+            _ask(c, q, OLD)
+    for _ in range(6):
+        _ask(c, REFORMATTED, OLD.upper())
+    s = StokerSettings(
+        kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
+        redis_url=redis_url, qdrant_path=qdrant_path, warm_backend_url=sim.url,
+        warm_min_ttl_left_s=60, exact_ttl_s=600, worker_poll_s=0.05, semantic_matcher="static",
+    )  # fmt: skip
+    handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(redis_url)))
+    assert Worker(handler, worker_config(s, handler, f"g{unique}")).run_until(
+        lambda st: st.events >= 18, 30
+    )
+    return c, s
+
+
+def _tomorrow() -> Window:
+    """The same hour tomorrow: the planner learns from past days (today's traffic is history)."""
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return Window(hour, hour + timedelta(hours=1))
+
+
+def change(version: int = 4) -> KnowledgeBaseChanged:
+    return KnowledgeBaseChanged(
+        tenant="acme", doc_id="kb/reset", doc_version=version, change="updated",
+        schema_version=2, text=NEW, previous_text=OLD,
+    )  # fmt: skip
+
+
+def test_rewarm__a_kb_change_with_its_new_text_rewarms_the_hot_requests_that_inlined_the_old(
+    learned: tuple[openai.OpenAI, StokerSettings], sim: SimulatorThread
+) -> None:
+    c, s = learned
+    old_answers = {q: _ask(c, q, OLD)[1] for q in QUESTIONS}
+    workers = WorkerGroup(s, ["invalidation", "rewarm"])
+    (rewarm,) = [w.handler for w in workers.workers if isinstance(w.handler, RewarmHandler)]
+    rewarm.window = _tomorrow
+    workers.start()
+    try:
+        with build_publisher(s) as pub:
+            pub.publish("inference.kb-changes", change(), key="acme/kb/reset")
+            pub.flush()
+        wait_for(lambda: rewarm.last is not None or workers.errors, 60, "the re-warm to run")
+    finally:
+        workers.stop()
+        workers.join()
+    assert not workers.errors
+    assert rewarm.last is not None
+    assert (rewarm.last.sent, rewarm.last.cached) == (2, 2)  # the two questions, not the third
+
+    for q in QUESTIONS:
+        outcome, warm = _ask(c, q, NEW)
+        assert outcome == "exact"  # the re-warmed entry: no live request filled it
+        fresh = _ask(c, q, NEW, **NO_CACHE)[1]
+        assert warm == fresh  # computed from the new text, as the live backend answers now
+        assert "[doc:kb/reset@v4]" in warm and "@v3" not in warm
+        assert warm != old_answers[q]
+    assert _ask(c, REFORMATTED, NEW.upper())[0] == "miss"  # not renewed: deleted, not re-warmed
+
+
+def test_rewarm__waits_for_the_invalidation_and_renews_nothing_before_it(
+    learned: tuple[openai.OpenAI, StokerSettings], sim: SimulatorThread
+) -> None:
+    """Before the invalidation worker applied the change, a warm would land under the old
+    floor and be deleted as stale: the batch fails retriably (read again), sending nothing."""
+    _, s = learned
+    handler = RewarmHandler(
+        build_runner(s, progress=False), RewarmOptions(budget=Budget(requests=5), wait_s=0.3),
+        window=_tomorrow,
+    )  # fmt: skip
+    served = sim.server.sim.stats.served
+    with pytest.raises(InvalidationPending, match="not applied by the invalidation worker"):
+        handler.apply([change()])
+    assert sim.server.sim.stats.served == served and handler.last is None
+    # Applied (the floor at the event's version, the old entries deleted): it goes through.
+    Invalidator(redis.Redis.from_url(s.redis_url)).kb_changed(change())
+    handler.apply([change()])
+    assert handler.last is not None and handler.last.cached == 2
