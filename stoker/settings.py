@@ -257,10 +257,14 @@ class StokerSettings(BaseSettings):
     prefix_warm_backend_url: str | None = None
     # The hottest prefixes sent per run, and their summed tokens at most: more than the
     # backend's KV cache holds would evict the hottest (vLLM logs its "GPU KV cache size").
-    # The token budget is what binds (half the simulator's 131,072-token cache); the count
-    # only stops a run of many tiny prefixes.
+    # The token budget is what binds; the count only stops a run of many tiny prefixes.
     prefix_warm_top_n: int = Field(default=200, ge=1, le=10_000)
     prefix_warm_token_budget: int = Field(default=65_536, ge=1)
+    # ... unless the backend reports its KV cache on /metrics (vLLM's vllm:cache_config_info):
+    # then this share of it. Warmed blocks are free blocks vLLM evicts least recently used when
+    # a running request needs room, so they never hold one back; the rest is room for the live
+    # traffic's own prefixes. 0: always the fixed token budget.
+    prefix_warm_kv_share: float = Field(default=0.8, ge=0.0, le=1.0)
     # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
     prefix_warm_qps: float = Field(default=2.0, gt=0, le=1_000)
     prefix_warm_concurrency: int = Field(default=4, ge=1, le=256)

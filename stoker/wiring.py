@@ -367,6 +367,7 @@ def prefix_warm_options(
         qps=qps or s.prefix_warm_qps,
         top_n=top_n or s.prefix_warm_top_n,
         token_budget=s.prefix_warm_token_budget,
+        kv_share=s.prefix_warm_kv_share,
         max_age_s=s.prefix_warm_max_age_s,
         concurrency=s.prefix_warm_concurrency,
         deadline_s=s.prefix_warm_deadline_s,

@@ -3,8 +3,13 @@
 After a deploy (new weights) or a replica restart, vLLM's (or SGLang's) automatic prefix cache
 is empty, and the first request of every system prompt pays its whole prefill. One run:
 1. plan: the model's most counted prefixes (warmers/prefixes.py) over its tenants, seen within
-   max_age_s, the same messages of several tenants once, cut at top_n and at token_budget
-   (summed prefix tokens: warming more than the backend's cache holds evicts the hottest);
+   max_age_s, the same messages of several tenants once, cut at top_n and at a token budget
+   (summed prefix tokens: warming more than the backend's cache holds evicts the hottest):
+   `kv_share` of the KV cache the backend reports on /metrics (vLLM's
+   `vllm:cache_config_info`: num_gpu_blocks x block_size; nothing at all when it says prefix
+   caching is off), else the fixed `token_budget`. Blocks a warm fills are free blocks vLLM
+   evicts least recently used when a running request needs room, so they never stop a live
+   request from being admitted; the share leaves room for the live traffic's own prefixes;
 2. send each as `max_tokens=1`, temperature 0, the prefix and a one-token user turn, straight
    to the backend at most `qps` a second (throttle.TokenBucket), `concurrency` at a time, with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
@@ -18,6 +23,7 @@ schedule) sends again, and a run is safe to repeat.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,12 +40,34 @@ WARM_USER_TURN = "."
 NO_CACHE_HEADERS = {"Cache-Control": "no-cache, no-store"}
 
 
+# vLLM's engine cache config, one gauge whose labels carry it (a Prometheus "info" metric).
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def kv_cache_tokens(metrics: str) -> int | None:
+    """The KV cache the backend holds, in tokens, from its Prometheus text: 0 when it says
+    prefix caching is off (nothing a warm sends is kept), None when it does not say."""
+    m = _CACHE_INFO.search(metrics)
+    if m is None:
+        return None
+    labels = dict(_LABEL.findall(m.group(1)))
+    if labels.get("enable_prefix_caching", "").lower() == "false":
+        return 0
+    try:
+        blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+    return blocks * size if blocks > 0 and size > 0 else None
+
+
 @dataclass(frozen=True)
 class PrefixWarmOptions:
     backend_url: str
     qps: float = 2.0
     top_n: int = 200
-    token_budget: int = 65_536
+    token_budget: int = 65_536  # when the backend does not report its KV cache
+    kv_share: float = 0.8  # of the KV cache the backend reports; 0: always token_budget
     max_age_s: float = 7 * 86_400.0
     concurrency: int = 4
     timeout_s: float = 30.0
@@ -52,6 +80,8 @@ class PrefixWarmOptions:
             raise ValueError("need qps > 0, top_n >= 1, token_budget >= 1, concurrency >= 1")
         if self.timeout_s <= 0 or self.deadline_s <= 0 or self.max_age_s <= 0:
             raise ValueError("timeouts and max_age_s must be > 0")
+        if not 0.0 <= self.kv_share <= 1.0:
+            raise ValueError("kv_share must lie in [0, 1]")
 
 
 @dataclass
@@ -65,13 +95,16 @@ class PrefixWarmReport:
     tokens: int = 0  # prefix tokens of the warmed prefixes
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first few, for the report
+    budget_tokens: int = 0  # the plan's token budget, and where it came from
+    budget_from: str = ""
 
     def __str__(self) -> str:
         late = f", {self.left_by_deadline} left at the deadline" if self.left_by_deadline else ""
         why = f" ({self.errors[0]})" if self.errors else ""
         return (
             f"prefix warm of {self.model_id}: planned {self.planned}, warmed {self.warmed} "
-            f"({self.tokens:,} tokens), failed {self.failed}{why}{late} in {self.seconds:.1f} s"
+            f"({self.tokens:,} tokens of {self.budget_tokens:,}: {self.budget_from}), "
+            f"failed {self.failed}{why}{late} in {self.seconds:.1f} s"
         )
 
 
@@ -82,16 +115,39 @@ class PrefixWarmer:
         self.store = store
         self.options = options
 
+    def budget(self) -> tuple[int, str]:
+        """Step 1's token budget, and where it came from: a share of the KV cache the backend
+        reports on /metrics, else the fixed budget (one GET, bounded by the timeout)."""
+        o = self.options
+        fixed = (o.token_budget, f"the fixed budget of {o.token_budget:,} tokens")
+        if o.kv_share <= 0:
+            return fixed
+        try:
+            resp = httpx.get(o.backend_url.rstrip("/") + "/metrics", timeout=o.timeout_s)
+        except httpx.HTTPError:
+            return fixed
+        kv = kv_cache_tokens(resp.text) if resp.status_code == 200 else None
+        if kv is None:
+            return fixed
+        if kv == 0:
+            return 0, "the backend says its prefix caching is off"
+        return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
+
     def plan(
-        self, model_id: str, tenants: Sequence[str] | None = None, now: float | None = None
+        self,
+        model_id: str,
+        tenants: Sequence[str] | None = None,
+        now: float | None = None,
+        budget: int | None = None,
     ) -> list[HotPrefix]:
-        """Step 1: the prefixes to send, hottest first."""
+        """Step 1: the prefixes to send, hottest first, within `budget` tokens (default: the
+        fixed token budget)."""
         o = self.options
         now = time.time() if now is None else now
         ranked = self.store.top(model_id, o.top_n, tenants, not_before=now - o.max_age_s)
         seen: set[tuple[Any, ...]] = set()
         out: list[HotPrefix] = []
-        budget = o.token_budget
+        budget = o.token_budget if budget is None else budget
         for h in ranked:
             ident = (o.model or h.prefix.model, h.prefix.messages)
             if ident in seen or h.prefix.tokens > budget:
@@ -111,8 +167,11 @@ class PrefixWarmer:
     ) -> PrefixWarmReport:
         o = self.options
         t0 = time.monotonic()
-        plan = self.plan(model_id, tenants)
-        report = PrefixWarmReport(model_id, planned=len(plan))
+        budget, source = await asyncio.to_thread(self.budget)
+        plan = self.plan(model_id, tenants, budget=budget)
+        report = PrefixWarmReport(
+            model_id, planned=len(plan), budget_tokens=budget, budget_from=source
+        )
         headers = dict(NO_CACHE_HEADERS)
         if o.api_key:
             headers["Authorization"] = f"Bearer {o.api_key}"

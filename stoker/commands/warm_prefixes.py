@@ -44,15 +44,17 @@ def warm_prefixes(
     from stoker.wiring import build_prefix_warmer
 
     warmer = build_prefix_warmer(StokerSettings(), backend_url=backend, qps=qps, top_n=top)
-    plan = warmer.plan(model, tenant or None)
     if dry_run:
+        budget, source = warmer.budget()
+        plan = warmer.plan(model, tenant or None, budget=budget)
         if as_json:
             rows = [
                 {"tenant": h.tenant, "digest": h.prefix.digest, "count": h.count,
                  "tokens": h.prefix.tokens, "model": h.prefix.model}
                 for h in plan
             ]  # fmt: skip
-            print(orjson.dumps({"model_id": model, "plan": rows}).decode())
+            out = {"model_id": model, "plan": rows, "budget_tokens": budget, "budget_from": source}
+            print(orjson.dumps(out).decode())
             return
         t = Table(title=f"hot prefixes of {model}")
         for col in ("#", "tenant", "requests", "tokens", "starts with"):
@@ -61,7 +63,9 @@ def warm_prefixes(
             head = h.prefix.messages[0][1][:48] if h.prefix.messages else ""
             t.add_row(str(n), h.tenant, f"{h.count:.0f}", str(h.prefix.tokens), head)
         console.print(t)
-        console.print(f"{len(plan)} prefixes; dry run: nothing sent")
+        console.print(
+            f"{len(plan)} prefixes within {budget:,} tokens ({source}); dry run: nothing sent"
+        )
         return
     report = warmer.warm(model, tenant or None)
     if as_json:

@@ -5,6 +5,7 @@ then pays prefill only past its system prompt."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -24,7 +25,12 @@ from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixlog import PrefixLogHandler
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+from warmers.prefixwarm import (
+    PrefixWarmer,
+    PrefixWarmingPrewarmer,
+    PrefixWarmOptions,
+    kv_cache_tokens,
+)
 
 # 2 ms a prompt token, 1 ms a decoded one: a 300-token system prompt costs 0.6 s of prefill.
 SIM = SimConfig(slots=4, prefill_ms_per_token=2.0, decode_ms_per_token=1.0, default_max_tokens=8)
@@ -123,6 +129,40 @@ def test_prefix_warmer__plan_keeps_the_token_budget_and_top_n(redis_client: redi
     assert old.plan("llama", now=time.time() + 3600) == []
 
 
+def test_kv_cache_tokens__read_from_vllms_cache_config_info() -> None:
+    vllm = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
+        'gpu_memory_utilization="0.9",num_gpu_blocks="27264",num_cpu_blocks="2048"} 1.0\n'
+    )
+    assert kv_cache_tokens(vllm) == 27_264 * 16
+    assert kv_cache_tokens(vllm.replace('caching="True"', 'caching="False"')) == 0
+    assert kv_cache_tokens(vllm.replace('num_gpu_blocks="27264"', 'num_gpu_blocks="None"')) is None
+    assert kv_cache_tokens("vllm:prefix_cache_hits_total 5\n") is None  # an older vLLM, SGLang
+
+
+@pytest.mark.parametrize(
+    ("cache_tokens", "kv_share", "warmed", "source"),
+    [
+        (1_000, 0.8, 2, "0.8 of the backend's 992-token KV cache"),  # 62 blocks of 16
+        (1_000, 0.0, 5, "the fixed budget of 65,536 tokens"),  # sized by hand
+        (0, 0.8, 0, "the backend says its prefix caching is off"),
+    ],
+)
+def test_prefix_warmer__sized_to_the_kv_cache_the_backend_reports(
+    redis_client: redis.Redis, cache_tokens: int, kv_share: float, warmed: int, source: str
+) -> None:
+    """300-token prefixes: 2 fit in 0.8 of a ~1,000-token cache; a third would evict the
+    hottest. A backend without prefix caching keeps nothing a warm sends: none is sent."""
+    store = _store(redis_client, *range(5))
+    sim_cfg = replace(SIM, prefix_cache_tokens=cache_tokens)
+    with SimulatorThread(sim_cfg) as sim:
+        opts = PrefixWarmOptions(sim.url, qps=50, kv_share=kv_share)
+        report = PrefixWarmer(store, opts).warm("llama")
+        assert sim.stats().served == warmed
+    assert (report.warmed, report.budget_from) == (warmed, source)
+
+
 def test_prefix_warmer__a_backend_that_is_down_fails_the_warms_not_the_run(
     redis_client: redis.Redis,
 ) -> None:
@@ -132,7 +172,13 @@ def test_prefix_warmer__a_backend_that_is_down_fails_the_warms_not_the_run(
 
 
 def test_prefix_warmer__bad_options_are_refused() -> None:
-    for bad in ({"qps": 0}, {"top_n": 0}, {"token_budget": 0}, {"deadline_s": 0}):
+    for bad in (
+        {"qps": 0},
+        {"top_n": 0},
+        {"token_budget": 0},
+        {"deadline_s": 0},
+        {"kv_share": 1.5},
+    ):
         with pytest.raises(ValueError):
             PrefixWarmOptions("http://x", **bad)  # type: ignore[arg-type]
 
@@ -165,14 +211,17 @@ def test_cli__warm_prefixes_dry_run_and_warm(
     monkeypatch.setenv("STOKER_REDIS_URL", redis_url)
     res = runner.invoke(app, ["warm-prefixes", "--model", "llama", "--dry-run", "--json"])
     assert res.exit_code == 0, res.output
-    plan = orjson.loads(res.stdout)["plan"]
-    assert [(p["tenant"], p["tokens"]) for p in plan] == [("acme", 300), ("acme", 300)]
+    out = orjson.loads(res.stdout)
+    assert [(p["tenant"], p["tokens"]) for p in out["plan"]] == [("acme", 300), ("acme", 300)]
+    assert out["budget_from"] == "the fixed budget of 65,536 tokens"  # no backend answers
     with SimulatorThread(SIM) as sim:
         res = runner.invoke(
             app, ["warm-prefixes", "--model", "llama", "--backend", sim.url, "--qps", "50"]
         )
         assert res.exit_code == 0, res.output
-        assert "warmed 2 (600 tokens), failed 0" in res.output
+        said = " ".join(res.output.split())  # the console wraps long lines
+        assert "warmed 2 (600 tokens of 104,857: 0.8 of the backend's 131,072-token" in said
+        assert "failed 0" in said
         assert sim.stats().served == 2
 
 
@@ -240,5 +289,6 @@ def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
         finally:
             worker.stop()
         assert "ready" in [x.state for x in seen], [x.detail for x in seen]
-        assert "prefix warm of llama: planned 1, warmed 1 (300 tokens), failed 0" in seen[-1].detail
+        said = "prefix warm of llama: planned 1, warmed 1 (300 tokens of 104,857: 0.8 of the"
+        assert said in seen[-1].detail
         assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)  # held since the deploy

@@ -1,8 +1,8 @@
 """The simulator's OpenAI-compatible HTTP face: a small HTTP/1.1 keep-alive server on asyncio.
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
-GET /metrics (the prefix cache's vllm:prefix_cache_queries_total / _hits_total, in tokens, the
-counters vLLM exports), POST /sim/slots {"slots": n} (change capacity at run time), POST
+GET /metrics (the prefix cache's vllm:prefix_cache_queries_total / _hits_total, in tokens, and
+its size in vllm:cache_config_info, as vLLM exports them), POST /sim/slots {"slots": n} (change capacity at run time), POST
 /sim/restart (empty the prefix cache, as a restart or a deploy of new weights does). Usage carries `gpu_ms`, an
 extension field, so the cache can record what a miss costs.
 
@@ -385,6 +385,14 @@ class SimServer:
                 f"# TYPE vllm:{name}_total counter",
                 f'vllm:{name}_total{{model_name="{self.models[0]}"}} {value}',
             ]
+        # The engine's cache config, as vLLM exports it: what a prefix warm sizes itself to.
+        pc = self.sim.prefix_cache
+        lines += [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{pc.block_tokens}",'
+            f'enable_prefix_caching="{pc.enabled}",num_gpu_blocks="{pc.capacity_blocks}"}} 1.0',
+        ]
         return "\n".join(lines) + "\n"
 
     @staticmethod
