@@ -120,7 +120,8 @@ def rewarm_handler(s: StokerSettings) -> Handler:
 
 
 def scheduler_service(s: StokerSettings) -> Service:
-    """The leader-elected schedule: warm the next hour, sweep expired vectors."""
+    """The leader-elected schedule: warm the next hour, sweep expired vectors, and send the hot
+    prompt prefixes before each day's peak."""
     import logging
     import time
 
@@ -148,7 +149,15 @@ def scheduler_service(s: StokerSettings) -> Service:
         sweep_interval_s=s.sweep_interval_s,
         lock_ttl_s=s.scheduler_lock_ttl_s,
     )
-    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg))
+    prefixes = None
+    if s.prefix_warm_before_peak_s > 0:
+        from warmers.peaks import PeakPrefixWarm
+
+        prefix_warmer = W.build_prefix_warmer(s)
+        prefixes = PeakPrefixWarm(
+            runner.selector.profile, prefix_warmer.warm, lead_s=s.prefix_warm_before_peak_s
+        )
+    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg, prefixes))
 
 
 def monitor_handler(s: StokerSettings) -> Handler:

@@ -269,6 +269,10 @@ class StokerSettings(BaseSettings):
     prefix_warm_qps: float = Field(default=2.0, gt=0, le=1_000)
     prefix_warm_concurrency: int = Field(default=4, ge=1, le=256)
     prefix_warm_deadline_s: float = Field(default=120.0, gt=0, le=3_600)
+    # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
+    # the traffic profile, per model: warmers/peaks.py), so what the quiet hours evicted is
+    # held when the peak arrives. 0: off.
+    prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
     # Prefixes not seen for this long are not warmed (a retired template).
     prefix_warm_max_age_s: float = Field(default=7 * 86_400.0, gt=0)
 

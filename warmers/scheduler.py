@@ -10,7 +10,8 @@ and idempotent), so the lock only has to be right almost always, not always.
 
 Jobs (apscheduler 3.x BackgroundScheduler, one instance of each job at a time, missed runs
 coalesced): lead (renew/acquire), warm (plan the next hour, warm it; leader only), sweep
-(SemanticStore.sweep_expired; leader only).
+(SemanticStore.sweep_expired; leader only), prefixes (the KV prefix warm before each day's
+peak, warmers/peaks.py; leader only, when given).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class SchedulerConfig:
     warm_interval_s: float = 900.0  # four plans per hour: the next hour is warmed ~4 times,
     # each later run skipping what the earlier ones cached (so it costs little)
     sweep_interval_s: float = 600.0
+    prefix_check_s: float = 300.0  # is a peak near? (a prefix warm's lead is longer than this)
     lock_ttl_s: float = 30.0
     renew_s: float | None = None  # default: a third of the TTL, so two renewals may fail in a row
 
@@ -100,11 +102,12 @@ class WarmScheduler:
         warm: Callable[[], object],
         sweep: Callable[[], object] | None = None,
         config: SchedulerConfig | None = None,
+        prefixes: Callable[[], object] | None = None,
     ) -> None:
-        self.lock, self.warm, self.sweep = lock, warm, sweep
+        self.lock, self.warm, self.sweep, self.prefixes = lock, warm, sweep, prefixes
         self.cfg = config or SchedulerConfig()
         self.is_leader = False
-        self.runs = {"warm": 0, "sweep": 0}
+        self.runs = {"warm": 0, "sweep": 0, "prefixes": 0}
         self.errors = 0
         self._sched = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1}
@@ -119,6 +122,9 @@ class WarmScheduler:
         if self.sweep is not None:
             s.add_job(self._leader_only("sweep", self.sweep), "interval",
                       seconds=self.cfg.sweep_interval_s, id="sweep")  # fmt: skip
+        if self.prefixes is not None:
+            s.add_job(self._leader_only("prefixes", self.prefixes), "interval",
+                      seconds=self.cfg.prefix_check_s, id="prefixes", next_run_time=_now())  # fmt: skip
         s.start()
 
     def stop(self, *, release: bool = True) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -79,3 +81,21 @@ def test_registry__the_monitor_joins_all_only_with_the_verified_matcher() -> Non
     assert verified.semantic_matcher == "verified"
     assert "monitor" in registry.available(verified) and registry.opted_out(verified) == []
     assert registry.factory_for("monitor") is registry.monitor_handler  # `worker monitor` runs
+
+
+def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_off(
+    redis_url: str, qdrant_path: Path
+) -> None:
+    from warmers.peaks import PeakPrefixWarm
+
+    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384}
+    on = registry.build_service("scheduler", StokerSettings(**base))
+    job = on.scheduler.prefixes  # type: ignore[attr-defined]
+    assert isinstance(job, PeakPrefixWarm) and job.lead_s == 1800
+    off = registry.build_service("scheduler", StokerSettings(**base, prefix_warm_before_peak_s=0))
+    assert off.scheduler.prefixes is None  # type: ignore[attr-defined]
+
+
+def test_registry__the_rewarm_worker_runs_in_all_on_the_kb_changes() -> None:
+    assert "rewarm" in registry.available()
+    assert registry.factory_for("rewarm") is registry.rewarm_handler

@@ -2,9 +2,10 @@
 
 Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 GET /metrics (the prefix cache's vllm:prefix_cache_queries_total / _hits_total, in tokens, and
-its size in vllm:cache_config_info, as vLLM exports them), POST /sim/slots {"slots": n} (change capacity at run time), POST
-/sim/restart (empty the prefix cache, as a restart or a deploy of new weights does). Usage carries `gpu_ms`, an
-extension field, so the cache can record what a miss costs.
+its size in vllm:cache_config_info, as vLLM exports them), POST /sim/slots {"slots": n} (change
+capacity at run time), POST /sim/restart (empty the prefix cache, as a restart or a deploy of
+new weights does). Usage carries `gpu_ms`, an extension field, so the cache can record what a
+miss costs.
 
 `"stream": true` answers Server-Sent Events as OpenAI and vLLM do: `data: <chunk JSON>\n\n`
 events (chat: a role delta, content deltas of a few tokens, an empty delta with finish_reason;
