@@ -34,10 +34,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pandas as pd
 from _common import ROOT, emit
+from _coverage import Scorer
 from bench_hot_set import DiskCachedEmbedder
 
 from caches.embedders import CachedEmbedder, SentenceTransformerEmbedder
@@ -55,41 +55,8 @@ from warmers.traffic import observe_event
 from warmers.traffic_shapes import SHAPES, ShapeSpec, generate
 from warmers.window import Window
 
-SERVE = 0.92
 WINDOWS = [START + timedelta(days=d, hours=h) for d in range(8, 14) for h in (4, 14)]
 MAX_S = 3_600  # per shape, all windows and budgets: a bound, not a target
-
-
-class Scorer:
-    """Which of a window's requests a set of warmed prompts would serve (exact, or >= SERVE)."""
-
-    def __init__(self, emb: DiskCachedEmbedder) -> None:
-        self.emb = emb
-
-    def vecs(self, texts: list[str]) -> np.ndarray:
-        return self.emb.embed(texts) if texts else np.zeros((0, self.emb.dim), np.float32)
-
-    def served(self, asked: list[str], warmed: list[str]) -> int:
-        if not asked or not warmed:
-            return 0
-        a, w = self.vecs(asked), self.vecs(sorted(set(warmed)))
-        return int(((a @ w.T).max(axis=1) >= SERVE - 1e-6).sum() + 0)
-
-    def oracle(self, asked: list[str], k: int) -> int:
-        """Greedy maximum coverage of the window's own requests by k of its prompts."""
-        uniq, counts = np.unique(np.asarray(asked, dtype=object), return_counts=True)
-        v = self.vecs(uniq.tolist())
-        near = (v @ v.T) >= SERVE - 1e-6
-        left = counts.astype(float).copy()
-        got = 0.0
-        for _ in range(min(k, len(uniq))):
-            gain = near.astype(float) @ left
-            best = int(np.argmax(gain))
-            if gain[best] <= 0:
-                break
-            got += gain[best]
-            left[near[best]] = 0.0
-        return int(got)
 
 
 def fill(profile: TrafficProfile, rows: pd.DataFrame, first: int) -> None:
