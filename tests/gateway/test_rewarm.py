@@ -139,6 +139,11 @@ def test_rewarm__waits_for_the_invalidation_and_renews_nothing_before_it(
         window=_tomorrow,
     )  # fmt: skip
     served = sim.server.sim.stats.served
+    # Nothing to re-warm, so nothing to wait for: a change without its text, a retraction.
+    v1 = KnowledgeBaseChanged(tenant="acme", doc_id="kb/reset", doc_version=4, change="updated")
+    gone = KnowledgeBaseChanged(tenant="acme", doc_id="kb/reset", doc_version=4, change="retracted")
+    handler.apply([v1, gone])
+    assert handler.last is None
     with pytest.raises(InvalidationPending, match="not applied by the invalidation worker"):
         handler.apply([change()])
     assert sim.server.sim.stats.served == served and handler.last is None
