@@ -91,19 +91,26 @@ def ensure_topics(
     # Drop the client now: a raised error's traceback would keep it, and its reconnect loop
     # against a dead broker, alive (destroying it also cancels what is still pending).
     del admin
+    late = f"Kafka at {bootstrap} did not create topics within {timeout_s} s"
     if pending:
-        raise BrokerUnavailable(f"Kafka at {bootstrap} did not create topics within {timeout_s} s")
+        raise BrokerUnavailable(late)
     for name, future in futures.items():
-        _raise_for(bootstrap, name, future)
+        _raise_for(bootstrap, name, future, late)
 
 
-def _raise_for(bootstrap: str, name: str, future: concurrent.futures.Future[None]) -> None:
+def _raise_for(
+    bootstrap: str, name: str, future: concurrent.futures.Future[None], late: str
+) -> None:
     try:
         future.result(timeout=0)
     except KafkaException as exc:
         err: KafkaError = exc.args[0]
         if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return
+        # librdkafka's own request timeout (the same timeout_s) can resolve the futures just
+        # before the wait above gives up: the same outcome, so the same one line.
+        if err.code() == KafkaError._TIMED_OUT:
+            raise BrokerUnavailable(late) from exc
         message = f"creating topic {name!r} on {bootstrap}: {err.str()}"
         if err.code() in _CONFIG_ERRORS:
             raise ConfigError(message) from exc

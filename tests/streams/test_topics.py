@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from schemas.errors import BrokerUnavailable, ConfigError
@@ -13,6 +14,7 @@ from stoker.embedded import free_port
 from streams.kafkalog import KAFKA_LOG
 from streams.topics import (
     TOPICS,
+    _raise_for,
     admin_config,
     consumer_config,
     ensure_topics,
@@ -77,6 +79,21 @@ def test_ensure_topics__no_broker_is_broker_unavailable(unique: str) -> None:
     with pytest.raises(BrokerUnavailable):
         ensure_topics(f"127.0.0.1:{free_port()}", {f"x-{unique}": 1}, timeout_s=1)
     assert time.monotonic() - started < 5
+
+
+def test_ensure_topics__librdkafkas_own_timeout_says_what_the_deadline_says() -> None:
+    """The request timeout inside librdkafka and the wait's deadline are the same length: the
+    futures may resolve with a local timeout just before the wait gives up (a CI flake gave
+    "Failed while waiting for controller: Local: Timed out"). Either way: one line, the same."""
+    late = "Kafka at 127.0.0.1:1 did not create topics within 10 s"
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    future.set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+    with pytest.raises(BrokerUnavailable) as info:
+        _raise_for("127.0.0.1:1", "stoker.status", future, late)
+    assert str(info.value) == late
+    exists: concurrent.futures.Future[None] = concurrent.futures.Future()
+    exists.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS)))
+    _raise_for("127.0.0.1:1", "stoker.status", exists, late)  # success
 
 
 def test_configs__embedded_defaults_and_overrides() -> None:
