@@ -60,6 +60,10 @@ KIND_CHANGED: Final = "ch"
 # A document's text after its latest KB change, and the texts it replaced (warmers/doctexts.py):
 # what the re-warmer substitutes into the logged requests that inlined an older text.
 KIND_DOC_TEXT: Final = "dt"
+# The forecast's calibration (warmers/calibration.py): a note per landed warm until its window
+# ends, and per day the chances the plans gave the landed warms and how many were asked.
+KIND_CAL_NOTE: Final = "cl"
+KIND_CAL_DAY: Final = "cd"
 
 # The live version of each model, written by the deploy cutover when the new version is READY
 # and read by every gateway replica: outside every tenant's tag (one hash per model, shared by

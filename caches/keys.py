@@ -9,6 +9,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
@@ -224,6 +225,14 @@ def doc_gen_key(tenant: str, doc_id: str) -> str:
 
 def doc_text_key(tenant: str, doc_id: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_DOC_TEXT}:{enc(doc_id)}"
+
+
+def calibration_note_key(tenant: str, digest: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_CAL_NOTE}:{enc(digest)}"
+
+
+def calibration_day_key(tenant: str, day: date) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_CAL_DAY}:{day.isoformat()}"
 
 
 def changed_key(tenant: str) -> str:

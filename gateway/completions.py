@@ -361,6 +361,7 @@ def log_event(
         "request": {"api": r.api, "body": replay},
         "cache_key": res.key.rsplit(":", 1)[-1] if res.key else None,
         "cache_rule": res.rule or None,
+        "cache_source": res.entry.provenance.source if hit and res.entry is not None else None,
         "cache_score": None if res.score is None else max(-1.0, min(1.0, res.score)),
         "doc_generations": res.ticket.doc_generations() if res.ticket is not None else None,
     }

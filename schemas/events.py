@@ -102,6 +102,9 @@ class RequestLogged(BaseEvent):
     answer: LoggedAnswer | None = None
     cache_key: str | None = Field(default=None, max_length=128)  # the entry key's digest
     cache_rule: str | None = Field(default=None, max_length=256)  # what accepted a hit
+    # A hit's served entry came from a warm or a live miss (the calibration of the warm
+    # forecast counts the warm ones: warmers/calibration.py).
+    cache_source: Literal["live", "warm"] | None = None
     cache_score: float | None = Field(default=None, ge=-1.0, le=1.0)
     # The generation of each doc named by id alone when the answer was computed (caches/
     # generations.py): a warm never replays a request whose documents changed since.
@@ -111,12 +114,12 @@ class RequestLogged(BaseEvent):
     def _fields_of_the_version(self) -> Self:
         v2 = (
             self.request, self.answer, self.cache_key, self.cache_rule, self.cache_score,
-            self.doc_generations,
+            self.doc_generations, self.cache_source,
         )  # fmt: skip
         if self.schema_version == 1 and any(f is not None for f in v2):
             raise ValueError(
-                "request, answer, cache_key, cache_rule, cache_score and doc_generations are "
-                "schema_version 2 fields; a v1 event cannot carry them"
+                "request, answer, cache_key, cache_rule, cache_score, cache_source and "
+                "doc_generations are schema_version 2 fields; a v1 event cannot carry them"
             )
         if self.schema_version == 2 and self.request is None:
             raise ValueError("schema_version 2 requires request (the replayable upstream request)")

@@ -55,6 +55,7 @@ class HandlerNotAvailable(StokerError):
 def traffic_handler(s: StokerSettings) -> Handler:
     """The traffic profile on the settings' Redis; events outside the settings' time bounds
     around this process's clock go to the dead-letter topic (warmers/eventtime.py)."""
+    from warmers.calibration import Calibration
     from warmers.eventtime import EventTimes
     from warmers.profile import TrafficProfile
     from warmers.traffic import TrafficHandler
@@ -66,7 +67,7 @@ def traffic_handler(s: StokerSettings) -> Handler:
         week_capacity=s.traffic_week_capacity,
         hour_capacity=s.traffic_hour_capacity,
     )
-    return TrafficHandler(profile, times)
+    return TrafficHandler(profile, times, calibration=Calibration(profile.r))
 
 
 def invalidation_handler(s: StokerSettings) -> Handler:

@@ -287,6 +287,7 @@ def build_runner(
     semantic store is opened and no job record is written."""
     from warmers.backends.base import Backend
     from warmers.backends.openai import OpenAIBackend
+    from warmers.calibration import Calibration
     from warmers.hotset import HotSetSelector
     from warmers.profile import TrafficProfile
     from warmers.shadow import WarmConfig
@@ -307,9 +308,10 @@ def build_runner(
     )
     # valued by the miss it prevents, a cluster a cached paraphrase already serves is checked
     # against the cache (a dry run opens no semantic store: it sees exact entries only)
+    calibration = Calibration(cache.redis)  # read by every plan; written after a real run
     selector = HotSetSelector(
         profile, emb, policy=policy_from(s), config=hot_set_config(s),
-        cache=None if dry_run else cache,
+        cache=None if dry_run else cache, calibration=calibration,
     )  # fmt: skip
     url = backend_url or s.warm_backend_url
     model = s.warm_backend_model
@@ -322,7 +324,10 @@ def build_runner(
         idle_price=s.warm_idle_price,
     )  # fmt: skip
     records = None if dry_run else JobRecords(cache.redis)
-    return WarmRunner(selector, cache, backend, warm_cfg, progress, console, records)
+    return WarmRunner(
+        selector, cache, backend, warm_cfg, progress, console, records,
+        None if dry_run else calibration,
+    )  # fmt: skip
 
 
 def hot_set_config(s: StokerSettings) -> HotSetConfig:

@@ -53,6 +53,7 @@ from schemas.common import DocRef, RequestParams
 from schemas.errors import ConfigError, RequestRejected
 from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
+from warmers.calibration import Calibration
 from warmers.doctexts import DocText, DocTexts, renew
 from warmers.forecast import Forecaster, NamespaceForecast
 from warmers.paraphrase import TextVectors, cover_greedy
@@ -128,6 +129,7 @@ class HotSetSelector:
         cache_redis: redis.Redis | None = None,
         config: HotSetConfig | None = None,
         cache: CacheClient | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         """cache: what a warm is checked against, valued by the miss it prevents: a cluster
         whose representative a cached paraphrase already serves prevents no miss until that
@@ -140,6 +142,9 @@ class HotSetSelector:
         self.cfg = config or HotSetConfig()
         self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
+        # Valued by the miss prevented, each tenant's forecast rates are scaled by how the
+        # landed warms' chances compared with their hits (warmers/calibration.py); None: not.
+        self.calibration = calibration
 
     def plan(
         self,
@@ -175,13 +180,18 @@ class HotSetSelector:
         ranked: dict[str, list[PlanItem]] = {}
         live: dict[str, dict[str, str]] = {}  # model -> scope -> live version, read once
         for t, nss in spaces.items():
+            scale = 1.0
+            if prices is not None and self.calibration is not None:
+                cal = self.calibration.factor(t)
+                scale, plan.calibration[t] = cal.factor, str(cal)
             items = [
                 i
                 for ns in nss
                 for i in self._clusters(
-                    ns, budget, model_version or self._live(live, t, ns.model_id), plan, prices
+                    ns, budget, model_version or self._live(live, t, ns.model_id), plan, prices,
+                    scale,
                 )
-            ]
+            ]  # fmt: skip
             items.sort(key=PlanItem.rank)
             items = self._renew_changed_docs(_touching(items, docs), plan)
             items = self._drop_fresh(items, plan, prices)
@@ -209,9 +219,11 @@ class HotSetSelector:
         model_version: str | None,
         plan: Plan,
         prices: Prices | None,
+        scale: float = 1.0,
     ) -> list[PlanItem]:
         """Step 4; valued by "prevented" (prices given), every cluster is kept, to be held to
-        the bar once its TTL is known (_worth_warming)."""
+        the bar once its TTL is known (_worth_warming), its forecast rates x `scale` (the
+        tenant's calibration)."""
         top = sorted(ns.hits, key=lambda q: -ns.hits[q])[: self._candidates(budget)]
         top = [q for q in top if ns.hits[q] > 0]
         if not top:
@@ -243,7 +255,7 @@ class HotSetSelector:
             reason = f"{ns.note}; {hits:.1f} hits x {miss_cost / 1000:.2f} s/miss"
             if len(members) > 1:
                 reason += f"; serves {len(members) - 1} paraphrases"
-            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members, prices)
+            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members, prices, scale)
             if (
                 prices is not None
                 or self.cfg.min_value_ms is None
@@ -285,6 +297,7 @@ class HotSetSelector:
         reason: str,
         members: list[tuple[str, WarmItem, float]],
         prices: Prices | None = None,
+        scale: float = 1.0,
     ) -> PlanItem:
         q, item, warm_cost = row
         pi = PlanItem(
@@ -294,7 +307,7 @@ class HotSetSelector:
         )  # fmt: skip
         if prices is None:
             return pi
-        rates = sum((ns.hourly(m[0]) for m in members), np.zeros(len(ns.load)))
+        rates = sum((ns.hourly(m[0]) for m in members), np.zeros(len(ns.load))) * scale
         v = prevented(rates, miss_cost, warm_cost, prices, self.cfg.latency_weight)
         return _priced(pi, v, tuple(float(x) for x in rates))
 

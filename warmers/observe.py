@@ -122,6 +122,7 @@ class Request(msgspec.Struct, forbid_unknown_fields=True):
     answer: _LoggedAnswer | None = None
     cache_key: Annotated[str, Meta(max_length=128)] | None = None
     cache_rule: _Short | None = None
+    cache_source: Literal["live", "warm"] | None = None
     cache_score: Annotated[float, Meta(ge=-1.0, le=1.0)] | None = None
     doc_generations: dict[str, int] | None = None
 
@@ -155,6 +156,7 @@ def shape_ok(r: Request) -> bool:
             and r.cache_key is None
             and r.cache_rule is None
             and r.cache_score is None
+            and r.cache_source is None
             and r.doc_generations is None
         )
     return r.request is not None and memoryview(r.request.body)[:1].tobytes() == b"{"
@@ -280,14 +282,22 @@ def observe_event(ev: RequestLogged, part: str, offset: int) -> Observation:
 
 def observe_slow(
     value: bytes, part: str, offset: int, times: TimeWindow | None = None
-) -> tuple[Observation, str]:
-    """decode_event's path for what the fast path refused: (observation, cache outcome) of a
-    valid RequestLogged (lax input included) whose time lies inside `times`; EventDecodeError
-    with its reason for poison."""
+) -> tuple[Observation, str, tuple[str, float] | None]:
+    """decode_event's path for what the fast path refused: (observation, cache outcome, the
+    warm hit: entry key digest and time, for the calibration) of a valid RequestLogged (lax
+    input included) whose time lies inside `times`; EventDecodeError with its reason for
+    poison."""
     ev = decode_event(value)
     if not isinstance(ev, RequestLogged):
         raise EventDecodeError("unexpected_type", f"{ev.type} event on the requests topic")
     refusal = None if times is None else times.refusal(ev.ts)
     if refusal is not None:
         raise refusal
-    return observe_event(ev, part, offset), ev.cache_outcome
+    warm = None
+    if (
+        ev.cache_source == "warm"
+        and ev.cache_key is not None
+        and ev.cache_outcome not in GPU_OUTCOMES
+    ):
+        warm = (ev.cache_key, ev.ts.timestamp())
+    return observe_event(ev, part, offset), ev.cache_outcome, warm

@@ -80,6 +80,8 @@ class Plan:
     skipped: list[Skipped] = field(default_factory=list)
     shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
     regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
+    # tenant -> how its forecast was scaled by the landed warms' hits (warmers/calibration.py)
+    calibration: dict[str, str] = field(default_factory=dict)
     over_budget: int = 0  # clusters worth warming that the budget left out
     # Expected warmable requests in the window per tenant (the profile's forecast, the long
     # tail it tracks in aggregate only included): the denominator of a projected hit rate.

@@ -339,6 +339,9 @@ class TenantDelta:
     costs: dict[Where, dict[str, list[int]]] = field(default_factory=dict)  # misses, gpu us, tokens
     reps: dict[Where, dict[str, Representative]] = field(default_factory=dict)
     events: int = 0
+    # Hits served from a warmed entry: (entry key digest, unix ts), for the forecast's
+    # calibration (warmers/calibration.py); not part of the profile's write.
+    warm_hits: list[tuple[str, float]] = field(default_factory=list)
 
     def count(self, where: Where, how: int, qkey: str, cacheable: bool, n: int) -> None:
         """n requests of one query in one hour of week (aggregate does this inline)."""

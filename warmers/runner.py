@@ -9,6 +9,7 @@ With `records` set, every run leaves a job record (streams.jobs) that `stoker st
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -21,6 +22,7 @@ from schemas.errors import StokerError
 from streams.jobs import JobRecords, JobState
 from warmers.backends.base import Backend
 from warmers.budget import Budget
+from warmers.calibration import Calibration
 from warmers.hotset import HotSetSelector
 from warmers.plan import Plan
 from warmers.runs import warm_record
@@ -29,6 +31,7 @@ from warmers.value import ValueModel
 from warmers.window import Window
 
 BackendFactory = Callable[[], Backend]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,6 +43,8 @@ class WarmRunner:
     progress: bool | None = None
     console: Console | None = None
     records: JobRecords | None = None  # None: runs leave no job record (tests, dry runs)
+    # Where landed warms are noted for the forecast's calibration (None: not noted).
+    calibration: Calibration | None = None
 
     def plan(
         self,
@@ -70,6 +75,11 @@ class WarmRunner:
             raise
         state, detail = outcome(summary)
         self._record(job_id, summary, state, started, detail, tags)
+        if self.calibration is not None and summary.landed_keys:
+            try:
+                self.calibration.landed(plan, summary.landed_keys)
+            except StokerError as e:  # a statistic: the warm itself must not fail for it
+                log.warning("landed warms not noted for the calibration: %s", e)
         return summary
 
     async def _warm(self, plan: Plan) -> WarmSummary:

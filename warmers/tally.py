@@ -144,6 +144,8 @@ class BatchTally:
             if outcome in GPU_OUTCOMES:  # integer us, rounded per event as aggregate() does
                 where = (r.model_id, r.template_version, week)
                 d.add_cost(where, q, 1, round(r.gpu_ms * 1000), r.tokens_in + r.tokens_out, r)
+            elif r.cache_source == "warm" and r.cache_key is not None:  # the calibration's
+                d.warm_hits.append((r.cache_key, _epoch(r.ts)))  # type: ignore[arg-type]
         return _with_spans(deltas, runs)
 
     def _query(self, memo_key: tuple[Any, ...], r: Request) -> tuple[str, bool]:
@@ -170,7 +172,7 @@ class BatchTally:
         """decode_event decides: poison for the dead-letter topic, or one more count."""
         part, offset = f"{msg.topic()}:{msg.partition()}", msg.offset() or 0
         try:
-            o, outcome = observe_slow(message_value(msg), part, offset, times)
+            o, outcome, warm = observe_slow(message_value(msg), part, offset, times)
         except EventDecodeError as exc:
             out.poison.append(Poison(msg, exc))
             return
@@ -185,6 +187,8 @@ class BatchTally:
         d.count(where, o.how, o.qkey, o.cacheable, 1)
         if o.representative is not None:
             d.add_cost(where, o.qkey, 1, round(o.gpu_ms * 1000), o.tokens, o.representative)
+        if warm is not None:
+            d.warm_hits.append(warm)
 
 
 def _refused(msg: Message, ts: datetime, times: TimeWindow | None, out: Decoded) -> bool:
@@ -231,3 +235,8 @@ def observe_batch(
                 continue
         out.append(obs)
     return out
+
+
+def _epoch(ts: datetime) -> float:
+    """Unix seconds of an event time (a naive one is UTC, as the schema reads it)."""
+    return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)).timestamp()

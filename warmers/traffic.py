@@ -16,6 +16,7 @@ from confluent_kafka import Message
 from schemas.common import utcnow
 from streams.base import Decoded, Handler
 from streams.metrics import count_gateway_outcomes
+from warmers.calibration import Calibration
 from warmers.eventtime import EventTimes, TimeWindow
 from warmers.observe import OUTCOMES, observe_event
 from warmers.profile import TrafficProfile
@@ -55,13 +56,16 @@ class TrafficHandler(Handler):
         profile: TrafficProfile,
         times: EventTimes | None = None,
         clock: Callable[[], datetime] = utcnow,
+        calibration: Calibration | None = None,
     ) -> None:
         """times: the event times counted, around `clock` (None: any; the shell always sets
-        them, see warmers/eventtime.py); the rest is dead-lettered."""
+        them, see warmers/eventtime.py); the rest is dead-lettered. calibration: where the hits
+        of warmed entries are credited (warmers/calibration.py; None: nowhere)."""
         self.profile = profile
         self.tally = BatchTally()
         self.times = times
         self.clock = clock
+        self.calibration = calibration
 
     def decode_batch(self, messages: Sequence[Message]) -> Decoded:
         """Decoded.items is [TrafficBatch] (or [] when nothing was good); .aggregated counts."""
@@ -76,6 +80,9 @@ class TrafficHandler(Handler):
     def apply_decoded(self, decoded: Decoded) -> None:
         for batch in decoded.items:
             self.profile.write_deltas(batch.deltas, batch.observations)
+            warm = {t: d.warm_hits for t, d in batch.deltas.items() if d.warm_hits}
+            if warm and self.calibration is not None:  # each hit credited once (a note each)
+                self.calibration.hits(warm)
 
     def settled(self, decoded: Decoded) -> None:
         count_gateway_outcomes(decoded.tally)

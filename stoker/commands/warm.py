@@ -137,6 +137,8 @@ def _show_plan(plan: Plan, rows: int) -> None:
         console.print(f"budget: {plan.unused_reason()}")
     for ns, note in plan.regimes.items():
         console.print(f"  {ns}: draws on {note}")
+    for tenant, note in plan.calibration.items():
+        console.print(f"  {tenant}: {note}")
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -150,6 +152,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "expected_gpu_s_saved": round(plan.expected_gpu_s_saved, 3),
         "shares": plan.shares,
         "regimes": plan.regimes,
+        "calibration": plan.calibration,
         "items": [
             {
                 "tenant": i.tenant, "model_id": i.model_id, "model_version": i.model_version,

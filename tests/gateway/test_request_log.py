@@ -72,6 +72,7 @@ def test_request_log__v2_events_carry_the_request_and_the_answer_and_are_learned
     assert second.answer.digest == first.answer.digest and second.answer.vector_id
     assert first.cache_key == miss.headers["x-stoker-key"] == second.cache_key
     assert second.cache_rule == "exact" and first.gpu_ms > 0 and second.gpu_ms == 0
+    assert (first.cache_source, second.cache_source) == (None, "live")  # a live miss's entry
 
     handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(redis_url)))
     from stoker.settings import StokerSettings

@@ -10,10 +10,14 @@ from pathlib import Path
 import redis
 
 from caches.generations import Generations
+from schemas.codec import decode_event
+from schemas.events import RequestLogged
 from stoker.settings import StokerSettings
 from stoker.wiring import build_prewarmer, build_runner, worker_config
+from streams.topics import topic_name
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
+from tests.streams.conftest import read_topic
 from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.profile import TrafficProfile
@@ -72,6 +76,10 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
         extra_headers={"X-Stoker-Model-Version": "v2"},
     )  # fmt: skip
     assert warm.headers["x-stoker-cache"] == "exact"  # the warm entry, not a live one
+    logged = read_topic(kafka_bootstrap, topic_name("inference.requests", prefix), 7)
+    (served,) = [e for e in map(decode_event, (m.value() for m in logged))
+                 if isinstance(e, RequestLogged) and e.model_version == "v2"]  # fmt: skip
+    assert served.cache_source == "warm"  # what the calibration of the forecast counts
     assert warm.parse().choices[0].message.content == live_text
     bare = sim.server.sim.answer_for("sim-model", QUESTION, None).text
     assert bare != live_text  # what the warmer sent before v2 logs: the question alone
