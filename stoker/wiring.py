@@ -155,7 +155,9 @@ def build_semantic(s: StokerSettings, dim: int | None = None) -> SemanticStore:
         # would share a server (small tests and single-process setups only: it is brute force).
         shared = _MEMORY_STORES.get(s.qdrant_collection)
         if shared is None or shared.closed:
-            shared = ServerSemanticStore(QdrantClient(":memory:"), s.qdrant_collection, dim)
+            shared = ServerSemanticStore(
+                QdrantClient(":memory:"), s.qdrant_collection, dim, serialize=True
+            )
             _MEMORY_STORES[s.qdrant_collection] = shared
         return shared
     path = Path(s.qdrant_path).resolve() if s.qdrant_path else _process_edge_path()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
@@ -25,12 +27,18 @@ def _must(fields: dict[str, str]) -> list[qm.Condition]:
 
 
 class ServerSemanticStore(SemanticStore):
-    def __init__(self, client: QdrantClient, collection: str, dim: int) -> None:
+    def __init__(
+        self, client: QdrantClient, collection: str, dim: int, *, serialize: bool = False
+    ) -> None:
+        """serialize: one call at a time, for qdrant-client's local mode (":memory:"), which is
+        not safe across threads: a count read while a point was being upserted once raised
+        IndexError (its payloads grown, its vectors not yet). A server needs no lock."""
         self.dim = dim
         self._c = client
         self._col = collection
         self._closed = False
-        with qdrant_boundary("create collection"):
+        self._lock = threading.Lock() if serialize else None
+        with self._calling("create collection"):
             if not self._c.collection_exists(collection):
                 self._c.create_collection(
                     collection,
@@ -40,6 +48,15 @@ class ServerSemanticStore(SemanticStore):
                     },
                 )
                 self._create_indexes()
+
+    @contextmanager
+    def _calling(self, op: str) -> Iterator[None]:
+        with qdrant_boundary(op):
+            if self._lock is None:
+                yield
+            else:
+                with self._lock:
+                    yield
 
     def _create_indexes(self) -> None:
         # Local mode (":memory:") warns that indexes do nothing there; the server path needs them.
@@ -63,7 +80,7 @@ class ServerSemanticStore(SemanticStore):
             qm.PointStruct(id=point_id(p.entry_key), vector=p.named_vectors(), payload=p.payload())
             for p in points
         ]
-        with qdrant_boundary("upsert"):
+        with self._calling("upsert"):
             self._c.upsert(self._col, points=pts, wait=True)
 
     def search(self, q: SemanticQuery) -> list[SemanticMatch]:
@@ -71,7 +88,7 @@ class ServerSemanticStore(SemanticStore):
             must=[*_must(q.must()), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))],
             must_not=None if q.with_answers else _must({"kind": "probe"}),
         )
-        with qdrant_boundary("search"):
+        with self._calling("search"):
             res = self._c.query_points(
                 self._col,
                 query=q.vector.tolist(),
@@ -85,26 +102,26 @@ class ServerSemanticStore(SemanticStore):
 
     def delete_entries(self, entry_keys: Sequence[str]) -> None:
         if entry_keys:
-            with qdrant_boundary("delete"):
+            with self._calling("delete"):
                 self._c.delete(
                     self._col,
                     points_selector=qm.PointIdsList(points=[point_id(k) for k in entry_keys]),
                 )
 
     def delete_where(self, must: dict[str, str]) -> None:
-        with qdrant_boundary("delete by filter"):
+        with self._calling("delete by filter"):
             self._c.delete(
                 self._col, points_selector=qm.FilterSelector(filter=qm.Filter(must=_must(must)))
             )
 
     def sweep_expired(self, now: float) -> None:
         flt = qm.Filter(must=[qm.FieldCondition(key="expires_at", range=qm.Range(lte=now))])
-        with qdrant_boundary("sweep"):
+        with self._calling("sweep"):
             self._c.delete(self._col, points_selector=qm.FilterSelector(filter=flt))
 
     def count(self, must: dict[str, str] | None = None) -> int:
         flt = qm.Filter(must=_must(must)) if must else None
-        with qdrant_boundary("count"):
+        with self._calling("count"):
             return int(self._c.count(self._col, count_filter=flt, exact=True).count)
 
     @property
