@@ -98,9 +98,9 @@ class Calibration:
         stop = plan.window.end.timestamp()
         per_tenant: dict[str, list[tuple[str, float]]] = {}
         for i in plan.items:
-            key = i.item.identity.key().exact()
-            if key in landed:
-                per_tenant.setdefault(i.tenant, []).append((_digest(key), expected_p(i)))
+            key = i.item.identity.key()
+            if key.exact() in landed:  # the digest is what the gateway logs as cache_key
+                per_tenant.setdefault(i.tenant, []).append((key.digest, expected_p(i)))
         if not per_tenant or stop <= now:
             return 0
         ttl = int(stop - now) + NOTE_SLACK_S
@@ -154,11 +154,6 @@ def expected_p(i: PlanItem) -> float:
     if i.p_asked is not None:
         return i.p_asked
     return -math.expm1(-i.expected_hits)
-
-
-def _digest(key: str) -> str:
-    """What the gateway logs as cache_key: the entry key's last component."""
-    return key.rsplit(":", 1)[-1]
 
 
 def _day(ts: float) -> date:

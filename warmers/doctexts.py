@@ -34,8 +34,8 @@ DOC_TEXT_TTL_S = 14 * 86_400
 
 # KEYS[1] = the doc's key; ARGV = version, text, previous text ("" = not given), keep, ttl.
 # A newer version moves the text into "old"; the same version only adds a before image it did
-# not have; an older one changes nothing. cjson.decode of an empty array gives an empty object,
-# hence the explicit list building.
+# not have; an older one changes nothing. cjson encodes an empty list as {}: `read` takes that
+# as no old text.
 _NOTE_LUA = """
 local v = tonumber(ARGV[1])
 local cur = redis.call('GET', KEYS[1])
@@ -56,9 +56,7 @@ else
   for _, o in ipairs(doc.old or {}) do add(o) end
   add(ARGV[3])
 end
-local out = cjson.encode({version = v, text = ARGV[2], old = old})
-if #old == 0 then out = string.gsub(out, '"old":{}', '"old":[]') end
-redis.call('SET', KEYS[1], out, 'EX', ARGV[5])
+redis.call('SET', KEYS[1], cjson.encode({version = v, text = ARGV[2], old = old}), 'EX', ARGV[5])
 return 1
 """
 

@@ -58,6 +58,7 @@ from warmers.doctexts import DocText, DocTexts, renew
 from warmers.forecast import Forecaster, NamespaceForecast
 from warmers.paraphrase import TextVectors, cover_greedy
 from warmers.plan import Plan, PlanItem, Skipped
+from warmers.prefixes import PREFIX_ROLES
 from warmers.profile import MissCost, TrafficProfile
 from warmers.shadow import WarmItem
 from warmers.value import Prevented, Prices, ValueModel, after_expiry, prevented
@@ -618,11 +619,7 @@ def _systems(body: Mapping[str, Any]) -> list[Any]:
     msgs = body.get("messages")
     if not isinstance(msgs, list):
         return []
-    return [
-        m.get("content")
-        for m in msgs
-        if isinstance(m, dict) and m.get("role") in ("system", "developer")
-    ]
+    return [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in PREFIX_ROLES]
 
 
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:

@@ -38,6 +38,7 @@ from warmers.throttle import MonotonicClock, TokenBucket
 # The user turn a warm appends: a chat template needs one, and a single token adds ~nothing.
 WARM_USER_TURN = "."
 NO_CACHE_HEADERS = {"Cache-Control": "no-cache, no-store"}
+PROBE_TIMEOUT_S = 5.0  # the /metrics read that sizes the budget
 
 
 # vLLM's engine cache config, one gauge whose labels carry it (a Prometheus "info" metric).
@@ -117,13 +118,15 @@ class PrefixWarmer:
 
     def budget(self) -> tuple[int, str]:
         """Step 1's token budget, and where it came from: a share of the KV cache the backend
-        reports on /metrics, else the fixed budget (one GET, bounded by the timeout)."""
+        reports on /metrics, else the fixed budget (one GET of at most PROBE_TIMEOUT_S: a
+        backend that does not answer it in time gets the fixed budget, not a stalled run)."""
         o = self.options
         fixed = (o.token_budget, f"the fixed budget of {o.token_budget:,} tokens")
         if o.kv_share <= 0:
             return fixed
         try:
-            resp = httpx.get(o.backend_url.rstrip("/") + "/metrics", timeout=o.timeout_s)
+            timeout = min(o.timeout_s, PROBE_TIMEOUT_S)
+            resp = httpx.get(o.backend_url.rstrip("/") + "/metrics", timeout=timeout)
         except httpx.HTTPError:
             return fixed
         kv = kv_cache_tokens(resp.text) if resp.status_code == 200 else None

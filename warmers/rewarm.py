@@ -94,11 +94,9 @@ class RewarmHandler(Handler):
             value_model=self.opts.value_model,
         )  # fmt: skip
         self.last = summary = self.runner.warm(plan, labels={"by": "rewarm"})
-        renewed = sum(1 for i in plan.items if "renewed:" in i.reason)
         log.info(
-            "re-warm after %d KB changes: %d planned (%d renewed with the new text), "
-            "%d left out; %s",
-            len(updates), len(plan.items), renewed, len(plan.skipped), summary,
+            "re-warm after %d KB changes: %d planned, %d left out; %s",
+            len(updates), len(plan.items), len(plan.skipped), summary,
         )  # fmt: skip
 
     def _wait_applied(self, updates: list[KnowledgeBaseChanged]) -> None:
