@@ -27,6 +27,7 @@ from schemas.errors import ServiceStartError
 
 # How long a thread-hosted server may take to come up.
 _START_S = 10.0
+_BACKLOG = 2048
 
 
 class _Server(uvicorn.Server):
@@ -38,10 +39,13 @@ class _Server(uvicorn.Server):
 class GatewayServer:
     def __init__(self, parts: GatewayParts, host: str = "127.0.0.1", port: int = 0) -> None:
         self.parts = parts
-        # Bound here, so the port is known (and taken) before serving starts.
+        # Bound and listening here, so the port is known before serving starts, and a client
+        # told the URL (the CLI's banner) may connect at once: the kernel queues it until
+        # uvicorn accepts. Bound alone, it refused connections until then.
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
+        self._sock.listen(_BACKLOG)
         self.host, self.port = host, int(self._sock.getsockname()[1])
         config = uvicorn.Config(
             wrap(build_app(parts)),
@@ -52,7 +56,7 @@ class GatewayServer:
             log_level="warning",
             timeout_graceful_shutdown=int(max(1, parts.opts.drain_s)),
             timeout_keep_alive=30,
-            backlog=2048,
+            backlog=_BACKLOG,
         )
         self._server = _Server(config)
         self._thread: threading.Thread | None = None

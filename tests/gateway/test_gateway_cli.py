@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -92,6 +93,29 @@ def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
     wait_for(lambda: _ask(gw.url).headers["x-stoker-cache"] == "exact", 10, "the hit")
     assert gw.stop() == 0
     assert any("gateway stopped" in ln for ln in gw.lines)
+
+
+def test_cli__a_request_sent_before_serving_starts_is_answered_not_refused(
+    sim: SimulatorThread, redis_url: str, tmp_path: Path, unique: str
+) -> None:
+    """The CLI prints its banner before uvicorn serves (workers and lifespan start between):
+    a client told the URL may connect at once. It waits in the listen queue, not refused."""
+    s = StokerSettings(redis_url=redis_url, qdrant_path=tmp_path / "q",
+                       gateway_default_temperature=0)  # fmt: skip
+    server = GatewayServer(build_gateway(s, upstream_url=sim.url))
+    done: list[str] = []
+
+    def early() -> None:
+        asked = [{"role": "user", "content": f"is anyone there {unique}"}]
+        done.append(_ask(server.url, asked).headers["x-stoker-cache"])
+
+    t = threading.Thread(target=early)
+    t.start()
+    with socket.create_connection((server.host, server.port), timeout=5):
+        pass  # connected before serve(): the port listens already
+    with server:
+        t.join(30)
+    assert done == ["miss"]
 
 
 def test_cli__sigterm_lets_the_request_in_flight_finish(
