@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import orjson
 
+from caches.keys import normalise_prompt
 from gateway.identity import resolve
 from gateway.options import GatewayOptions
 from warmers.backends.simulator import CITATION
@@ -91,6 +92,11 @@ class HourStats:
     exact: int = 0
     semantic: int = 0
     gpu_ms_live: float = 0.0  # what this hour's misses cost the GPU (the log's gpu_ms)
+    # of it, the misses on a request logged before: what a warm could have replayed
+    gpu_ms_live_replayable: float = 0.0
+    # ... and of those, the misses on a request logged FREQUENT times or more before: the ones
+    # a forecast can call (asked about daily, against a week of log)
+    gpu_ms_live_frequent: float = 0.0
     latency_ms: list[float] = field(default_factory=list)
 
 
@@ -121,15 +127,39 @@ def served_entry(tenant: str, model_version: str, digest: str) -> str:
     return f"{tenant}/{model_version}/{digest}"
 
 
+def replay_identity(row: dict[str, Any]) -> tuple[str, ...]:
+    """What makes a logged request the same request again, as a warm replays it: tenant,
+    template, parameters, documents and the normalised question (no label)."""
+    return (row["tenant"], row["template_version"], row["params"], row["context_docs"],
+            normalise_prompt(row["prompt"]))  # fmt: skip
+
+
+# Logged this many times before, a request counts as frequent (about daily over a week).
+FREQUENT = 7
+
+
 class Scorer:
-    def __init__(self, truth: Truth, intents: dict[str, str]) -> None:
+    """`logged`: how often each request was logged before serving began (replay_identity);
+    each served row adds to it, so a miss counts as replayable when its request was logged
+    earlier, and as frequent when FREQUENT times or more."""
+
+    def __init__(
+        self,
+        truth: Truth,
+        intents: dict[str, str],
+        logged: Counter[tuple[str, ...]] | None = None,
+    ) -> None:
         self.truth, self.intents = truth, intents
+        self.logged: Counter[tuple[str, ...]] = Counter(logged or ())
         self.stats = ServeStats()
 
     def score(self, row: dict[str, Any], resp: httpx.Response, wall_ms: float, hour: int) -> None:
         s = self.stats
         h = s.hourly.setdefault(hour, HourStats())
         h.requests += 1
+        ident = replay_identity(row)
+        before = self.logged[ident]
+        self.logged[ident] += 1
         s.gpu_ms_total += row["gpu_ms"]
         if resp.status_code != 200:
             s.errors += 1
@@ -158,6 +188,8 @@ class Scorer:
                 s.gpu_ms_saved += row["gpu_ms"]
             else:
                 h.gpu_ms_live += row["gpu_ms"]
+                h.gpu_ms_live_replayable += row["gpu_ms"] if before else 0.0
+                h.gpu_ms_live_frequent += row["gpu_ms"] if before >= FREQUENT else 0.0
             # The simulator is time-compressed: a miss (or a wait on one) takes what the
             # row's request took the real GPU (conservative for a coalesced one).
             s.latency_ms.append(wall_ms + row["latency_ms"])

@@ -16,6 +16,7 @@ import re
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +38,15 @@ from invalidators.handlers import InvalidationHandler
 from schemas.codec import decode_event
 from schemas.errors import StokerError
 from schemas.events import Event, JobStatus, KnowledgeBaseChanged, ModelDeployed
-from stoker.demo.client import DemoClient, Scorer, ServeStats, Truth, digest_intents, request_of
+from stoker.demo.client import (
+    DemoClient,
+    Scorer,
+    ServeStats,
+    Truth,
+    digest_intents,
+    replay_identity,
+    request_of,
+)
 from stoker.demo.clock import SimTTL, stored_ttl_s
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
@@ -327,7 +336,8 @@ class Pass:
     ) -> None:
         sc, tr = self.sc, self.traffic
         truth = Truth()
-        scorer = Scorer(truth, digest_intents(tr.week1 + tr.week2))
+        logged = Counter(replay_identity(r) for r in tr.week1)
+        scorer = Scorer(truth, digest_intents(tr.week1 + tr.week2), logged)
         self.result.serve = scorer.stats
         client = DemoClient(gw.url, scorer)
         publisher = build_publisher(settings)

@@ -54,7 +54,8 @@ REGIME_KEYS = {
     "peak_gpu_ratio", "total_gpu_ratio", "warm_efficiency", "post_deploy_gap_points",
     "net_saved_delta_points", "busiest_hours_latency", "expected_saving_gpu_s",
     "realised_saving_gpu_s", "expected_prevented_misses", "verdict", "landed_warms",
-    "landed_warms_expected_asked", "landed_warms_hit",
+    "landed_warms_expected_asked", "landed_warms_hit", "peak_gpu_ratio_bound",
+    "replayable_miss_share", "peak_gpu_ratio_bound_frequent", "frequent_miss_share",
 }  # fmt: skip
 
 
@@ -93,6 +94,14 @@ def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path
         # and warms land where requests read: the version the gateway serves (with the
         # gateway on "default" and warms on the log's version, the 1-day regime's hit none)
         assert f["landed_warms_hit"] > 0, name
+        # the foresight bound: some misses were on requests logged before (a warm could replay
+        # them), not all (new questions arrive), so the bound lies strictly inside (0, 1)
+        assert 0 < f["replayable_miss_share"] < 1, name
+        assert 0 < f["peak_gpu_ratio_bound"] < 1, name
+        # fewer misses may move when only the frequent requests' do: never a lower bound
+        assert f["frequent_miss_share"] <= f["replayable_miss_share"], name
+        assert f["peak_gpu_ratio_bound"] <= f["peak_gpu_ratio_bound_frequent"] <= 1, name
+        assert f"no warming could go below {f['peak_gpu_ratio_bound']:.2f}x" in f["verdict"]
     per_hour = {n: f["expired_entries_baseline"] / (f["hours"][1] - f["hours"][0])
                 for n, f in regimes.items()}  # fmt: skip
     # (17 an hour against 13 in --fast: the 1-day regime's entries of the first 12 hours run
