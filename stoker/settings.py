@@ -226,6 +226,10 @@ class StokerSettings(BaseSettings):
     warm_value_model: Literal["prevented", "hits"] = "prevented"
     # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
     warm_idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
+    # Price each send at the load the backend's engine reports on <warm backend>/metrics too
+    # (vLLM: requests waiting, KV cache in use; warmers/engineload.py), not only at what its
+    # answers' latency and 429s show. A backend without those gauges is priced by its answers.
+    warm_load_from_metrics: bool = True
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm).
     warm_latency_weight: float = Field(default=0.0, ge=0.0)
     # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at

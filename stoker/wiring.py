@@ -56,6 +56,7 @@ from warmers.prefixes import HotPrefixes
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import WarmRunner
+from warmers.shadow import WarmConfig
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,6 @@ def build_runner(
     from warmers.calibration import Calibration
     from warmers.hotset import HotSetSelector
     from warmers.profile import TrafficProfile
-    from warmers.shadow import WarmConfig
 
     cache = build_cache_client(s, semantic=not dry_run)
     # a dry run reads the embedding cache (what the gateway embedded as it served) and
@@ -321,14 +321,21 @@ def build_runner(
     def backend() -> Backend:
         return OpenAIBackend(url, model=model)
 
-    warm_cfg = WarmConfig(
-        target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
-        idle_price=s.warm_idle_price,
-    )  # fmt: skip
+    warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)
     return WarmRunner(
         selector, cache, backend, warm_cfg, progress, console, records,
         None if dry_run else calibration,
+    )  # fmt: skip
+
+
+def warm_config(s: StokerSettings, backend_url: str, qps: float | None = None) -> WarmConfig:
+    """The shadow warmer's pacing and prices; the engine's load is read from the backend's
+    /metrics unless STOKER_WARM_LOAD_FROM_METRICS is off."""
+    return WarmConfig(
+        target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
+        idle_price=s.warm_idle_price,
+        metrics_url=backend_url.rstrip("/") + "/metrics" if s.warm_load_from_metrics else None,
     )  # fmt: skip
 
 

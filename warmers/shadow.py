@@ -8,8 +8,10 @@ For each item, in the order given (the hot set's ranking):
 2. wait for a concurrency slot, then a token from the bucket, whose rate is
    min(target, ramp ceiling, AIMD rate); jitter the send inside one interval;
    an item that carries its worth (valued by the miss it prevents) is priced again at the load
-   the backend shows now (Aimd.load: latency per token over baseline, 429s), and left out
-   when its warm would cost more than it saves at that load (`skipped_priced`);
+   the backend shows now, and left out when its warm would cost more than it saves at that
+   load (`skipped_priced`). The load is the higher of what its answers show (Aimd.load:
+   latency per token over baseline, 429s) and what its engine reports on /metrics
+   (engineload.py: requests waiting, KV cache in use), when `metrics_url` is set;
 3. generate; congestion (429, 5xx, timeouts, a retried call, latency over 1.5x baseline)
    halves the AIMD rate, success grows it back additively;
 4. store through CacheClient with source="warm": the ticket's generation check refuses a write
@@ -41,6 +43,7 @@ from schemas.errors import (
 )
 from warmers import metrics as M
 from warmers.backends.base import Backend, Generation, GenerationRequest
+from warmers.engineload import EngineLoad
 from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from warmers.value import Worth, price_at
 
@@ -91,6 +94,9 @@ class WarmConfig:
     # A GPU-ms at idle, as a share of one at full load: what an item's worth is priced at when
     # it is sent (value.price_at). None: the plan's price stands, whatever the backend shows.
     idle_price: float | None = 0.2
+    # The backend's Prometheus endpoint, whose engine gauges add to the load a send is priced
+    # at (engineload.py); None: only the answers' latency and 429s show the load.
+    metrics_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.target_qps <= 0 or self.concurrency < 1:
@@ -215,6 +221,9 @@ class _Run:
         self.error: BaseException | None = None
         self.rng = random.Random(w.cfg.seed)
         self.t0 = self.clock.now()
+        url = w.cfg.metrics_url
+        priced = url is not None and w.cfg.idle_price is not None
+        self.engine = EngineLoad(url, clock=self.clock) if url and priced else None
 
     async def go(self, todo: list[WarmItem]) -> None:
         try:
@@ -225,7 +234,7 @@ class _Run:
                     self._skip(verdict)
                     continue
                 await self.sem.acquire()
-                if self._priced_out(item):
+                if await self._priced_out(item):
                     self.sem.release()
                     self._skip("priced")
                     continue
@@ -252,16 +261,18 @@ class _Run:
             self.s.skipped_negative += 1
         self._advance()
 
-    def _priced_out(self, item: WarmItem) -> bool:
+    async def _priced_out(self, item: WarmItem) -> bool:
         """Step 2's price check, once every earlier send has its slot (and with one slot, its
-        answer): the load those answers show is the load this send would meet."""
+        answer): the load those answers show, or the engine reports, is the load this send
+        would meet."""
         idle = self.w.cfg.idle_price
         if item.worth is None or idle is None:
             return False
-        load = self.aimd.load()
-        if load is None:  # no baseline yet: the plan's forecast price stands
+        loads = [self.aimd.load(), await self.engine.read() if self.engine else None]
+        known = [x for x in loads if x is not None]
+        if not known:  # no baseline and no engine gauges yet: the plan's forecast price stands
             return False
-        return item.worth.value_at(price_at(load, idle)) <= 0.0
+        return item.worth.value_at(price_at(max(known), idle)) <= 0.0
 
     def _advance(self) -> None:
         self.tick()
@@ -282,6 +293,8 @@ class _Run:
             raise self.error
 
     async def _cancel_all(self) -> None:
+        if self.engine is not None:
+            await self.engine.aclose()
         pending = list(self.tasks)
         for t in pending:
             t.cancel()

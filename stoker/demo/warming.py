@@ -33,6 +33,8 @@ class DemoWarming:
         self.runner = build_runner(s, progress=False)
         # The simulated GPU's capacity is ~2,000 QPS (32 slots, ~5 ms an answer plus HTTP):
         # ramp from 5% to 20% of it within half a second, since a window's warm lasts ~1 s.
+        # Its engine gauges are not read (metrics_url None): in compressed time they show the
+        # warm's own burst, not the simulated hour's load, which the plan prices instead.
         self.runner.warm_config = WarmConfig(
             target_qps=sc.warm_qps, capacity_qps=2_000.0, ramp_s=0.5, concurrency=32,
             min_ttl_left_s=s.warm_min_ttl_left_s, idle_price=s.warm_idle_price,

@@ -111,3 +111,15 @@ def test_wiring__the_planner_takes_its_value_model_and_prices_from_settings() ->
     cfg = hot_set_config(s)
     assert (cfg.value_model, cfg.idle_price, cfg.latency_weight) == ("hits", 0.5, 3.0)
     assert (cfg.min_ttl_left_s, cfg.cluster_threshold) == (60, 0.9)
+
+
+def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -> None:
+    from stoker.wiring import warm_config
+
+    s = StokerSettings(warm_qps=3.0, warm_idle_price=0.4)
+    cfg = warm_config(s, "http://gpu-0:8000/")
+    assert (cfg.metrics_url, cfg.target_qps, cfg.idle_price) == (
+        "http://gpu-0:8000/metrics", 3.0, 0.4)  # fmt: skip
+    assert warm_config(s, "http://gpu-0:8000", qps=9.0).target_qps == 9.0
+    off = StokerSettings(warm_load_from_metrics=False)
+    assert warm_config(off, "http://gpu-0:8000").metrics_url is None

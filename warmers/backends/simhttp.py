@@ -394,6 +394,22 @@ class SimServer:
             f'vllm:cache_config_info{{block_size="{pc.block_tokens}",'
             f'enable_prefix_caching="{pc.enabled}",num_gpu_blocks="{pc.capacity_blocks}"}} 1.0',
         ]
+        # The engine's state, under vLLM V1's names: requests in a batch slot and waiting for
+        # one, and the KV cache in use. The simulator keeps no per-request KV, so each busy
+        # slot stands for an equal share of the cache (a full batch: the whole cache).
+        st2 = self.sim.stats
+        usage = st2.busy / st2.slots if st2.slots else 1.0
+        gauges: tuple[tuple[str, float, str], ...] = (
+            ("num_requests_running", st2.busy, "Number of requests in model execution batches."),
+            ("num_requests_waiting", st2.queued, "Number of requests waiting to be processed."),
+            ("kv_cache_usage_perc", min(1.0, usage), "KV-cache usage. 1 means 100 percent."),
+        )
+        for gauge, level, help_ in gauges:
+            lines += [
+                f"# HELP vllm:{gauge} {help_}",
+                f"# TYPE vllm:{gauge} gauge",
+                f'vllm:{gauge}{{model_name="{self.models[0]}"}} {level}',
+            ]
         return "\n".join(lines) + "\n"
 
     @staticmethod
