@@ -121,8 +121,8 @@ def rewarm_handler(s: StokerSettings) -> Handler:
 
 
 def scheduler_service(s: StokerSettings) -> Service:
-    """The leader-elected schedule: warm the next hour, sweep expired vectors, and send the hot
-    prompt prefixes before each day's peak."""
+    """The leader-elected schedule: warm the next hour, sweep expired vectors, send the hot
+    prompt prefixes before each day's peak, and to the watched replicas that restarted."""
     import logging
     import time
 
@@ -149,6 +149,7 @@ def scheduler_service(s: StokerSettings) -> Service:
         warm_interval_s=s.warm_interval_s,
         sweep_interval_s=s.sweep_interval_s,
         lock_ttl_s=s.scheduler_lock_ttl_s,
+        replica_check_s=s.prefix_warm_replica_check_s,
     )
     prefixes = None
     if s.prefix_warm_before_peak_s > 0:
@@ -158,7 +159,15 @@ def scheduler_service(s: StokerSettings) -> Service:
         prefixes = PeakPrefixWarm(
             runner.selector.profile, prefix_warmer.warm, lead_s=s.prefix_warm_before_peak_s
         )
-    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg, prefixes))
+    replicas = None
+    if s.prefix_warm_replicas:
+        from warmers.replicas import ReplicaWatch
+
+        def warm_replica(model: str, url: str) -> object:
+            return W.build_prefix_warmer(s, backend_url=url).warm(model)
+
+        replicas = ReplicaWatch(s.prefix_warm_replicas, warm_replica)
+    return SchedulerService(WarmScheduler(lock, warm, sweep, cfg, prefixes, replicas))
 
 
 def monitor_handler(s: StokerSettings) -> Handler:

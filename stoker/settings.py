@@ -279,6 +279,22 @@ class StokerSettings(BaseSettings):
     prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
     # Prefixes not seen for this long are not warmed (a retired template).
     prefix_warm_max_age_s: float = Field(default=7 * 86_400.0, gt=0)
+    # Replicas whose restarts the scheduler's leader watches, per model id (JSON:
+    # {"llama-3-8b": ["http://vllm-0:8000", "http://vllm-1:8000"]}): every check it reads each
+    # one's /metrics, and warms the model's prefixes on a replica that restarted or is new
+    # (warmers/replicas.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
+    prefix_warm_replicas: dict[str, list[str]] = Field(default_factory=dict)
+    prefix_warm_replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
+
+    @field_validator("prefix_warm_replicas")
+    @classmethod
+    def _replica_urls(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        bad = [u for urls in v.values() for u in urls if not u.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"replica URLs must be http:// or https:// URLs, got {bad}")
+        if any(not m for m in v):
+            raise ValueError("a model id must not be empty")
+        return v
 
     # -- gateway (`stoker gateway`, gateway/) --
     gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container

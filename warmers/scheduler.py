@@ -11,7 +11,8 @@ and idempotent), so the lock only has to be right almost always, not always.
 Jobs (apscheduler 3.x BackgroundScheduler, one instance of each job at a time, missed runs
 coalesced): lead (renew/acquire), warm (plan the next hour, warm it; leader only), sweep
 (SemanticStore.sweep_expired; leader only), prefixes (the KV prefix warm before each day's
-peak, warmers/peaks.py; leader only, when given).
+peak, warmers/peaks.py; leader only, when given), replicas (the prefix warm of a replica that
+restarted or is new, warmers/replicas.py; leader only, when given).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class SchedulerConfig:
     # each later run skipping what the earlier ones cached (so it costs little)
     sweep_interval_s: float = 600.0
     prefix_check_s: float = 300.0  # is a peak near? (a prefix warm's lead is longer than this)
+    replica_check_s: float = 30.0  # has a watched replica restarted?
     lock_ttl_s: float = 30.0
     renew_s: float | None = None  # default: a third of the TTL, so two renewals may fail in a row
 
@@ -103,11 +105,13 @@ class WarmScheduler:
         sweep: Callable[[], object] | None = None,
         config: SchedulerConfig | None = None,
         prefixes: Callable[[], object] | None = None,
+        replicas: Callable[[], object] | None = None,
     ) -> None:
         self.lock, self.warm, self.sweep, self.prefixes = lock, warm, sweep, prefixes
+        self.replicas = replicas
         self.cfg = config or SchedulerConfig()
         self.is_leader = False
-        self.runs = {"warm": 0, "sweep": 0, "prefixes": 0}
+        self.runs = {"warm": 0, "sweep": 0, "prefixes": 0, "replicas": 0}
         self.errors = 0
         self._sched = BackgroundScheduler(
             timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1}
@@ -125,6 +129,9 @@ class WarmScheduler:
         if self.prefixes is not None:
             s.add_job(self._leader_only("prefixes", self.prefixes), "interval",
                       seconds=self.cfg.prefix_check_s, id="prefixes", next_run_time=_now())  # fmt: skip
+        if self.replicas is not None:
+            s.add_job(self._leader_only("replicas", self.replicas), "interval",
+                      seconds=self.cfg.replica_check_s, id="replicas", next_run_time=_now())  # fmt: skip
         s.start()
 
     def stop(self, *, release: bool = True) -> None:

@@ -96,6 +96,22 @@ def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_of
     assert off.scheduler.prefixes is None  # type: ignore[attr-defined]
 
 
+def test_registry__the_scheduler_watches_the_listed_replicas_only(
+    redis_url: str, qdrant_path: Path
+) -> None:
+    from warmers.replicas import ReplicaWatch
+
+    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384}
+    fleet = {"llama": ["http://vllm-0:8000", "http://vllm-1:8000"]}
+    on = registry.build_service("scheduler", StokerSettings(**base, prefix_warm_replicas=fleet,
+                                                            prefix_warm_replica_check_s=12))  # fmt: skip
+    job = on.scheduler.replicas  # type: ignore[attr-defined]
+    assert isinstance(job, ReplicaWatch) and job.replicas == fleet
+    assert on.scheduler.cfg.replica_check_s == 12  # type: ignore[attr-defined]
+    off = registry.build_service("scheduler", StokerSettings(**base))
+    assert off.scheduler.replicas is None  # type: ignore[attr-defined]
+
+
 def test_registry__the_rewarm_worker_runs_in_all_on_the_kb_changes() -> None:
     assert "rewarm" in registry.available()
     assert registry.factory_for("rewarm") is registry.rewarm_handler

@@ -404,6 +404,11 @@ class SimServer:
             ("num_requests_waiting", st2.queued, "Number of requests waiting to be processed."),
             ("kv_cache_usage_perc", min(1.0, usage), "KV-cache usage. 1 means 100 percent."),
         )
+        lines += [
+            "# HELP process_start_time_seconds Start time of the process since unix epoch.",
+            "# TYPE process_start_time_seconds gauge",
+            f"process_start_time_seconds {self.sim.started_at!r}",
+        ]
         for gauge, level, help_ in gauges:
             lines += [
                 f"# HELP vllm:{gauge} {help_}",

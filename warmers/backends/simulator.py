@@ -37,6 +37,7 @@ import heapq
 import itertools
 import random
 import re
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -156,6 +157,7 @@ class Simulator:
         self.prefix_cache = PrefixCache(
             self.config.prefix_cache_tokens, self.config.prefix_block_tokens
         )
+        self.started_at = time.time()  # what a process exports as process_start_time_seconds
 
     # -- capacity --
 
@@ -174,8 +176,10 @@ class Simulator:
         self._answers[normalise_prompt(prompt)] = answer
 
     def restart(self) -> None:
-        """As a restarted server, or one that loaded new weights: the prefix cache is empty."""
+        """As a restarted server, or one that loaded new weights: the prefix cache is empty,
+        and the process started now."""
         self.prefix_cache.clear()
+        self.started_at = max(time.time(), self.started_at + 1e-6)
 
     # -- one generation --
 
