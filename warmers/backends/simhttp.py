@@ -264,10 +264,13 @@ class SimServer:
             # (and logs an error) when the task itself ended cancelled.
             pass
         finally:
-            self._conns.discard(task)
+            # Still in _conns while the socket closes, so stop() waits for this too: removed
+            # before, a handler closing when the loop stopped was left pending ("Task was
+            # destroyed but it is pending" at exit). A cancel here ends it, as above.
             writer.close()
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
+            self._conns.discard(task)
 
     async def _one_exchange(self, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> bool:
         line = await reader.readline()
