@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 
 import httpx
 
+from warmers.promtext import samples
 from warmers.throttle import Clock, MonotonicClock
 
-# One sample of a gauge, labels optional: `name{labels} value` or `name value`.
-_SAMPLE = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$", re.MULTILINE)
 _WAITING = "vllm:num_requests_waiting"
 _KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
@@ -33,24 +31,11 @@ _KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 def engine_load(metrics: str) -> float | None:
     """0 idle .. 1 full from an engine's Prometheus text (module docstring); None when it does
     not say. Several engines (one per label set) count by the fullest."""
-    waiting: float | None = None
-    usage: float | None = None
-    for name, raw in _SAMPLE.findall(metrics):
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        if value != value:  # NaN
-            continue
-        if name == _WAITING:
-            waiting = max(waiting or 0.0, value)
-        elif name in _KV_USAGE:
-            usage = max(usage or 0.0, value)
-    if waiting is not None and waiting > 0:
+    got = samples(metrics, (_WAITING, *_KV_USAGE))
+    if max(got.get(_WAITING, [0.0])) > 0:
         return 1.0
-    if usage is None:
-        return None
-    return min(1.0, max(0.0, usage))
+    usage = [v for name in _KV_USAGE for v in got.get(name, [])]
+    return min(1.0, max(0.0, max(usage))) if usage else None
 
 
 class EngineLoad:
@@ -69,7 +54,6 @@ class EngineLoad:
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.clock = clock or MonotonicClock()
         self.last: float | None = None
-        self.reads = 0  # successful reads that said something (tests, reports)
         self._read_at: float | None = None
         self._http: httpx.AsyncClient | None = None
         self._task: asyncio.Task[None] | None = None
@@ -98,7 +82,6 @@ class EngineLoad:
             self.last = None
             return
         self.last = engine_load(resp.text) if resp.status_code == 200 else None
-        self.reads += self.last is not None
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -57,11 +57,11 @@ class TimeWindow:
         """Whether every time in [lo, hi) is accepted (lo and hi of one kind, naive = UTC)."""
         if lo is None or hi is None:
             return False
-        return self.earliest <= _aware(lo) and _aware(hi) <= self.latest
+        return self.earliest <= aware(lo) and aware(hi) <= self.latest
 
     def refusal(self, ts: datetime) -> EventDecodeError | None:
         """The dead-letter reason for an event at `ts`, or None when it is accepted."""
-        t = _aware(ts)
+        t = aware(ts)
         if t > self.latest:
             ahead = (t - self.now).total_seconds()
             return EventDecodeError(
@@ -81,7 +81,8 @@ class TimeWindow:
         return None
 
 
-def _aware(ts: datetime) -> datetime:
+def aware(ts: datetime) -> datetime:
+    """An event time as an aware one: a naive time is UTC, as the schema reads it."""
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 

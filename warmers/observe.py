@@ -27,7 +27,7 @@ from schemas.codec import decode_event
 from schemas.common import MAX_INT64, tenant_problem
 from schemas.errors import EventDecodeError
 from schemas.events import MAX_REQUEST_MS, MAX_REQUEST_TOKENS, RequestLogged
-from warmers.eventtime import TimeWindow
+from warmers.eventtime import TimeWindow, aware
 from warmers.profile import week_and_hour
 from warmers.profile_delta import Observation, observation
 
@@ -299,5 +299,5 @@ def observe_slow(
         and ev.cache_key is not None
         and ev.cache_outcome not in GPU_OUTCOMES
     ):
-        warm = (ev.cache_key, ev.ts.timestamp())
+        warm = (ev.cache_key, aware(ev.ts).timestamp())
     return observe_event(ev, part, offset), ev.cache_outcome, warm

@@ -20,16 +20,17 @@ budget, sized to that replica's KV cache).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
+from warmers.promtext import samples
+
 log = logging.getLogger(__name__)
 
-_START = re.compile(r"^process_start_time_seconds(?:\{[^}]*\})?\s+(\S+)\s*$", re.MULTILINE)
-_QUERIES = re.compile(r"^vllm:prefix_cache_queries_total(?:\{[^}]*\})?\s+(\S+)\s*$", re.MULTILINE)
+_START = "process_start_time_seconds"
+_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,10 @@ class ReplicaState:
     queries: float | None  # prefix-cache queries so far (tokens), summed over label sets
 
 
-def _number(raw: str) -> float | None:
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if value == value else None  # NaN says nothing
-
-
 def replica_state(metrics: str) -> ReplicaState:
     """What a replica's Prometheus text says of its process start and prefix-cache use."""
-    starts = [v for v in map(_number, _START.findall(metrics)) if v is not None]
-    queries = [v for v in map(_number, _QUERIES.findall(metrics)) if v is not None]
+    got = samples(metrics, (_START, _QUERIES))
+    starts, queries = got.get(_START), got.get(_QUERIES)
     return ReplicaState(max(starts) if starts else None, sum(queries) if queries else None)
 
 

@@ -221,8 +221,7 @@ class _Run:
         self.error: BaseException | None = None
         self.rng = random.Random(w.cfg.seed)
         self.t0 = self.clock.now()
-        url = w.cfg.metrics_url
-        priced = url is not None and w.cfg.idle_price is not None
+        url, priced = w.cfg.metrics_url, w.cfg.idle_price is not None
         self.engine = EngineLoad(url, clock=self.clock) if url and priced else None
 
     async def go(self, todo: list[WarmItem]) -> None:

@@ -26,7 +26,7 @@ from msgspec import UNSET
 from schemas.codec import MAX_EVENT_BYTES
 from schemas.errors import EventDecodeError
 from streams.base import Decoded, Poison, message_value
-from warmers.eventtime import TimeWindow
+from warmers.eventtime import TimeWindow, aware
 from warmers.observe import (
     DECODE_ERRORS,
     DECODER,
@@ -145,7 +145,7 @@ class BatchTally:
                 where = (r.model_id, r.template_version, week)
                 d.add_cost(where, q, 1, round(r.gpu_ms * 1000), r.tokens_in + r.tokens_out, r)
             elif r.cache_source == "warm" and r.cache_key is not None:  # the calibration's
-                d.warm_hits.append((r.cache_key, _epoch(r.ts)))  # type: ignore[arg-type]
+                d.warm_hits.append((r.cache_key, aware(r.ts).timestamp()))  # type: ignore[arg-type]
         return _with_spans(deltas, runs)
 
     def _query(self, memo_key: tuple[Any, ...], r: Request) -> tuple[str, bool]:
@@ -235,8 +235,3 @@ def observe_batch(
                 continue
         out.append(obs)
     return out
-
-
-def _epoch(ts: datetime) -> float:
-    """Unix seconds of an event time (a naive one is UTC, as the schema reads it)."""
-    return (ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)).timestamp()
