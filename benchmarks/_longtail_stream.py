@@ -105,7 +105,7 @@ def batches(w: Week, week_number: int, first_offset: int) -> Iterator[tuple[Tena
             d.queries[MODEL, TEMPLATE, week_number, h][key] = c
         d.events = len(q)
         for i in np.flatnonzero(misses[start : start + BATCH]).tolist():
-            d.add_cost(where, qkey(int(q[i])), 1, 250_000, 600, Rep(int(q[i])))
+            d.add_cost(where, qkey(int(q[i])), 1, 250_000, 600, 270_000, Rep(int(q[i])))
         yield d, len(q)
 
 

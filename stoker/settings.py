@@ -230,7 +230,8 @@ class StokerSettings(BaseSettings):
     # (vLLM: requests waiting, KV cache in use; warmers/engineload.py), not only at what its
     # answers' latency and 429s show. A backend without those gauges is priced by its answers.
     warm_load_from_metrics: bool = True
-    # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm).
+    # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
+    # the latency is what the query's misses took, as the request log says (warmers/value.py).
     warm_latency_weight: float = Field(default=0.0, ge=0.0)
     # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at
     # most, the hours it plans (the hour under way and the next), and how long it waits for the

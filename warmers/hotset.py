@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import redis
@@ -229,9 +229,8 @@ class HotSetSelector:
         top = [q for q in top if ns.hits[q] > 0]
         if not top:
             return []
-        costs = self._shrunk(
-            self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
-        )
+        raw = self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
+        costs, latencies = self._shrunk(raw, "gpu_ms"), self._shrunk(raw, "latency_ms")
         reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, top)
         rows: list[tuple[str, WarmItem, float]] = []  # qkey, warm item, gpu ms per miss
         for q in top:
@@ -253,10 +252,13 @@ class HotSetSelector:
             members = [rows[i] for i in c.members]
             hits = sum(ns.hits[q] for q, _, _ in members)
             miss_cost = sum(ns.hits[q] * cost for q, _, cost in members) / hits
+            latency = sum(ns.hits[q] * latencies[q] for q, _, _ in members) / hits
             reason = f"{ns.note}; {hits:.1f} hits x {miss_cost / 1000:.2f} s/miss"
             if len(members) > 1:
                 reason += f"; serves {len(members) - 1} paraphrases"
-            pi = self._item(ns, rows[c.rep], hits, miss_cost, reason, members, prices, scale)
+            pi = self._item(
+                ns, rows[c.rep], hits, (miss_cost, latency), reason, members, prices, scale
+            )
             if (
                 prices is not None
                 or self.cfg.min_value_ms is None
@@ -276,17 +278,20 @@ class HotSetSelector:
             chosen = {c.rep for c in clusters}
             for row in (r for i, r in enumerate(rows) if i not in chosen):
                 why = f"{ns.note}; already served by a paraphrase, warmed as an exact entry"
-                out.append(self._item(ns, row, 0.0, row[2], why, [], prices))
+                cost = (row[2], latencies[row[0]])
+                out.append(self._item(ns, row, 0.0, cost, why, [], prices))
         return out
 
-    def _shrunk(self, costs: dict[str, MissCost]) -> dict[str, float]:
-        """GPU ms per miss of each query, shrunk toward the namespace's mean by
-        `cost_prior_misses` pseudo-misses: a query seen missing twice does not outrank the
+    def _shrunk(
+        self, costs: dict[str, MissCost], what: Literal["gpu_ms", "latency_ms"]
+    ) -> dict[str, float]:
+        """GPU ms (or latency ms) per miss of each query, shrunk toward the namespace's mean
+        by `cost_prior_misses` pseudo-misses: a query seen missing twice does not outrank the
         most asked one because its two answers ran long."""
         m = self.cfg.cost_prior_misses
         misses = sum(c.misses for c in costs.values())
-        mean = sum(c.gpu_ms for c in costs.values()) / misses if misses else 0.0
-        return {q: (c.gpu_ms + m * mean) / (c.misses + m) if c.misses + m else mean
+        mean = sum(getattr(c, what) for c in costs.values()) / misses if misses else 0.0
+        return {q: (getattr(c, what) + m * mean) / (c.misses + m) if c.misses + m else mean
                 for q, c in costs.items()}  # fmt: skip
 
     def _item(
@@ -294,22 +299,27 @@ class HotSetSelector:
         ns: NamespaceForecast,
         row: tuple[str, WarmItem, float],
         hits: float,
-        miss_cost: float,
+        cost: tuple[float, float],
         reason: str,
         members: list[tuple[str, WarmItem, float]],
         prices: Prices | None = None,
         scale: float = 1.0,
     ) -> PlanItem:
+        """cost: a miss's GPU ms and latency ms."""
         q, item, warm_cost = row
+        miss_cost, latency = cost
         pi = PlanItem(
             ns.tenant, ns.model_id, item.identity.model_version, ns.template_version, q,
             item.identity.prompt, len(members), hits, miss_cost, warm_cost, reason, item,
-            tuple(m[0] for m in members), ns.hits[q],
+            tuple(m[0] for m in members), ns.hits[q], miss_latency_ms=latency,
         )  # fmt: skip
         if prices is None:
             return pi
         rates = sum((ns.hourly(m[0]) for m in members), np.zeros(len(ns.load))) * scale
-        v = prevented(rates, miss_cost, warm_cost, prices, self.cfg.latency_weight)
+        v = prevented(
+            rates, miss_cost, warm_cost, prices, self.cfg.latency_weight,
+            miss_latency_ms=latency,
+        )  # fmt: skip
         return _priced(pi, v, tuple(float(x) for x in rates))
 
     def _candidates(self, budget: Budget) -> int:
@@ -421,7 +431,7 @@ class HotSetSelector:
         h = max(0.0, (expires - w.start).total_seconds() / 3600)
         v = prevented(
             i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
-            after_expiry(w.hours(), h),
+            after_expiry(w.hours(), h), i.miss_latency_ms,
         )  # fmt: skip
         why = f"; {what} until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
         return _priced(_with_reason(i, why), v)

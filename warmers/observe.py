@@ -208,12 +208,13 @@ class FastDecoder:
         week, how = week_and_hour(ts if ts.tzinfo else ts.replace(tzinfo=UTC))
         cacheable = params.cacheable
         if r.cache_outcome in GPU_OUTCOMES:
-            gpu_ms, tokens, rep = r.gpu_ms, r.tokens_in + r.tokens_out, r if cacheable else None
+            gpu_ms, lat_ms, tokens = r.gpu_ms, r.latency_ms, r.tokens_in + r.tokens_out
+            rep = r if cacheable else None
         else:
-            gpu_ms, tokens, rep = 0.0, 0, None
+            gpu_ms, lat_ms, tokens, rep = 0.0, 0.0, 0, None
         return observation(
             r.tenant, r.model_id, r.template_version, self.qkeys.of(r), week, how, cacheable,
-            gpu_ms, tokens, rep, part, offset,
+            gpu_ms, lat_ms, tokens, rep, part, offset,
         )  # fmt: skip
 
 
@@ -270,13 +271,13 @@ def observe_event(ev: RequestLogged, part: str, offset: int) -> Observation:
         else query_key(ev.prompt, p.as_dict(), [d.doc_id for d in ev.context_docs])
     )
     if ev.cache_outcome in GPU_OUTCOMES:
-        gpu_ms, tokens = ev.gpu_ms, ev.tokens_in + ev.tokens_out
+        gpu_ms, lat_ms, tokens = ev.gpu_ms, ev.latency_ms, ev.tokens_in + ev.tokens_out
         rep = _EventRepresentative(ev) if cacheable else None
     else:
-        gpu_ms, tokens, rep = 0.0, 0, None
+        gpu_ms, lat_ms, tokens, rep = 0.0, 0.0, 0, None
     return observation(
-        ev.tenant, ev.model_id, ev.template_version, qkey, week, how, cacheable, gpu_ms, tokens,
-        rep, part, offset,
+        ev.tenant, ev.model_id, ev.template_version, qkey, week, how, cacheable, gpu_ms, lat_ms,
+        tokens, rep, part, offset,
     )  # fmt: skip
 
 

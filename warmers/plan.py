@@ -39,6 +39,9 @@ class PlanItem:
     price_window: float | None = None  # ... in the hours it is first asked in, P-weighted
     prevented_ms: float | None = None  # Σ_k P_k x the prevented miss's value at hour k
     rates: tuple[float, ...] = field(default=(), repr=False, compare=False)  # λ per hour
+    # what a miss made its caller wait, end to end, hit-weighted over the members (None: the
+    # profile has no latency for it, and its GPU ms stand in; value.py)
+    miss_latency_ms: float | None = None
 
     @property
     def value_ms(self) -> float:

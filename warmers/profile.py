@@ -28,12 +28,14 @@ hour: a day's hot set needs queries asked a few times a day, under once an hour,
 hour's own summary cannot tell from one-offs (per-hour summaries of 250 queries kept 0.89 of
 the exact coverage at K=200; benchmarks/bench_hot_set_bounded.py).
 
-Per-query counts are hashes, not zsets, and a query's three cost figures share one field: the
-write is a read-modify-write per field in APPLY_LUA, where a hash field costs Redis about a
-third less than a zset member (no skiplist), and one packed cost field about 60% of three
-(measured); the smallest count is found by reading the summary only when it overflows. The
+Per-query counts are hashes, not zsets, and a query's cost figures (misses, GPU us, tokens,
+latency us) share one field: the write is a read-modify-write per field in APPLY_LUA, where a
+hash field costs Redis about a third less than a zset member (no skiplist), and one packed cost
+field about 60% of three (measured); the smallest count is found by reading the summary only when it overflows. The
 kinds "n" and "k" replaced the first layout's "q" (zsets) and "c" (three fields per query), so
 a profile written by an older stoker is never read as the new one; it ages out with its TTL.
+A cost field written before latency was kept has three figures; its GPU time stands in for its
+latency (the value model's earlier assumption) when it is read and when it is added to.
 
 <week> counts Monday-based UTC weeks since the epoch; <how> is the hour of the week, 0 = Monday
 00:00-01:00 UTC. The model *version* is left out on purpose: traffic learned under one version
@@ -113,10 +115,15 @@ class MissCost:
     misses: int  # requests that reached the GPU
     gpu_ms: float  # summed over those
     tokens: int
+    latency_ms: float = 0.0  # summed over those: what their callers waited, end to end
 
     @property
     def gpu_ms_per_miss(self) -> float:
         return self.gpu_ms / self.misses if self.misses else 0.0
+
+    @property
+    def latency_ms_per_miss(self) -> float:
+        return self.latency_ms / self.misses if self.misses else 0.0
 
 
 @dataclass(frozen=True)
@@ -375,13 +382,15 @@ class TrafficProfile:
             per_week = pipe.execute()
         out: dict[str, MissCost] = {}
         for i, q in enumerate(qkeys):
-            m = g = t = 0
+            m = g = t = lat = 0
             for vals in per_week:
-                if vals[i]:  # "<misses> <gpu us> <tokens>", as APPLY_LUA writes it
-                    vm, vg, vt = vals[i].split()
+                if vals[i]:  # "<misses> <gpu us> <tokens> <latency us>", as APPLY_LUA writes it
+                    vm, vg, vt, *vl = vals[i].split()
                     m, g, t = m + int(vm), g + int(vg), t + int(vt)
+                    # a row from before latency was kept: its GPU time stands in, as it did
+                    lat += int(vl[0]) if vl else int(vg)
             if m:
-                out[q] = MissCost(m, g / 1000.0, t)
+                out[q] = MissCost(m, g / 1000.0, t, lat / 1000.0)
         return out
 
     def representatives(

@@ -85,13 +85,17 @@ local function update(key, map, merge)
   hset(key, args)
 end
 local function add(old, n) return (tonumber(old) or 0) + n end
+-- "<misses> <gpu us> <tokens> <latency us>"; a row written before latency was kept has three
+-- fields, and its latency is taken to be its GPU time (what the value model assumed then)
 local function add_cost(old, d)
-  local m, g, t = d[1], d[2], d[3]
+  local m, g, t, l = d[1], d[2], d[3], d[4]
   if old then
-    local om, og, ot = string.match(old, '^(%d+) (%d+) (%d+)$')
-    m, g, t = m + (tonumber(om) or 0), g + (tonumber(og) or 0), t + (tonumber(ot) or 0)
+    local om, og, ot, ol = string.match(old, '^(%d+) (%d+) (%d+) ?(%d*)$')
+    og = tonumber(og) or 0
+    m, g, t = m + (tonumber(om) or 0), g + og, t + (tonumber(ot) or 0)
+    l = l + (tonumber(ol) or og)
   end
-  return string.format('%d %d %d', m, g, t)
+  return string.format('%d %d %d %d', m, g, t, l)
 end
 -- The n names of rows with the smallest counts, ties going to the greater name: bucketed by
 -- count, so only the boundary bucket is sorted (a full sort of ~30k rows per batch, with a Lua
@@ -302,6 +306,7 @@ class Observation(NamedTuple):
     how: int
     cacheable: bool  # False: temperature > 0 or no_cache; counted apart, never warmed
     gpu_ms: float  # > 0 only when the request reached the GPU (a miss or a bypass)
+    latency_ms: float  # what that request took, end to end (0 unless it reached the GPU)
     tokens: int
     representative: Representative | None  # set on GPU-reaching cacheable requests
     part: str  # "<topic>:<partition>"
@@ -336,7 +341,8 @@ class TenantDelta:
         default_factory=lambda: defaultdict(dict)
     )
     uncacheable: dict[tuple[str, str, int, int], int] = field(default_factory=dict)
-    costs: dict[Where, dict[str, list[int]]] = field(default_factory=dict)  # misses, gpu us, tokens
+    # misses, gpu us, tokens, latency us
+    costs: dict[Where, dict[str, list[int]]] = field(default_factory=dict)
     reps: dict[Where, dict[str, Representative]] = field(default_factory=dict)
     events: int = 0
     # Hits served from a warmed entry: (entry key digest, unix ts), for the forecast's
@@ -355,7 +361,14 @@ class TenantDelta:
         counts[qkey] = counts.get(qkey, 0) + n
 
     def add_cost(
-        self, where: Where, qkey: str, misses: int, gpu_us: int, tokens: int, rep: Representative
+        self,
+        where: Where,
+        qkey: str,
+        misses: int,
+        gpu_us: int,
+        tokens: int,
+        latency_us: int,
+        rep: Representative,
     ) -> None:
         """GPU-reaching requests of a query; rep is the latest of them (it replaces older ones)."""
         per_q = self.costs.get(where)
@@ -364,10 +377,11 @@ class TenantDelta:
             self.reps[where] = {}
         cost = per_q.get(qkey)
         if cost is None:
-            cost = per_q[qkey] = [0, 0, 0]
+            cost = per_q[qkey] = [0, 0, 0, 0]
         cost[0] += misses
         cost[1] += gpu_us
         cost[2] += tokens
+        cost[3] += latency_us
         self.reps[where][qkey] = rep
 
     def script_args(
@@ -416,7 +430,7 @@ class TenantDelta:
             keys.append(f"{base}:h:{paths[m, t]}:{wk}")
             n += (len(keys), fields)
         c: list[Any] = []
-        for where, per_q in self.costs.items():  # per_q: qkey -> [misses, gpu us, tokens]
+        for where, per_q in self.costs.items():  # per_q: qkey -> [misses, gpu us, tokens, lat us]
             c += (weekly[where] + 1, weekly[where], per_q)
         s, held, remember = self._rep_args(weekly, memo)
         p: list[Any] = []
@@ -453,7 +467,21 @@ class TenantDelta:
 def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
     """Sum observations per tenant (one pass; the hot loop of the traffic worker's write)."""
     deltas: dict[str, TenantDelta] = {}
-    for tenant, m, t, q, wk, how, cacheable, gpu_ms, tokens, rep, part, offset in observations:
+    for (
+        tenant,
+        m,
+        t,
+        q,
+        wk,
+        how,
+        cacheable,
+        gpu_ms,
+        lat_ms,
+        tokens,
+        rep,
+        part,
+        offset,
+    ) in observations:
         d = deltas.get(tenant)
         if d is None:
             d = deltas[tenant] = TenantDelta(tenant)
@@ -473,5 +501,5 @@ def aggregate(observations: Iterable[Observation]) -> dict[str, TenantDelta]:
             counts = d.queries[hk] = {}
         counts[q] = counts.get(q, 0) + 1
         if rep is not None:  # integer us: summed exactly, no float drift
-            d.add_cost((m, t, wk), q, 1, round(gpu_ms * 1000), tokens, rep)
+            d.add_cost((m, t, wk), q, 1, round(gpu_ms * 1000), tokens, round(lat_ms * 1000), rep)
     return deltas

@@ -143,7 +143,8 @@ class BatchTally:
             counts[q] = counts.get(q, 0) + 1
             if outcome in GPU_OUTCOMES:  # integer us, rounded per event as aggregate() does
                 where = (r.model_id, r.template_version, week)
-                d.add_cost(where, q, 1, round(r.gpu_ms * 1000), r.tokens_in + r.tokens_out, r)
+                gpu_us, lat_us = round(r.gpu_ms * 1000), round(r.latency_ms * 1000)
+                d.add_cost(where, q, 1, gpu_us, r.tokens_in + r.tokens_out, lat_us, r)
             elif r.cache_source == "warm" and r.cache_key is not None:  # the calibration's
                 d.warm_hits.append((r.cache_key, aware(r.ts).timestamp()))  # type: ignore[arg-type]
         return _with_spans(deltas, runs)
@@ -186,7 +187,8 @@ class BatchTally:
         where = (o.model_id, o.template_version, o.week)
         d.count(where, o.how, o.qkey, o.cacheable, 1)
         if o.representative is not None:
-            d.add_cost(where, o.qkey, 1, round(o.gpu_ms * 1000), o.tokens, o.representative)
+            gpu_us, lat_us = round(o.gpu_ms * 1000), round(o.latency_ms * 1000)
+            d.add_cost(where, o.qkey, 1, gpu_us, o.tokens, lat_us, o.representative)
         if warm is not None:
             d.warm_hits.append(warm)
 

@@ -14,8 +14,10 @@ no more. Per hour k of the window, with the cluster's expected requests λ_k (Po
    price(send), the send hour being the one before the window (the warm goes out in the 30
    minutes before it).
 
-The profile keeps no latency per query: a miss's latency is taken to be its GPU ms (decode
-dominates both), so latency_weight w adds w x miss_cost per prevented miss.
+miss_latency is what the query's misses took end to end, as the request log says (the
+profile keeps it per query beside the GPU ms); it carries no price: a caller waits as long at
+night as at peak. Without a figure (a profile row from before it was kept) the miss's GPU ms
+stand in for it.
 
 When it is sent, the shadow warmer prices the send again at the load the backend shows then
 (`Worth`, throttle.Aimd.load: its latency per token over the run's baseline, and its 429s): a
@@ -109,16 +111,18 @@ def prevented(
     prices: Prices,
     latency_weight: float = 0.0,
     after: np.ndarray | None = None,
+    miss_latency_ms: float | None = None,
 ) -> Prevented:
     """The value of warming an entry asked at `rates` per window hour (step 3 above); `after`:
-    the fraction of each hour that counts (after_expiry), all of it when None."""
+    the fraction of each hour that counts (after_expiry), all of it when None; a miss's
+    latency None: its GPU ms stand in (module docstring)."""
     lam = np.asarray(rates, dtype=float)
     if after is not None:
         lam = lam * after
     p = first_ask(lam)
     price = np.asarray(prices.window, dtype=float)
-    # miss_latency_ms = miss_cost_ms: no latency per query in the profile (module docstring)
-    saved = float(p @ (miss_cost_ms * price + latency_weight * miss_cost_ms))
+    latency = miss_cost_ms if miss_latency_ms is None else miss_latency_ms
+    saved = float(p @ (miss_cost_ms * price + latency_weight * latency))
     asked = float(p.sum())
     mean = float(p @ price) / asked if asked > 0 else float(price.mean())
     return Prevented(asked, mean, prices.send, saved, saved - warm_cost_ms * prices.send)

@@ -159,6 +159,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 "template_version": i.template_version, "query": i.query,
                 "cluster_size": i.cluster_size, "expected_hits": round(i.expected_hits, 4),
                 "miss_cost_ms": round(i.miss_cost_ms, 1), "warm_cost_ms": round(i.warm_cost_ms, 1),
+                "miss_latency_ms": _round(i.miss_latency_ms, 1),
                 "value_ms": round(i.value_ms, 1), "kept": i.reason,
                 # valued by the miss it prevents (STOKER_WARM_VALUE_MODEL=prevented), else null
                 "p_asked": _round(i.p_asked, 4), "price_send": _round(i.price_send, 4),

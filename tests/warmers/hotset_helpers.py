@@ -47,6 +47,7 @@ def event(
     temperature: float = 0.0,
     gpu_ms: float = 800.0,
     model_version: str = "v1",
+    latency_ms: float | None = None,  # None: the GPU time
 ) -> RequestLogged:
     return to_event(
         n,
@@ -59,7 +60,7 @@ def event(
             "prompt": prompt,
             "params": {"temperature": temperature, "max_tokens": 16},
             "cache_outcome": "miss",
-            "latency_ms": gpu_ms,
+            "latency_ms": gpu_ms if latency_ms is None else latency_ms,
             "gpu_ms": gpu_ms,
             "tokens_in": 10,
             "tokens_out": 20,

@@ -240,6 +240,38 @@ def test_hotset__a_flat_load_plans_nothing_when_valued_by_the_miss_prevented(
     }
 
 
+def test_hotset__the_latency_weight_weighs_each_query_by_the_latency_its_misses_had(
+    profile: TrafficProfile,
+) -> None:
+    # Two queries alike in count and GPU time (800 ms); one's misses kept their callers
+    # waiting 4 s (queued behind a full batch), the other's 50 ms (a short answer, streamed).
+    # On a flat load only the latency term can pay for the send: it does for the slow one.
+    out = []
+    for h in range(7 * 24):
+        for i in range(4):
+            ts = MONDAY + timedelta(hours=h, minutes=i)
+            out.append(event(len(out), "acme", "a slow question", ts, latency_ms=4_000.0))
+            out.append(event(len(out), "acme", "a quick question", ts, latency_ms=50.0))
+    fill(profile, out)
+    sel = _selector(profile, value_model="prevented", latency_weight=0.1)
+    plan = sel.plan(NEXT_MONDAY_10, Budget(requests=10))
+    assert [i.query for i in plan.items] == ["a slow question"]
+    [slow] = plan.items
+    assert slow.miss_latency_ms == pytest.approx(4_000, rel=0.02)  # shrunk toward the mean
+    quick = next(s for s in plan.skipped if s.query == "a quick question")
+    assert quick.reason.startswith("below break-even")
+    # the GPU time standing in for the latency (as before the profile kept it) would warm both
+    alike = [e.model_copy(update={"latency_ms": 800.0}) for e in out]
+    profile.r.flushdb()
+    fresh = TrafficProfile(profile.r)  # a writer that has not written these representatives
+    fill(fresh, alike)
+    both = _selector(fresh, value_model="prevented", latency_weight=0.1)
+    assert {i.query for i in both.plan(NEXT_MONDAY_10, Budget(requests=10)).items} == {
+        "a slow question",
+        "a quick question",
+    }
+
+
 def _ramp(tenant: str, hot: int, question: str = "hot question") -> list:
     """Weekdays: 4 one-offs an hour all day (each its own word, so no two are paraphrases),
     and at 10:00 the hot question `hot` times more; weekends the one-offs only."""

@@ -9,7 +9,7 @@ import redis
 from confluent_kafka import Message
 
 from tests.events import encode, request
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
+from warmers.profile import HOURS_PER_WEEK, TrafficProfile, _base, week_and_hour
 from warmers.traffic import TrafficHandler
 
 pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
@@ -90,6 +90,43 @@ def test_profile__miss_cost_and_representative(redis_client: redis.Redis) -> Non
     rep = profile.representative("acme", "llama", "t1", top.qkey)
     assert rep is not None
     assert rep["prompt"] == same and rep["context_docs"] == [{"doc_id": "kb-1", "version": 3}]
+
+
+def test_profile__a_miss_latency_is_kept_apart_from_its_gpu_time(redis_client: redis.Redis) -> None:
+    # What the caller waited (queueing, prefill, decode) is not the GPU time the answer took;
+    # the value model weighs the first (STOKER_WARM_LATENCY_WEIGHT), so the profile keeps it.
+    profile = TrafficProfile(redis_client)
+    q = {"prompt": "why is my order late?", "gpu_ms": 200.0}
+    payloads = [
+        request(1, latency_ms=2_500.0, **q),
+        request(2, latency_ms=500.0, **q),
+        request(3, cache_outcome="exact", latency_ms=4.0, gpu_ms=0.0, prompt=q["prompt"]),
+    ]
+    _ingest(profile, _batch(payloads))
+    [top] = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    cost = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
+    assert (cost.misses, cost.gpu_ms, cost.latency_ms) == (2, 400.0, 3_000.0)
+    assert cost.latency_ms_per_miss == 1_500.0  # the hit's 4 ms is not a miss's
+
+
+def test_profile__a_cost_row_from_before_latency_takes_its_gpu_time_as_latency(
+    redis_client: redis.Redis,
+) -> None:
+    # A profile written by the previous release holds "<misses> <gpu us> <tokens>": read, and
+    # added to by a new batch, its latency is its GPU time (the value model's old stand-in).
+    profile = TrafficProfile(redis_client)
+    q = {"prompt": "reset my password", "gpu_ms": 100.0, "tokens_in": 5, "tokens_out": 5}
+    _ingest(profile, _batch([request(1, latency_ms=900.0, **q)]))
+    [top] = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
+    key = f"{_base('acme', 'llama', 't1', 'k')}:{MONDAY_10[0]}"
+    assert redis_client.hget(key, top.qkey) == b"1 100000 10 900000"
+    redis_client.hset(key, top.qkey, "2 300000 20")  # as the previous release wrote it
+    old = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
+    assert (old.misses, old.gpu_ms, old.latency_ms) == (2, 300.0, 300.0)
+    _ingest(profile, _batch([request(2, latency_ms=900.0, **q)], first_offset=1))
+    assert redis_client.hget(key, top.qkey) == b"3 400000 30 1200000"
+    cost = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
+    assert (cost.misses, cost.gpu_ms, cost.latency_ms) == (3, 400.0, 1_200.0)
 
 
 def test_profile__counts_and_costs_add_up_across_batches_and_weeks(

@@ -46,9 +46,25 @@ def test_prevented__flat_load_never_pays_a_ramp_up_does_a_one_off_never() -> Non
     ramped = prevented([5.0, 5.0], 800, 800, ramp)
     assert ramped.value_ms == pytest.approx(800 * (hot.p_asked - 0.2)) and ramped.value_ms > 0
     assert prevented([0.05, 0.05], 800, 800, ramp).value_ms < 0  # p 0.10 < the send's 0.2
-    # latency counts at the miss's GPU ms (the profile has no latency): weight 1 doubles it
+    # latency, without a figure of its own, counts at the miss's GPU ms: weight 1 doubles it
     lat = prevented([5.0, 5.0], 800, 800, flat, latency_weight=1.0)
     assert lat.saved_ms == pytest.approx(2 * hot.saved_ms) and lat.value_ms > 0
+
+
+def test_prevented__a_miss_latency_is_weighted_unpriced_beside_its_gpu() -> None:
+    # A miss that kept its caller waiting 3 s for 800 GPU ms (queued behind a full batch):
+    # the latency term is its own 3,000 ms, at the same weight at night as at peak.
+    night = Prices((0.2, 0.2), send=0.2)
+    slow = prevented([5.0, 5.0], 800, 800, night, latency_weight=0.5, miss_latency_ms=3_000)
+    p = slow.p_asked
+    assert slow.saved_ms == pytest.approx(p * (800 * 0.2 + 0.5 * 3_000))
+    fast = prevented([5.0, 5.0], 800, 800, night, latency_weight=0.5, miss_latency_ms=100)
+    assert fast.saved_ms == pytest.approx(p * (800 * 0.2 + 0.5 * 100))
+    assert slow.value_ms > 0 > prevented([5.0, 5.0], 800, 800, Prices((0.2, 0.2), 1.0)).value_ms
+    # weight 0: the latency changes nothing
+    assert prevented([5.0, 5.0], 800, 800, night, miss_latency_ms=3_000) == prevented(
+        [5.0, 5.0], 800, 800, night
+    )
 
 
 def test_prevented__an_entry_expiring_in_the_window_is_valued_after_its_expiry_only() -> None:
