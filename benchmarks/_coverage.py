@@ -36,20 +36,31 @@ class Scorer:
         """Greedy maximum coverage of the window's requests by k prompts: of the window's own
         (it sees the future, new texts included), or of `candidates` (what a warmer could
         send: the prompts it has seen logged, chosen knowing which the window asks)."""
+        return self._greedy(asked, k, candidates)[1]
+
+    def pick(self, asked: list[str], k: int, candidates: list[str]) -> list[str]:
+        """The k candidates oracle() would choose to cover `asked`."""
+        return self._greedy(asked, k, candidates)[0]
+
+    def _greedy(
+        self, asked: list[str], k: int, candidates: list[str] | None
+    ) -> tuple[list[str], int]:
         uniq, counts = np.unique(np.asarray(asked, dtype=object), return_counts=True)
         if not len(uniq):
-            return 0
+            return [], 0
         v = self.vecs(uniq.tolist())
-        pool = v if candidates is None else self.vecs(sorted(set(candidates)))
+        names = uniq.tolist() if candidates is None else sorted(set(candidates))
+        pool = v if candidates is None else self.vecs(names)
         # candidates x asked texts, sparse: at 0.92 a text is near few others
         near = sparse.csr_matrix((pool @ v.T) >= SERVE - 1e-6, dtype=np.float64)
         left = counts.astype(np.float64)
-        got = 0.0
+        got, chosen = 0.0, []
         for _ in range(min(k, pool.shape[0])):
             gain = near @ left
             best = int(np.argmax(gain))
             if gain[best] <= 0:
                 break
             got += gain[best]
+            chosen.append(names[best])
             left[near[best].indices] = 0.0
-        return int(got)
+        return chosen, int(got)

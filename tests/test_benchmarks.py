@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
@@ -113,3 +114,33 @@ def test_benchmark__every_script_is_guarded_or_named_as_slow():
             "bench_analyze_1m.py", "bench_hot_set_shapes.py"}  # fmt: skip
     scripts = {p.name for p in BENCH.glob("bench_*.py")}
     assert scripts == set(TINY) | slow
+
+
+class _Axes:
+    """Each text a unit vector: 'a1' and 'a2' on axis a (cosine 1), other letters apart."""
+
+    dim = 26
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, t in enumerate(texts):
+            out[i, ord(t[0]) - ord("a")] = 1.0
+        return out
+
+
+def test_coverage_scorer__pick_is_the_choice_the_oracle_counts():
+    # The hot-set bench scores a choice made on one span (week 1, or week 2's rates) on each
+    # day with served(); the oracle's count must be what its own choice serves.
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _coverage import Scorer
+    finally:
+        sys.path.remove(str(BENCH))
+    sc = Scorer(_Axes())
+    asked = ["a1", "a2", "a1", "b1", "b1", "c1", "d1", "d1", "d1"]
+    logged = ["a9", "b9", "d9", "e9"]
+    picked = sc.pick(asked, 2, logged)
+    assert picked == ["a9", "d9"]  # 3 requests each, ahead of b's 2; e serves none
+    assert sc.oracle(asked, 2, logged) == sc.served(asked, picked) == 6
+    assert sc.pick(asked, 9, logged) == ["a9", "d9", "b9"]  # stops when nothing more is served
+    assert sc.served(["c1", "e1"], picked) == 0
