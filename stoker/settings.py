@@ -218,7 +218,9 @@ class StokerSettings(BaseSettings):
     warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
     # An entry with less time to live than this is warmed again (an hour: it outlives the window).
     warm_min_ttl_left_s: float = Field(default=3600.0, ge=0)
-    # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold.
+    # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold under
+    # the static matcher, and no merging under the verified one (warmers/hotset.py: there a
+    # warmed entry serves a paraphrase only where other warmed phrasings vouch for it).
     warm_cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     # What a warm is worth (warmers/value.py): "prevented", the one miss it saves before live
     # traffic would fill the entry, each GPU-ms priced by the forecast load; "hits", every

@@ -345,7 +345,7 @@ def hot_set_config(s: StokerSettings) -> HotSetConfig:
     return HotSetConfig(
         min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold,
         value_model=s.warm_value_model, idle_price=s.warm_idle_price,
-        latency_weight=s.warm_latency_weight,
+        latency_weight=s.warm_latency_weight, matcher=s.semantic_matcher,
     )  # fmt: skip
 
 

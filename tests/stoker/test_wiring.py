@@ -111,6 +111,9 @@ def test_wiring__the_planner_takes_its_value_model_and_prices_from_settings() ->
     cfg = hot_set_config(s)
     assert (cfg.value_model, cfg.idle_price, cfg.latency_weight) == ("hits", 0.5, 3.0)
     assert (cfg.min_ttl_left_s, cfg.cluster_threshold) == (60, 0.9)
+    # it clusters paraphrases for the matcher the gateways serve with (verified by default)
+    assert hot_set_config(StokerSettings()).matcher == "verified"
+    assert hot_set_config(StokerSettings(semantic_matcher="static")).matcher == "static"
 
 
 def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -> None:

@@ -107,6 +107,29 @@ def test_hotset__paraphrases_warm_one_representative(profile: TrafficProfile) ->
     assert not any(i.query == "what is my balance please" for i in plan.items)
 
 
+def test_hotset__under_the_verified_matcher_each_asked_phrasing_is_warmed_as_itself(
+    profile: TrafficProfile,
+) -> None:
+    # A warmed entry serves a paraphrase under the verified matcher only where other entries
+    # near it vouch with agreeing answers: a lone representative serves none of its cluster.
+    # So the plan warms the phrasings themselves, most asked first, and they vouch for each other.
+    fill(
+        profile,
+        _week("acme", {"what is my balance": 20, "what is my balance please": 10}, {}),
+    )
+    plan = _selector(profile, matcher="verified").plan(NEXT_MONDAY_10, Budget(requests=5))
+    assert [(i.query, i.cluster_size) for i in plan.items] == [
+        ("what is my balance", 1),
+        ("what is my balance please", 1),
+    ]
+    assert plan.items[0].expected_hits > plan.items[1].expected_hits > 0  # its own hits only
+    # a radius set explicitly merges them again, as under the static matcher
+    merged = _selector(profile, matcher="verified", cluster_threshold=0.8)
+    items = merged.plan(NEXT_MONDAY_10, Budget(requests=5)).items
+    assert (items[0].query, items[0].cluster_size) == ("what is my balance", 2)
+    assert "what is my balance please" not in [i.query for i in items]
+
+
 def test_hotset__budget_in_requests_and_gpu_seconds_is_respected(profile: TrafficProfile) -> None:
     fill(profile, _week("acme", {f"question {i}": 10 + i for i in range(30)}, {}))
     sel = _selector(profile, cluster_threshold=0.99)
