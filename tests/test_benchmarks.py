@@ -144,3 +144,39 @@ def test_coverage_scorer__pick_is_the_choice_the_oracle_counts():
     assert sc.oracle(asked, 2, logged) == sc.served(asked, picked) == 6
     assert sc.pick(asked, 9, logged) == ["a9", "d9", "b9"]  # stops when nothing more is served
     assert sc.served(["c1", "e1"], picked) == 0
+
+
+def test_verified_scorer__a_warmed_paraphrase_is_served_only_where_others_vouch():
+    # The hot-set bench's verified rows: a request that is a warmed text is served (the exact
+    # cache); a paraphrase only when the matcher, at its level, finds warmed neighbours whose
+    # answers agree. The answers are fixed here (the bench gets them from the simulator).
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _verified import VerifiedScorer
+    finally:
+        sys.path.remove(str(BENCH))
+
+    def unit(cos: float, axis: int) -> np.ndarray:
+        v = np.zeros(5, np.float32)
+        v[0], v[axis] = cos, (1 - cos**2) ** 0.5
+        return v
+
+    vecs = {"q": unit(1.0, 1), "p1": unit(0.9, 1), "p2": unit(0.85, 2), "p3": unit(0.8, 3)}
+
+    class Fixed:
+        dim = 5
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return np.stack([vecs[t] for t in texts])
+
+    vs = VerifiedScorer(Fixed(), {}, level=3)  # cos >= 0.66, 2 agree, margin 0.15
+    same, other = np.eye(5, dtype=np.float32)[4], np.eye(5, dtype=np.float32)[3]
+    vs.answers = lambda prompts: np.stack([same for _ in prompts])  # type: ignore[method-assign]
+    assert vs.served(["q", "q"], ["p1"]) == 0  # a lone entry: nobody vouches
+    assert vs.served(["q", "q"], ["p1", "p2", "p3"]) == 2  # two agreeing neighbours vouch
+    assert vs.served(["p1", "q"], ["p1"]) == 1  # the warmed text itself: an exact hit
+    # the nearest answered otherwise: no entry has two neighbours agreeing with it
+    vs.answers = lambda prompts: np.stack(  # type: ignore[method-assign]
+        [same if p == "p1" else other for p in prompts]
+    )
+    assert vs.served(["q"], ["p1", "p2", "p3"]) == 0
