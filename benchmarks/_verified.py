@@ -26,17 +26,30 @@ from warmers.backends.simulator import SimConfig, Simulator
 MODEL = "sample-model"
 
 
-class VerifiedScorer:
-    def __init__(self, emb: Embeds, meanings: Mapping[str, str], level: int) -> None:
-        """meanings: normalised prompt -> meaning id (for the simulated backend only)."""
-        self.emb, self.level = emb, level
-        self.sim = Simulator(SimConfig(meanings=dict(meanings)))
-        self.matcher = VerifiedMatcher(lambda q: level)
+class SimAnswers:
+    """The embedded answer the simulated backend gives each prompt (what a warm's entry holds),
+    worked out once per prompt: the bench asks for the same warmed prompts every day, at every
+    level."""
 
-    def answers(self, prompts: list[str]) -> np.ndarray:
-        """The embedded answer the simulated backend gives each prompt (a warm's entry holds it)."""
-        texts = [self.sim.answer_for(MODEL, p, None).text for p in prompts]
-        return self.emb.embed(texts)
+    def __init__(self, emb: Embeds, meanings: Mapping[str, str]) -> None:
+        """meanings: normalised prompt -> meaning id (for the simulated backend only)."""
+        self.emb = emb
+        self.sim = Simulator(SimConfig(meanings=dict(meanings)))
+        self.memo: dict[str, np.ndarray] = {}
+
+    def __call__(self, prompts: list[str]) -> np.ndarray:
+        todo = [p for p in dict.fromkeys(prompts) if p not in self.memo]
+        if todo:
+            texts = [self.sim.answer_for(MODEL, p, None).text for p in todo]
+            self.memo.update(zip(todo, self.emb.embed(texts), strict=True))
+        return np.stack([self.memo[p] for p in prompts])
+
+
+class VerifiedScorer:
+    def __init__(self, emb: Embeds, answers: SimAnswers, level: int) -> None:
+        self.emb, self.level = emb, level
+        self.answers = answers
+        self.matcher = VerifiedMatcher(lambda q: level)
 
     def served(self, asked: list[str], warmed: list[str]) -> int:
         """How many of `asked` (normalised texts, repeats counted) the warmed entries serve."""

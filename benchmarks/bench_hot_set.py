@@ -51,7 +51,7 @@ import orjson
 import pandas as pd
 from _common import ROOT, emit
 from _coverage import Scorer
-from _verified import VerifiedScorer
+from _verified import SimAnswers, VerifiedScorer
 
 from caches.embedders import Embedder, SentenceTransformerEmbedder
 from caches.keys import normalise_prompt
@@ -228,7 +228,8 @@ def main() -> None:
     # the simulated backend's meaning of each prompt (_verified.py): read by it, not the matcher
     labelled = zip(df["norm"], df["intent"], strict=True)
     meanings = {n: n if i == "oos" else f"label:{i}" for n, i in labelled}
-    verified = {int(x): VerifiedScorer(emb, meanings, int(x))
+    answers = SimAnswers(emb, meanings)
+    verified = {int(x): VerifiedScorer(emb, answers, int(x))
                 for x in args.verified_levels.split(",") if x}  # fmt: skip
     with EmbeddedStack(kafka=False) as stack:
         profile = TrafficProfile(build_redis(stack.settings()))

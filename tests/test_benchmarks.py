@@ -152,7 +152,7 @@ def test_verified_scorer__a_warmed_paraphrase_is_served_only_where_others_vouch(
     # answers agree. The answers are fixed here (the bench gets them from the simulator).
     sys.path.insert(0, str(BENCH))
     try:
-        from _verified import VerifiedScorer
+        from _verified import SimAnswers, VerifiedScorer
     finally:
         sys.path.remove(str(BENCH))
 
@@ -169,14 +169,14 @@ def test_verified_scorer__a_warmed_paraphrase_is_served_only_where_others_vouch(
         def embed(self, texts: list[str]) -> np.ndarray:
             return np.stack([vecs[t] for t in texts])
 
-    vs = VerifiedScorer(Fixed(), {}, level=3)  # cos >= 0.66, 2 agree, margin 0.15
+    vs = VerifiedScorer(Fixed(), SimAnswers(Fixed(), {}), level=3)  # cos >= 0.66, 2 agree
     same, other = np.eye(5, dtype=np.float32)[4], np.eye(5, dtype=np.float32)[3]
-    vs.answers = lambda prompts: np.stack([same for _ in prompts])  # type: ignore[method-assign]
+    vs.answers = lambda prompts: np.stack([same for _ in prompts])  # type: ignore[assignment]
     assert vs.served(["q", "q"], ["p1"]) == 0  # a lone entry: nobody vouches
     assert vs.served(["q", "q"], ["p1", "p2", "p3"]) == 2  # two agreeing neighbours vouch
     assert vs.served(["p1", "q"], ["p1"]) == 1  # the warmed text itself: an exact hit
     # the nearest answered otherwise: no entry has two neighbours agreeing with it
-    vs.answers = lambda prompts: np.stack(  # type: ignore[method-assign]
+    vs.answers = lambda prompts: np.stack(  # type: ignore[assignment]
         [same if p == "p1" else other for p in prompts]
     )
     assert vs.served(["q"], ["p1", "p2", "p3"]) == 0
