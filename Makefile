@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: help setup lock demo test bench lint format typecheck clean
+.PHONY: help setup lock demo test bench lint format typecheck docs clean
 
 help:  ## list targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -44,6 +44,9 @@ format: setup  ## ruff format + autofix
 
 typecheck: setup  ## mypy strict on the packages
 	$(BIN)/mypy
+
+docs: setup  ## regenerate docs/settings.md from stoker/settings.py (tests/test_docs.py checks it)
+	$(BIN)/python scripts/gen_settings_doc.py
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

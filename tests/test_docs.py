@@ -1,0 +1,138 @@
+"""The user docs (README.md, docs/*.md): the settings reference matches stoker/settings.py, no
+tracker numbers or "in progress", and every relative link (and its #anchor) resolves."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# '#17', '(#15)': a tracker's numbers mean nothing to a user; '&#123;' is an HTML entity
+TRACKER = re.compile(r"(?<![\w&/])#\d+\b|\bin progress\b", re.IGNORECASE)
+LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_settings_doc", ROOT / "scripts" / "gen_settings_doc.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def tracker_marks(text: str) -> list[str]:
+    """Each line (numbered) that carries a tracker number or 'in progress'."""
+    return [
+        f"{n}: {line.strip()}"
+        for n, line in enumerate(text.splitlines(), start=1)
+        if TRACKER.search(line)
+    ]
+
+
+def slugs(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces to
+    hyphens, a repeated heading numbered -1, -2, ..."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(text):
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(doc: Path, root: Path = ROOT) -> list[str]:
+    """Each relative link of `doc` whose file, or whose #anchor in it, does not exist in `root`."""
+    bad = []
+    for line in _prose(doc.read_text(encoding="utf-8")):
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):  # http:, mailto:, ...
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.is_relative_to(root):  # a clone has nothing beside it
+                bad.append(f"{target}: outside the repository")
+            elif not dest.exists():
+                bad.append(f"{target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in slugs(dest.read_text("utf-8")):
+                bad.append(f"{target}: no heading #{anchor} in {dest.name}")
+    return bad
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            out.append(line)
+    return out
+
+
+def test_settings_doc__matches_settings_py() -> None:
+    current = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert current == _generator().render(), (
+        "docs/settings.md is stale (stoker/settings.py changed): run `make docs`"
+    )
+
+
+def test_settings_doc__shows_every_field_with_its_comment_and_bounds() -> None:
+    from stoker.settings import StokerSettings
+
+    text = _generator().render()
+    for name in StokerSettings.model_fields:
+        assert f"`STOKER_{name.upper()}`" in text
+    row = next(r for r in text.splitlines() if r.startswith("| `STOKER_MONITOR_SHARE`"))
+    assert "`float` in [0, 1]" in row and "`0.2`" in row and "re-asks" in row
+    row = next(r for r in text.splitlines() if r.startswith("| `STOKER_GATEWAY_HOST`"))
+    assert "0.0.0.0 in a container" in row  # the comment at the end of the field's line
+
+
+@pytest.mark.parametrize(
+    ("line", "flagged"),
+    [
+        ("### What `stoker warm` plans (#17, in progress)", True),
+        ("Semantic hits that are right (#15)", True),
+        ("work In Progress", True),
+        ("## Warming (in progress)", True),
+        ("see [warming](warming.md#what-a-warm-is-worth) and &#123;", False),
+        ("issue 17 of 20, 17# left", False),
+    ],
+)
+def test_tracker_marks__finds_numbers_and_in_progress(line: str, flagged: bool) -> None:
+    assert bool(tracker_marks(line)) is flagged
+
+
+def test_broken_links__finds_missing_files_and_anchors(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other page\n\n## The `stoker warm` plan: (why)\n")
+    doc = tmp_path / "page.md"
+    doc.write_text(
+        "# Page\n"
+        "[ok](other.md) [ok](other.md#the-stoker-warm-plan-why) [ok](#page)\n"
+        "[web](https://example.com/x.md) `[code](gone.md)`\n"
+        "```\n[fenced](gone.md)\n```\n"
+        "[gone](gone.md) [anchor](other.md#nowhere) [self](#nowhere)\n"
+        "[outside](../../x.md)\n"
+    )
+    assert broken_links(doc, root=tmp_path) == [
+        "gone.md: no such file",
+        "other.md#nowhere: no heading #nowhere in other.md",
+        "#nowhere: no heading #nowhere in page.md",
+        "../../x.md: outside the repository",
+    ]
