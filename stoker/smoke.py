@@ -29,7 +29,7 @@ from streams.topics import TOPICS, consumer_config, ensure_topics, producer_conf
 TENANTS = ("acme", "globex")
 MALFORMED = (b"{not json", b'{"type": "request_logged", "schema_version": 9}', b'{"type": "nope"}')
 
-# Used when ../shared is absent (a user's fresh clone): three intents, four phrasings each,
+# Used when STOKER_DATA_DIR points where CLINC150 is not: three intents, four phrasings each,
 # some of them close paraphrases (cosine 0.97-0.99 with all-MiniLM-L6-v2).
 FALLBACK = {
     "temperature_conversion": [

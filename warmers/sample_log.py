@@ -21,7 +21,6 @@ The `intent` column is a label for scoring only; nothing that serves or warms ma
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,8 @@ import pandas as pd
 
 from schemas.errors import UsageError
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+# The checkout's data/ folder; the shell passes STOKER_DATA_DIR (stoker/data.py) where it is set.
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
 
 # Relative traffic per hour of day: trough at 03-05, plateau 09-17, evening shoulder.
@@ -63,7 +63,7 @@ class SampleSpec:
 
 
 def clinc_path(data_dir: Path | None = None) -> Path:
-    root = data_dir or Path(os.environ.get("STOKER_DATA_DIR", DEFAULT_DATA_DIR))
+    root = data_dir or DEFAULT_DATA_DIR
     return root / "clinc150" / "data_full.json"
 
 

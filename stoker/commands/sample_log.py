@@ -20,10 +20,13 @@ def sample_log(
     seed: Annotated[int, typer.Option(help="random seed (same seed, same log)")] = 150,
 ) -> None:
     """Generate the sample traffic log (3 tenants, Zipf intents, real paraphrases, weekly shape)."""
+    from stoker.data import DATA_DIR
     from warmers.sample_log import SampleSpec, generate, load_clinc, write
 
-    load_clinc()  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
+    load_clinc(
+        data_dir=DATA_DIR
+    )  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
     with console.status(f"generating {days} days of traffic ..."):
-        df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed))
+        df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed), DATA_DIR)
     write(df, out)
     console.print(f"wrote {len(df):,} requests to {out} ({out.stat().st_size / 1e6:.1f} MB)")

@@ -17,9 +17,10 @@ def run(*args: str, timeout: float = 240, **extra_env: str) -> subprocess.Comple
     return run_stoker(*args, env=extra_env, timeout=timeout)
 
 
-@pytest.mark.parametrize("data", ["shared", "absent"])
+@pytest.mark.parametrize("data", ["shipped", "absent"])
 def test_smoke__runs_on_embedded_stack_and_keeps_the_invariants(tmp_path: Path, data: str):
-    """With ../shared (CLINC150) and without it (a user's fresh clone: built-in phrasings)."""
+    """With the CLINC150 the repository ships, and with STOKER_DATA_DIR pointing where it is
+    not (the smoke falls back to built-in phrasings)."""
     out = tmp_path / "demo"
     env = {"STOKER_DATA_DIR": str(tmp_path / "no-data")} if data == "absent" else {}
     proc = run("smoke", "--out", str(out), **env)

@@ -7,9 +7,7 @@ import pytest
 
 from caches.matching import StaticThreshold
 from schemas.errors import UsageError
-from stoker.semantic_eval import CLINC, Stream, evaluate, load_csv, run_stream, run_verified
-
-needs_clinc = pytest.mark.skipif(not CLINC.exists(), reason=f"CLINC150 not at {CLINC}")
+from stoker.semantic_eval import Stream, evaluate, load_csv, run_stream, run_verified
 
 
 def _unit(rows: list[list[float]]) -> np.ndarray:
@@ -71,7 +69,6 @@ def _clinc_val():
     return d["val"] + d["oos_val"]
 
 
-@needs_clinc
 def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw(embedder):
     ev = evaluate(embedder, limit=600, names=["static_0.92", "stoker"])
     static, ours = ev.row("static_0.92").as_dict(), ev.row("stoker").as_dict()

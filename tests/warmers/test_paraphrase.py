@@ -7,9 +7,7 @@ import pytest
 
 from caches.embedders import SentenceTransformerEmbedder
 from warmers.paraphrase import Cluster, TextVectors, cover_greedy
-from warmers.sample_log import clinc_path, load_clinc
-
-pytestmark = pytest.mark.skipif(not clinc_path().exists(), reason="CLINC150 not beside the repo")
+from warmers.sample_log import load_clinc
 
 INTENTS = ("balance", "pin_change", "weather", "timer", "translate", "restaurant_reservation",
            "flight_status", "recipe")  # fmt: skip

@@ -10,9 +10,7 @@ import pytest
 
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
-from warmers.sample_log import SampleSpec, clinc_path, generate
-
-pytestmark = pytest.mark.skipif(not clinc_path().exists(), reason="CLINC150 not beside the repo")
+from warmers.sample_log import SampleSpec, generate
 
 SMALL = SampleSpec(days=7, requests_per_day=1_500)
 
