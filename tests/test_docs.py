@@ -104,6 +104,20 @@ def test_settings_doc__shows_every_field_with_its_comment_and_bounds() -> None:
     assert "0.0.0.0 in a container" in row  # the comment at the end of the field's line
 
 
+def test_user_docs__carry_no_tracker_numbers() -> None:
+    found = {
+        str(doc.relative_to(ROOT)): marks
+        for doc in USER_DOCS
+        if (marks := tracker_marks(doc.read_text(encoding="utf-8")))
+    }
+    assert not found, f"tracker numbers or 'in progress' in user docs: {found}"
+
+
+def test_user_docs__relative_links_resolve() -> None:
+    found = {str(d.relative_to(ROOT)): bad for d in USER_DOCS if (bad := broken_links(d))}
+    assert not found, f"broken links: {found}"
+
+
 @pytest.mark.parametrize(
     ("line", "flagged"),
     [
