@@ -4,6 +4,9 @@ Routes: POST /v1/chat/completions, /v1/completions (through the cache), /v1/embe
 the embedding cache), GET /v1/models (passed through), /healthz (the process answers),
 /readyz (503 while draining; the body says which dependency answers), /metrics (Prometheus).
 Every error is {"error": {message, type, param, code}} with its status (errors.py).
+At start the upstream is probed once (GET <base>/models, beside serving, never blocking it) and
+the log says what answered: the models it serves, or why it did not (an upstream that starts
+after the gateway is not an error; its requests answer 502 meanwhile).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class GatewayParts:
     opts: GatewayOptions
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
     draining: bool = False
+    probed: str = ""  # the start-up probe's line, once it is in
 
 
 def build_app(parts: GatewayParts) -> Starlette:
@@ -85,7 +89,11 @@ def build_app(parts: GatewayParts) -> Starlette:
         # starts, and serves failed open.
         with suppress(TimeoutError):
             await asyncio.wait_for(parts.gate.ping(), _CONNECT_S)
+        probe = asyncio.create_task(_probe(parts))
         yield
+        probe.cancel()
+        with suppress(asyncio.CancelledError):
+            await probe
         parts.draining = True
         await parts.upstream.aclose()
         await parts.gate.aclose()
@@ -108,6 +116,12 @@ def build_app(parts: GatewayParts) -> Starlette:
         exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
     )
     return app
+
+
+async def _probe(parts: GatewayParts) -> None:
+    ok, line = await parts.upstream.probe()
+    parts.probed = line
+    log.log(logging.INFO if ok else logging.WARNING, "%s", line)
 
 
 def wrap(app: ASGIApp) -> ASGIApp:

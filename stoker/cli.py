@@ -1,5 +1,6 @@
-"""The `stoker` command. Exit codes are the contract: 0 done, 1 failed, 2 bad usage (typer's own
-usage errors, and UsageError: a bad or unknown setting, a file that cannot be read)."""
+"""The `stoker` command. Exit codes are the contract: 0 done, 1 failed, 2 bad usage or
+configuration (typer's own usage errors; UsageError: a bad or unknown setting, a file that cannot
+be read; ConfigError: settings that cannot work, such as no Redis configured and none running)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 from rich.markup import escape
 
-from schemas.errors import StokerError, UsageError
+from schemas.errors import ConfigError, StokerError, UsageError
 from stoker.app import app, console
 
 # Each import registers its commands on `app`.
@@ -18,6 +19,7 @@ from stoker.commands import deploy as _deploy  # noqa: F401
 from stoker.commands import eval_semantic as _eval_semantic  # noqa: F401
 from stoker.commands import gateway as _gateway  # noqa: F401
 from stoker.commands import invalidate as _invalidate  # noqa: F401
+from stoker.commands import model as _model  # noqa: F401
 from stoker.commands import purge as _purge  # noqa: F401
 from stoker.commands import replay as _replay  # noqa: F401
 from stoker.commands import sample_log as _sample_log  # noqa: F401
@@ -36,7 +38,7 @@ def main() -> None:
     except StokerError as e:
         # one line however long (soft_wrap), and the message's own brackets are not markup
         console.print(f"[red]error[/red] ({e.kind}): {escape(str(e))}", soft_wrap=True)
-        sys.exit(2 if isinstance(e, UsageError) else 1)
+        sys.exit(2 if isinstance(e, UsageError | ConfigError) else 1)
 
 
 if __name__ == "__main__":

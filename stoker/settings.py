@@ -23,8 +23,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from caches.constants import DEFAULT_BUDGET_WINDOW_S
 from caches.matching.answers import DEFAULT_ANSWER_BAR
+from schemas.baseurl import BaseURL
 from schemas.common import Tenant
-from schemas.errors import UsageError
+from schemas.errors import ConfigError, UsageError
+from stoker.modelserver import DEFAULT_SERVE
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -73,6 +75,13 @@ class StokerSettings(BaseSettings):
     # asked at start); set: checked against it, and lets a worker open the semantic store of
     # an unknown model without loading the model.
     embedder_dim: int | None = Field(default=None, ge=1, le=65_536)
+    # torch's intra-op threads for the local model (process-wide). One: on this loaded 2-core
+    # box a second thread made one prompt 10-25x slower (caches/embedders.py has the figures).
+    embedder_threads: int = Field(default=1, ge=1, le=256)
+    # The micro-batcher in front of the embedder: texts per forward pass at most, and how long
+    # a lookup's embed waits for others to join its pass (0: it takes those queued meanwhile).
+    embedder_batch_max_texts: int = Field(default=64, ge=1, le=4096)
+    embedder_batch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
 
     # -- cache policy --
     semantic_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
@@ -89,6 +98,11 @@ class StokerSettings(BaseSettings):
     # the hits at half the wrong share) and cold (1.3x at an eighth), README "Semantic hits that
     # are right". Static stays one setting away, and the demo uses it (stoker/demo/run.py).
     semantic_matcher: Literal["static", "verified"] = "verified"
+    # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
+    # safe look-alikes on the prompts alone (cosine >= 0.92, no lexical guard firing, no near
+    # entry answered otherwise), on trial until the route holds the verdicts a level needs
+    # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
+    semantic_cold_start: bool = True
     # The error budget (verified only): the largest wrong-hit rate served, per tenant and route;
     # the serving level is the loosest whose 95% upper bound is at or under it.
     max_wrong_hit_rate: float = Field(default=0.01, gt=0.0, lt=1.0)
@@ -207,7 +221,8 @@ class StokerSettings(BaseSettings):
     analyze_embed_budget: int = Field(default=30_000, ge=1)
 
     # -- warmers --
-    # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`).
+    # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`), as
+    # the openai SDK's base_url: http://host:8000/v1, http://host/llm/v1 (no path means /v1).
     warm_backend_url: str = "http://127.0.0.1:8000"
     # The served model name to send; None sends each request's model_id.
     warm_backend_model: str | None = None
@@ -292,9 +307,9 @@ class StokerSettings(BaseSettings):
     @field_validator("prefix_warm_replicas")
     @classmethod
     def _replica_urls(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        bad = [u for urls in v.values() for u in urls if not u.startswith(("http://", "https://"))]
-        if bad:
-            raise ValueError(f"replica URLs must be http:// or https:// URLs, got {bad}")
+        for urls in v.values():
+            for u in urls:
+                _base_url(u)
         if any(not m for m in v):
             raise ValueError("a model id must not be empty")
         return v
@@ -329,6 +344,16 @@ class StokerSettings(BaseSettings):
     # stops sending first (0: close at once; Kubernetes manifests set 5).
     gateway_drain_notice_s: float = Field(default=0.0, ge=0, le=60)
 
+    @field_validator(
+        "warm_backend_url", "gateway_upstream_url", "monitor_backend_url",
+        "prefix_warm_backend_url", "embedder_url",
+    )  # fmt: skip
+    @classmethod
+    def _base_urls(cls, v: str | None) -> str | None:
+        """A server's base URL in any form schemas/baseurl.py takes; a malformed one fails at
+        start, never on the first request."""
+        return None if v is None else _base_url(v)
+
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,
     # so two workers on one host never fight over a port; docker-compose and deploy/k8s set 9464.
@@ -340,6 +365,30 @@ class StokerSettings(BaseSettings):
     # Where a process running the embedded stack writes its addresses (embedded.json: Kafka,
     # Redis, Qdrant path, pid) for scripts, removed at stop; None: ~/.cache/stoker.
     state_dir: Path | None = None
+
+    # -- the embedded model server (llama.cpp's llama-server, stoker/modelserver.py) --
+    # Where `make setup` caches the llama-server it builds and the model it fetches, shared by
+    # every checkout on the machine; None: $XDG_CACHE_HOME/stoker, else ~/.cache/stoker.
+    model_cache_dir: Path | None = None
+    # A llama-server binary of your own, used instead of building one.
+    llama_server_bin: Path | None = None
+    # A GGUF model of your own, served instead of SmolLM2-135M-Instruct.
+    llama_model_path: Path | None = None
+    # llama-server's CPU threads: more than one per generating server on a busy 2-core box
+    # decoded ~10x slower (threads spin-wait on each other).
+    llama_threads: int = Field(default=DEFAULT_SERVE.threads, ge=1, le=256)
+    # Requests it decodes at once (slots); they share the context below.
+    llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
+    # Context size in tokens, split between the slots.
+    llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+
+
+def _base_url(text: str) -> str:
+    try:
+        BaseURL.parse(text)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return text
 
 
 def check_environment(environ: Mapping[str, str]) -> None:

@@ -21,6 +21,8 @@ from typing import Annotated, Any
 
 import typer
 
+from schemas.baseurl import BaseURL
+from schemas.errors import ConfigError
 from stoker.app import app, console
 from stoker.logs import configure as configure_logging
 from stoker.metrics import serve_metrics
@@ -46,19 +48,26 @@ def gateway(
     ] = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions and /v1/embeddings through the cache, and
-    /v1/models, /healthz, /readyz, /metrics. Exit 0 after a SIGTERM drain, 1 if it failed."""
-    if upstream is not None and not upstream.startswith(("http://", "https://")):
-        raise typer.BadParameter("must be an http:// or https:// URL", param_hint="--upstream")
+    /v1/models, /healthz, /readyz, /metrics. Exit 0 after a SIGTERM drain, 1 if it failed, 2 for
+    a bad option or setting (a malformed --upstream among them)."""
     overrides: dict[str, Any] = {}
     if port is not None:
         overrides["gateway_port"] = port
     if host is not None:
         overrides["gateway_host"] = host
     if upstream is not None:
+        try:
+            BaseURL.parse(upstream)
+        except ConfigError as e:
+            raise typer.BadParameter(str(e), param_hint="--upstream") from None
         overrides["gateway_upstream_url"] = upstream
     settings = StokerSettings(**overrides)
-    configure_logging(settings.log_format, settings.log_level)
     embedded = not settings.kafka_bootstrap and not settings.redis_url
+    if embedded and upstream is not None and "warm_backend_url" not in settings.model_fields_set:
+        # The workers of this process warm the upstream the gateway serves from (the same
+        # GPUs), not STOKER_WARM_BACKEND_URL's default that nothing may listen on.
+        settings = settings.model_copy(update={"warm_backend_url": upstream})
+    configure_logging(settings.log_format, settings.log_level)
     with _stack(settings, embedded) as s, serve_metrics(s.metrics_port) as metrics_port:
         if metrics_port is not None:
             console.print(f"metrics also on :{metrics_port}/metrics")
@@ -94,7 +103,7 @@ def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
             workers.start()
             console.print(f"workers in this process: {', '.join(workers.labels)}")
         console.print(
-            f"gateway on {server.url} -> {parts.opts.upstream_url}; "
+            f"gateway on {server.url} -> {parts.upstream.base.api}; "
             f"OpenAI base URL: {server.url}/v1"
         )
         server.serve()

@@ -28,9 +28,10 @@ class _Quiet(uvicorn.Server):
 class Served:
     """`with Served(app) as s: s.url ...`: uvicorn on a free loopback port in a thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, port: int = 0) -> None:
         self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         cfg = uvicorn.Config(app, log_level="warning", lifespan="off", loop="asyncio")
         self._server = _Quiet(cfg)

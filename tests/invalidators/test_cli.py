@@ -42,11 +42,11 @@ def test_purge_cli__dry_run_counts_then_purge_deletes(redis_client, redis_url):
     assert redis_client.exists(*doomed) == 0 and redis_client.exists(*kept) == len(kept)
 
 
-def test_purge_cli__bad_usage_exits_2_and_no_redis_exits_1():
+def test_purge_cli__bad_usage_and_no_redis_configured_exit_2():
     assert stoker("purge", "--model", "llama").returncode == 2
     assert stoker("purge", "--model", "m", "--version", "v", "--rate", "0").returncode == 2
     res = stoker("purge", "--model", "llama", "--version", "v1")
-    assert res.returncode == 1 and "STOKER_REDIS_URL" in res.stderr
+    assert res.returncode == 2 and "STOKER_REDIS_URL" in res.stderr
 
 
 def test_invalidate_cli__publishes_a_kb_change_with_or_without_its_texts(
@@ -97,9 +97,9 @@ def test_invalidate_cli__a_text_file_that_cannot_be_read_or_a_text_of_a_deletion
     assert deleted.returncode == 2 and "has no new text" in deleted.stderr
 
 
-def test_invalidate_cli__without_a_broker_says_so_and_exits_1():
+def test_invalidate_cli__without_a_broker_configured_says_so_and_exits_2():
     res = stoker("invalidate", "doc", "kb/x", "--tenant", "acme")
-    assert res.returncode == 1 and "STOKER_KAFKA_BOOTSTRAP" in res.stderr
+    assert res.returncode == 2 and "STOKER_KAFKA_BOOTSTRAP" in res.stderr
 
 
 def test_invalidate_cli__an_invalid_event_is_bad_usage(kafka_bootstrap):

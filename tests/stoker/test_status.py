@@ -93,7 +93,7 @@ def test_status__table_view_and_empty_and_no_redis(redis_client: redis.Redis, re
     for text in ("Deploy cutovers", "Purges", "Warm runs", "d-1", "gpu_seconds=3.50"):
         assert text in shown.stderr
     missing = stoker("status")
-    assert missing.returncode == 1 and "STOKER_REDIS_URL" in missing.stderr
+    assert missing.returncode == 2 and "STOKER_REDIS_URL" in missing.stderr  # configuration
 
 
 def test_job_records__recording_sink_keeps_the_newest_and_drops_expired(redis_client):
