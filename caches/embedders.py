@@ -20,6 +20,7 @@ import redis
 
 from caches import keys as K
 from caches.boundary import as_bytes, http_boundary, redis_boundary
+from schemas.baseurl import BaseURL
 from schemas.errors import ConfigError, RetriableError
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,9 @@ class OpenAIEmbedder(Embedder):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
-        )
+        # any form of base URL (schemas/baseurl.py): http://tei:8080, .../v1, http://h/emb/v1
+        self._url = BaseURL.parse(base_url).route("embeddings")
+        self._http = httpx.Client(headers=headers, timeout=timeout_s, transport=transport)
         self._model = model
         self.id = f"openai:{model}"
         self.dim = self._probe_dim(dim)
@@ -128,9 +129,7 @@ class OpenAIEmbedder(Embedder):
 
     def _post(self, texts: Sequence[str]) -> Vectors:
         with http_boundary("embeddings"):
-            resp = self._http.post(
-                "/v1/embeddings", json={"model": self._model, "input": list(texts)}
-            )
+            resp = self._http.post(self._url, json={"model": self._model, "input": list(texts)})
             resp.raise_for_status()
         try:
             body: dict[str, Any] = resp.json()

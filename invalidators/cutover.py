@@ -4,6 +4,8 @@ A job (deploy of model M: version V replaces U) moves through these phases, each
 the next begins, so a restarted worker resumes at the phase it was in:
 1. prewarm: the Prewarmer warms V's namespace (NoPrewarmer, when none is wired, says so); a
             pre-warm below its bar (PrewarmReport.ok) is retried like an outage, then FAILED;
+            one whose backend refuses connections (BackendUnreachable) is FAILED at once, with
+            the URL: retried, it would fail the same way a minute later;
 2. ready:   V becomes the live version (caches/live.py: every gateway moves to V's namespace)
             and JobStatus READY goes to stoker.status; the grace deadline (READY + grace_s) is saved and
             the job's queue score becomes that deadline, so nothing holds a thread meanwhile;
@@ -63,7 +65,7 @@ from invalidators.deployjob import (
     supersede_action,
 )
 from invalidators.purge import PurgeProgress, Purger
-from schemas.errors import RetriableError
+from schemas.errors import BackendUnreachable, RetriableError
 from schemas.events import JobStatus, ModelDeployed
 
 log = logging.getLogger(__name__)
@@ -300,7 +302,12 @@ class Cutover:
             job.prewarm = "skipped: superseded by a newer deploy"
         else:
             tenants = tuple(job.tenants) if job.tenants is not None else None
-            res = self.prewarmer.prewarm(job.model_id, job.version, job.previous_version, tenants)
+            try:
+                res = self.prewarmer.prewarm(
+                    job.model_id, job.version, job.previous_version, tenants
+                )
+            except BackendUnreachable as e:
+                raise JobFailed(str(e)) from e
             job.prewarm = res.detail or f"warmed {res.warmed}, failed {res.failed}"
             job.counts |= {"warmed": res.warmed, "warm_failed": res.failed}
             if not res.ok:  # READY would promise a warm cache: retried, then FAILED

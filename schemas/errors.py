@@ -9,7 +9,8 @@ StokerError                  root: the CLI and the workers catch only this
 │   ├── CacheUnavailable     Redis or Qdrant did not answer
 │   ├── BrokerUnavailable    Kafka did not answer
 │   └── BackendUnavailable   the inference backend did not answer (timeout, connect error, 5xx)
-│       └── BackendOverloaded    it answered 429: back off (the warmer's AIMD must see every one)
+│       ├── BackendOverloaded    it answered 429: back off (the warmer's AIMD must see every one)
+│       └── BackendUnreachable   its connections are refused: a run stops sending at once
 └── FatalError               cannot go on: exit non-zero (kind="fatal")
     ├── ConfigError          settings that cannot work
     ├── UsageError           input the user gave cannot be used (a setting out of range or
@@ -85,6 +86,12 @@ class BackendOverloaded(BackendUnavailable):
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class BackendUnreachable(BackendUnavailable):
+    """The backend refused connections several times in a row (nothing listens at its URL, or
+    no route to it): the client's circuit is open, and the run it serves stops sending rather
+    than retry each item. Still retriable for a worker: its next run (or batch) tries again."""
 
 
 class BackendRejected(PoisonError):

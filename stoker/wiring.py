@@ -43,6 +43,7 @@ from gateway.options import GatewayOptions
 from gateway.requestlog import KafkaLog, NullLog, RequestLog
 from invalidators.deployjob import CutoverOptions, Prewarmer
 from invalidators.purge import PurgeOptions
+from schemas.baseurl import BaseURL
 from schemas.errors import BrokerUnavailable, ConfigError
 from stoker.redisconn import connect, connect_async
 from stoker.settings import StokerSettings
@@ -317,9 +318,10 @@ def build_runner(
     )  # fmt: skip
     url = backend_url or s.warm_backend_url
     model = s.warm_backend_model
+    source = None if backend_url else "STOKER_WARM_BACKEND_URL"  # named when it cannot connect
 
     def backend() -> Backend:
-        return OpenAIBackend(url, model=model)
+        return OpenAIBackend(url, model=model, source=source)
 
     warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)
@@ -335,7 +337,7 @@ def warm_config(s: StokerSettings, backend_url: str, qps: float | None = None) -
     return WarmConfig(
         target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
         idle_price=s.warm_idle_price,
-        metrics_url=backend_url.rstrip("/") + "/metrics" if s.warm_load_from_metrics else None,
+        metrics_url=BaseURL.parse(backend_url).server("metrics") if s.warm_load_from_metrics else None,
     )  # fmt: skip
 
 

@@ -14,7 +14,9 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    to the backend at most `qps` a second (throttle.TokenBucket), `concurrency` at a time, with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
    serves nor stores it: the answer cache is never read or written;
-3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed.
+3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed; stop
+   at once when the backend refuses the connection (nothing listens at its URL: every other
+   send would too), and report the URL (`unreachable`).
 A warm costs one prefill of the prefix and one decoded token; a prefix already held costs a
 token or two. Nothing is retried within a run: the next run (the next deploy, restart or
 schedule) sends again, and a run is safe to repeat.
@@ -31,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from schemas.baseurl import BaseURL
 from schemas.errors import StokerError
 from warmers.prefixes import HotPrefix, HotPrefixes
 from warmers.throttle import MonotonicClock, TokenBucket
@@ -98,10 +101,11 @@ class PrefixWarmReport:
     errors: list[str] = field(default_factory=list)  # the first few, for the report
     budget_tokens: int = 0  # the plan's token budget, and where it came from
     budget_from: str = ""
+    unreachable: str = ""  # the backend refused the connection: the run stopped sending
 
     def __str__(self) -> str:
         late = f", {self.left_by_deadline} left at the deadline" if self.left_by_deadline else ""
-        why = f" ({self.errors[0]})" if self.errors else ""
+        why = f" ({self.unreachable or self.errors[0]})" if self.errors else ""
         return (
             f"prefix warm of {self.model_id}: planned {self.planned}, warmed {self.warmed} "
             f"({self.tokens:,} tokens of {self.budget_tokens:,}: {self.budget_from}), "
@@ -113,8 +117,10 @@ class PrefixWarmer:
     """Plans and sends prefix warms (module docstring). `warm` blocks; `warm_async` awaits."""
 
     def __init__(self, store: HotPrefixes, options: PrefixWarmOptions) -> None:
+        """ConfigError for a malformed backend URL (any form schemas/baseurl.py takes)."""
         self.store = store
         self.options = options
+        self.base = BaseURL.parse(options.backend_url)
 
     def budget(self) -> tuple[int, str]:
         """Step 1's token budget, and where it came from: a share of the KV cache the backend
@@ -126,7 +132,7 @@ class PrefixWarmer:
             return fixed
         try:
             timeout = min(o.timeout_s, PROBE_TIMEOUT_S)
-            resp = httpx.get(o.backend_url.rstrip("/") + "/metrics", timeout=timeout)
+            resp = httpx.get(self.base.server("metrics"), timeout=timeout)
         except httpx.HTTPError:
             return fixed
         kv = kv_cache_tokens(resp.text) if resp.status_code == 200 else None
@@ -180,9 +186,7 @@ class PrefixWarmer:
             headers["Authorization"] = f"Bearer {o.api_key}"
         bucket = TokenBucket(o.qps, MonotonicClock())
         gate = asyncio.Semaphore(o.concurrency)
-        async with httpx.AsyncClient(
-            base_url=o.backend_url.rstrip("/"), headers=headers, timeout=o.timeout_s
-        ) as client:
+        async with httpx.AsyncClient(headers=headers, timeout=o.timeout_s) as client:
             tasks: list[asyncio.Task[None]] = []
             for h in plan:  # step 2
                 left = o.deadline_s - (time.monotonic() - t0)
@@ -193,9 +197,13 @@ class PrefixWarmer:
                     await asyncio.wait_for(gate.acquire(), left)
                 except TimeoutError:
                     break
+                if report.unreachable:  # an earlier send found nothing listening
+                    gate.release()
+                    break
                 report.sent += 1
                 tasks.append(asyncio.create_task(self._send(client, h, gate, report)))
-            report.left_by_deadline = len(plan) - report.sent
+            if not report.unreachable:
+                report.left_by_deadline = len(plan) - report.sent
             left = max(0.0, o.deadline_s - (time.monotonic() - t0))
             _, pending = await asyncio.wait(tasks, timeout=left) if tasks else (set(), set())
             for t in pending:  # step 3: the deadline holds for requests in flight too
@@ -219,11 +227,15 @@ class PrefixWarmer:
             "temperature": 0,
             "stream": False,
         }
+        url = self.base.route("chat/completions")
         try:
-            resp = await client.post("/v1/chat/completions", json=body)
+            resp = await client.post(url, json=body)
             error = None if resp.status_code == 200 else f"HTTP {resp.status_code}"
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            error = f"cannot connect to {self.base.api}: {type(e).__name__}: {e}"
+            report.unreachable = report.unreachable or error
         except httpx.HTTPError as e:
-            error = f"{type(e).__name__}: {e}"
+            error = f"POST {url}: {type(e).__name__}: {e}"
         finally:
             gate.release()
         if error is None:

@@ -26,6 +26,10 @@ warmed and the bar is reported unreachable with the reachable figure; READY then
 the deploy, while traffic that no pre-warm could serve does not block every deploy. No
 traffic expected in the window (nothing learned): READY, the cache fills from live traffic.
 
+A backend that refuses connections stops the warm at once (its client's circuit), and the
+pre-warm raises BackendUnreachable naming the URL: the cutover fails the deploy with that line
+instead of retrying a pre-warm that cannot land anything.
+
 Synchronous (the warm runs its own event loop): call it from a worker thread, not from inside
 a running event loop.
 """
@@ -36,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from caches.boundary import redis_boundary
-from schemas.errors import ConfigError
+from schemas.errors import BackendUnreachable, ConfigError
 from warmers.budget import Budget
 from warmers.plan import Plan, PlanItem, Skipped
 from warmers.runner import WarmRunner
@@ -176,6 +180,8 @@ class HotSetPrewarmer:
             size_to_bar(plan, self.hit_bar)
         projected = plan.hit_share([*plan.fresh, *plan.items])
         s = self.runner.warm(plan, labels={"model_id": model_id, "version": version})
+        if s.unreachable:  # no item could land: the job says where it could not connect
+            raise BackendUnreachable(f"pre-warm of {version}: {s.unreachable}")
         reached = plan.hit_share(self._in_place([*plan.fresh, *plan.items]))
         return HotSetPrewarm(
             model_id, version, previous_version, tuple(tenants), str(win), len(plan.items),

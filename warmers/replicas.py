@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from schemas.baseurl import BaseURL
 from warmers.promtext import samples
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ReplicaWatch:
 
     def _read(self, url: str) -> ReplicaState | None:
         try:
-            resp = httpx.get(url.rstrip("/") + "/metrics", timeout=self.timeout_s)
+            resp = httpx.get(BaseURL.parse(url).server("metrics"), timeout=self.timeout_s)
         except httpx.HTTPError as e:
             log.debug("replica %s did not answer /metrics: %s", url, e)
             return None

@@ -112,7 +112,10 @@ class WarmRunner:
 
 
 def outcome(s: WarmSummary) -> tuple[JobState, str]:
-    """("done" | "failed", a one-line detail): a run whose every send failed has failed."""
+    """("done" | "failed", a one-line detail): a run whose every send failed has failed, and
+    one stopped by a backend that refuses connections says so."""
+    if s.unreachable:
+        return "failed", f"{s.unreachable} (sent {s.sent}, landed {s.cached})"
     if s.sent and not s.cached and s.failed == s.sent:
         return "failed", f"all {s.failed} sends failed"
     return "done", (

@@ -13,7 +13,9 @@ For each item, in the order given (the hot set's ranking):
    latency per token over baseline, 429s) and what its engine reports on /metrics
    (engineload.py: requests waiting, KV cache in use), when `metrics_url` is set;
 3. generate; congestion (429, 5xx, timeouts, a retried call, latency over 1.5x baseline)
-   halves the AIMD rate, success grows it back additively;
+   halves the AIMD rate, success grows it back additively; a backend whose connections are
+   refused (the client's circuit opens: BackendUnreachable) ends the run: nothing more is sent,
+   and the summary says why (`unreachable`);
 4. store through CacheClient with source="warm": the ticket's generation check refuses a write
    whose namespace was retired or whose context was invalidated while it computed.
 No task outlives `run`: on any exit, normal or not, in-flight sends are awaited or cancelled.
@@ -38,6 +40,7 @@ from schemas.errors import (
     BackendOverloaded,
     BackendRejected,
     BackendUnavailable,
+    BackendUnreachable,
     ConfigError,
     RequestRejected,
 )
@@ -124,6 +127,7 @@ class WarmSummary:
     failed: int = 0
     overloaded: int = 0  # of the failed, how many were 429s
     refused_stale: int = 0  # generation moved or namespace retired while computing
+    unreachable: str = ""  # why the run stopped sending: the backend refuses connections
     gpu_seconds: float = 0.0
     achieved_qps: float = 0.0
     elapsed_s: float = 0.0
@@ -228,11 +232,16 @@ class _Run:
         try:
             for item in todo:
                 self._raise_if_failed()
+                if self.s.unreachable:
+                    break
                 verdict = self.w.check(item)
                 if isinstance(verdict, str):
                     self._skip(verdict)
                     continue
                 await self.sem.acquire()
+                if self.s.unreachable:  # came in while this item waited for its slot
+                    self.sem.release()
+                    break
                 if await self._priced_out(item):
                     self.sem.release()
                     self._skip("priced")
@@ -337,6 +346,13 @@ class _Run:
             self.s.overloaded += 1
             M.failed("overloaded")
             self.aimd.on_congestion("429")
+            return None
+        except BackendUnreachable as e:
+            self.s.failed += 1
+            M.failed("unavailable")
+            if not self.s.unreachable:  # one line for the run, not one per send in flight
+                self.s.unreachable = str(e)
+                log.warning("warm run stopped: %s", e)
             return None
         except BackendUnavailable as e:
             self.s.failed += 1

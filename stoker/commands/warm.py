@@ -99,6 +99,8 @@ def warm(
     if json_out:
         out["run"] = {k: v for k, v in dataclasses.asdict(summary).items() if k != "send_times"}
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    if summary.unreachable:
+        raise StokerError(f"warm failed: {summary.unreachable}")
     if summary.sent and not summary.cached and summary.failed:
         raise StokerError(f"warm failed: all {summary.failed} sends failed")
 

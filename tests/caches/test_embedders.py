@@ -61,6 +61,23 @@ def test_openai_embedder__posts_batch_and_returns_unit_vectors_in_order():
     assert e.id == "openai:bge-small"
 
 
+@pytest.mark.parametrize(
+    ("written", "path"),
+    [
+        ("http://tei:8080", "/v1/embeddings"),
+        ("http://tei:8080/v1", "/v1/embeddings"),
+        ("http://tei:8080/v1/", "/v1/embeddings"),
+        ("http://gw/embed/v1", "/embed/v1/embeddings"),
+    ],
+)
+def test_openai_embedder__every_form_of_base_url_posts_where_the_openai_sdk_would(
+    written: str, path: str
+):
+    seen: list[dict] = []
+    OpenAIEmbedder(written, "m", transport=_openai_server(4, seen)).embed(["a"])
+    assert [s["path"] for s in seen] == [path, path]
+
+
 def test_openai_embedder__server_errors_become_backend_unavailable():
     e = OpenAIEmbedder(
         "http://tei", "m", dim=4, transport=httpx.MockTransport(lambda r: httpx.Response(503))

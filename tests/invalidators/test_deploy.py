@@ -517,6 +517,30 @@ def test_deploy_cli__a_backend_failing_most_sends_misses_the_bar_and_the_deploy_
 
 
 @pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
+def test_deploy_cli__a_backend_that_refuses_connections_fails_the_deploy_at_once_naming_it(
+    client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
+):
+    """The repro: with nothing at the warm backend's URL the deploy retried its pre-warm five
+    times and exited 1 after 183 s ("failed 62"), never naming the URL. Now the first pre-warm
+    stops at its third refused connection and the job fails at once, with the URL."""
+    from stoker.embedded import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    old = fill(client, "v1", 3, model="m")
+    cut = _bar_cutover(client, edge_store, settings, url, 0.7)  # 5 attempts, 2 s back-off
+    running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
+    res = stoker(
+        "deploy", "--model", "m", "--version", "v2", "--previous", "v1", "--grace", "1m",
+        "--wait", "--timeout", "3m", env=cli_env(settings),
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert f"pre-warm of v2: cannot connect to {url}: ConnectError" in _flat(res.stderr)
+    job = cut.load(res.stdout.strip())
+    assert job is not None and job.phase == "failed" and job.attempts == 0  # never retried
+    assert client.redis.exists(*old) == len(old)  # v1 neither retired nor purged
+
+
+@pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
 def test_deploy_cli__wait_follows_every_partition_of_the_status_topic(
     kafka_bootstrap: str, unique: str
 ):

@@ -126,3 +126,14 @@ def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -
     assert warm_config(s, "http://gpu-0:8000", qps=9.0).target_qps == 9.0
     off = StokerSettings(warm_load_from_metrics=False)
     assert warm_config(off, "http://gpu-0:8000").metrics_url is None
+
+
+@pytest.mark.parametrize(
+    "written", ["http://gpu:8000", "http://gpu:8000/v1", "http://gpu:8000/v1/"]
+)
+def test_wiring__the_engines_metrics_are_read_at_the_servers_root_whatever_the_url_form(
+    written: str,
+) -> None:
+    from stoker.wiring import warm_config
+
+    assert warm_config(StokerSettings(), written).metrics_url == "http://gpu:8000/metrics"

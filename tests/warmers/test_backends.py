@@ -10,7 +10,12 @@ import orjson
 import pytest
 
 from schemas.common import DocRef, RequestParams
-from schemas.errors import BackendOverloaded, BackendRejected, BackendUnavailable
+from schemas.errors import (
+    BackendOverloaded,
+    BackendRejected,
+    BackendUnavailable,
+    BackendUnreachable,
+)
 from stoker.embedded import free_port
 from warmers.backends.base import Generation, GenerationRequest
 from warmers.backends.openai import OpenAIBackend, RetryPolicy, Timeouts
@@ -154,3 +159,81 @@ def test_retry_policy__full_jitter_stays_under_the_cap() -> None:
     delays = [p.delay_s(n, rng) for n in range(1, 10) for _ in range(50)]
     assert all(0 <= d <= 0.5 for d in delays)
     assert max(p.delay_s(1, rng) for _ in range(50)) <= 0.1
+
+
+@pytest.mark.parametrize(
+    ("written", "path"),
+    [
+        ("http://backend", "/v1/chat/completions"),
+        ("http://backend/v1", "/v1/chat/completions"),
+        ("http://backend/v1/", "/v1/chat/completions"),
+        ("http://backend/llm/v1", "/llm/v1/chat/completions"),
+    ],
+)
+def test_openai_backend__each_form_of_base_url_posts_where_the_openai_sdk_would(
+    written: str, path: str
+) -> None:
+    s = Script(httpx.Response(200, json=CHAT_OK))
+
+    async def go() -> Generation:
+        async with OpenAIBackend(written, transport=httpx.MockTransport(s)) as b:
+            return await b.generate(_req())
+
+    assert asyncio.run(go()).text == "hi"
+    assert s.paths == [path]
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_openai_backend__the_simulated_backend_answers_at_every_form_of_its_url(
+    sim: Any, suffix: str
+) -> None:
+    async def go() -> Generation:
+        async with OpenAIBackend(sim.url + suffix, retry=FAST_RETRY) as b:
+            return await b.generate(_req(max_tokens=4))
+
+    assert asyncio.run(go()).text
+
+
+def test_openai_backend__refused_connections_open_the_circuit_naming_the_url_and_setting() -> None:
+    """Three refused connections in a row (one item's retries) open the circuit: the item
+    fails with the URL and where it came from, and no later send connects at all."""
+    attempts: list[str] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        attempts.append(str(request.url))
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    async def go() -> tuple[str, str]:
+        b = OpenAIBackend(
+            "http://gpu-0:8000/v1", transport=httpx.MockTransport(refuse), retry=FAST_RETRY,
+            source="STOKER_WARM_BACKEND_URL",
+        )  # fmt: skip
+        async with b:
+            with pytest.raises(BackendUnreachable) as first:
+                await b.generate(_req())
+            with pytest.raises(BackendUnreachable) as second:
+                await b.generate(_req())
+        return str(first.value), str(second.value)
+
+    first, second = asyncio.run(go())
+    assert attempts == ["http://gpu-0:8000/v1/chat/completions"] * 3
+    assert first == second
+    assert first.startswith("cannot connect to http://gpu-0:8000/v1 (STOKER_WARM_BACKEND_URL): ")
+    assert "Connection refused" in first and "this run sends no more" in first
+
+
+def test_openai_backend__an_answer_between_refusals_keeps_the_circuit_closed() -> None:
+    """A replica restarting behind DNS refuses now and then: refusals count only in a row."""
+    answers = iter(["refuse", "refuse", "ok", "refuse", "refuse", "ok"])
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        if next(answers) == "refuse":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json=CHAT_OK)
+
+    async def go() -> list[int]:
+        async with OpenAIBackend("http://b", transport=httpx.MockTransport(flaky),
+                                 retry=FAST_RETRY) as b:  # fmt: skip
+            return [(await b.generate(_req())).retries for _ in range(2)]
+
+    assert asyncio.run(go()) == [2, 2]

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from invalidators.deployjob import NoPrewarmer
 from stoker.cli import app
+from stoker.embedded import free_port
 from stoker.settings import StokerSettings
 from stoker.wiring import build_deploy_prewarmer, worker_config
 from streams.topics import ensure_topics, topic_name
@@ -292,3 +293,27 @@ def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
         said = "prefix warm of llama: planned 1, warmed 1 (300 tokens of 104,857: 0.8 of the"
         assert said in seen[-1].detail
         assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)  # held since the deploy
+
+
+def test_prefix_warmer__a_refused_connection_stops_the_run_naming_the_url(
+    redis_client: redis.Redis,
+) -> None:
+    """Before, a deploy's prefix warm sent every planned prefix (2 a second) to a URL nothing
+    listened on; the first refusal now ends the run, and the report says where."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    store = _store(redis_client, *range(6))
+    report = PrefixWarmer(store, PrefixWarmOptions(url, qps=2, concurrency=1)).warm("llama")
+    assert (report.planned, report.sent, report.warmed, report.left_by_deadline) == (6, 1, 0, 0)
+    assert report.unreachable.startswith(f"cannot connect to {url}: ConnectError")
+    assert report.unreachable in str(report)
+
+
+@pytest.mark.parametrize("suffix", ["", "/v1", "/v1/"])
+def test_prefix_warmer__reaches_the_backend_and_its_metrics_at_every_form_of_its_url(
+    redis_client: redis.Redis, suffix: str
+) -> None:
+    store = _store(redis_client, *range(5))
+    with SimulatorThread(replace(SIM, prefix_cache_tokens=1_000)) as sim:
+        report = PrefixWarmer(store, PrefixWarmOptions(sim.url + suffix, qps=50)).warm("llama")
+    assert report.warmed == 2  # sized by the KV cache read from <root>/metrics, not /v1/metrics
+    assert report.budget_from == "0.8 of the backend's 992-token KV cache"

@@ -10,7 +10,8 @@ import redis
 
 from caches.client import CacheClient
 from caches.policy import CachePolicy
-from schemas.errors import ConfigError
+from schemas.errors import BackendUnreachable, ConfigError
+from stoker.embedded import free_port
 from tests.gateway.upstreams import Served
 from tests.warmers.hotset_helpers import WordsEmbedder, fill
 from tests.warmers.refusing import refusing_proxy
@@ -183,3 +184,13 @@ def test_prewarm__plans_by_hits_whatever_value_model_the_selector_has(
     res = pw.prewarm("m", "v2", "v1", ["acme"])
     assert res.ok and (res.planned, res.sent, res.cached) == (1, 1, 1)  # the hot one: 80%
     assert res.reached == res.projected == pytest.approx(0.8, abs=0.05)
+
+
+def test_prewarm__a_backend_that_refuses_connections_fails_it_at_once_naming_the_url(
+    redis_client: redis.Redis,
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(BackendUnreachable) as e:
+        bar_prewarmer(redis_client, url, 0.95).prewarm("m", "v2", "v1", ["acme"])
+    assert str(e.value).startswith(f"pre-warm of v2: cannot connect to {url}: ConnectError")
+    assert _landed(redis_client, "v2") == 0

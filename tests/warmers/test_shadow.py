@@ -250,3 +250,20 @@ def test_shadow__a_cache_outage_stops_the_run_and_leaves_no_task(sim: SimulatorT
 
     assert asyncio.run(scenario()) == set()
     assert sim.stats().served == 0
+
+
+def test_shadow__a_backend_that_refuses_connections_ends_the_run_at_its_third_refusal(
+    cache: CacheClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The repro: 62 items against a URL nothing listens on were each sent and retried (174
+    failed sends logged). Now the client's circuit opens at the third refusal in a row, and
+    the run sends nothing more: one log line, naming the URL."""
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    items = [_item(i) for i in range(62)]
+    one_at_a_time = dataclasses.replace(FAST, concurrency=1)
+    with caplog.at_level("INFO", logger="warmers.shadow"):
+        s = _warm(url, cache, items, config=one_at_a_time)
+    assert (s.sent, s.failed, s.cached) == (3, 3, 0)  # RetryPolicy(attempts=1): one each
+    assert s.unreachable.startswith(f"cannot connect to {url}: ConnectError")
+    stopped = [r.getMessage() for r in caplog.records if "warm run stopped" in r.getMessage()]
+    assert stopped == [f"warm run stopped: {s.unreachable}"]

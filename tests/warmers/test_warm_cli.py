@@ -85,7 +85,8 @@ def test_warm_cli__every_send_failing_exits_1_and_status_shows_a_failed_run(
     env = _env(redis_url, sim, tmp_path) | {"STOKER_WARM_BACKEND_URL": "http://127.0.0.1:1"}
     run = _stoker(["warm", "--window", WINDOW, "--budget-requests", "1"], env)
     assert run.returncode == 1, run.stderr
-    assert "all 1 sends failed" in run.stderr
+    said = " ".join(run.stderr.split())
+    assert "warm failed: cannot connect to http://127.0.0.1:1/v1 (STOKER_WARM_BACKEND_URL)" in said
     (job,) = _warm_jobs(env)
     assert job["state"] == "failed" and job["counts"]["failed"] == 1
 
@@ -99,8 +100,10 @@ def test_warm_cli__bad_usage_exits_2(redis_url: str, sim: SimulatorThread, tmp_p
 
 
 def test_warm_cli__unreachable_redis_exits_1(sim: SimulatorThread, tmp_path: Path) -> None:
+    # the dimension given: the simulator embeds nothing, and its 404 to the embedder's probe
+    # (a configuration error, exit 2) must not stand in for the Redis that does not answer
     env = {"STOKER_REDIS_URL": "redis://127.0.0.1:1", "STOKER_EMBEDDER": "openai",
-           "STOKER_EMBEDDER_URL": sim.url}  # fmt: skip
+           "STOKER_EMBEDDER_URL": sim.url, "STOKER_EMBEDDER_DIM": "384"}  # fmt: skip
     res = _stoker(["warm", "--dry-run"], env)
     assert res.returncode == 1 and "error" in res.stderr
 
