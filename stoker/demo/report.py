@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from stoker.demo.client import ServeStats
@@ -45,33 +46,43 @@ def figures(s: ServeStats, warm_gpu_s: float = 0.0) -> dict[str, Any]:
     }
 
 
-def build_report(warm: PassResult, base: PassResult, fast: bool) -> dict[str, Any]:
-    warm_gpu_s = sum(w.get("gpu_seconds", 0.0) for w in warm.warm_windows)
-    w, b = figures(warm.serve, warm_gpu_s), figures(base.serve)
-    report: dict[str, Any] = {
-        "mode": "fast" if fast else "default",
+def build_report(regimes: dict[str, dict[str, Any]], primary: str, mode: str) -> dict[str, Any]:
+    """report.json: each regime's figures under `regimes`, and at the top level the primary
+    regime's (named by `regime`), for readers of the single-regime report this one extends."""
+    f = regimes[primary]
+    w, b = f["with_warming"], f["baseline"]
+    return {
+        "mode": mode,
+        # every figure below rests on the simulated GPU backend (stoker sim-backend), its
+        # answers priced at what the log's requests cost a real GPU
+        "backend": "simulated",
+        "regime": primary,
         **{k: w[k] for k in ("hit_rate_exact", "hit_rate_semantic", "hit_rate_total")},
         "hit_rate_total_baseline": b["hit_rate_total"],
         "hit_rate_exact_baseline": b["hit_rate_exact"],
         "hit_rate_semantic_baseline": b["hit_rate_semantic"],
+        # net of every warm send of the regime, the deploy's pre-warm included (as the verdict)
         "gpu_seconds_saved_pct": w["gpu_seconds_saved_pct"],
         "gpu_seconds_saved_pct_baseline": b["gpu_seconds_saved_pct"],
         "latency_p50_ms": w["latency_p50_ms"],
         "latency_p99_ms": w["latency_p99_ms"],
-        "warm_requests": sum(x.get("sent", 0) for x in warm.warm_windows),
-        "warm_gpu_seconds": round(warm_gpu_s, 1),
-        "stale_hits": w["stale_hits"] + b["stale_hits"],
-        "cross_tenant_hits": w["cross_tenant_hits"] + b["cross_tenant_hits"],
+        "warm_requests": f["warm_requests"],
+        "warm_gpu_seconds": f["warm_gpu_s"],
+        "stale_hits": sum(r["with_warming"]["stale_hits"] + r["baseline"]["stale_hits"]
+                          for r in regimes.values()),
+        "cross_tenant_hits": sum(r["with_warming"]["cross_tenant_hits"]
+                                 + r["baseline"]["cross_tenant_hits"] for r in regimes.values()),
         "false_semantic_hits": w["false_semantic_hits"],
         "false_semantic_hits_baseline": b["false_semantic_hits"],
         "with_warming": w,
         "baseline": b,
-        "deploy": warm.deploy,
-        "deploy_baseline": base.deploy,
-        "kb_changes": warm.invalidations,
-        "seconds": {"with_warming": round(warm.seconds, 1), "baseline": round(base.seconds, 1)},
-    }
-    return report
+        "deploy": f["deploy"],
+        "deploy_baseline": f["deploy_baseline"],
+        "kb_changes": f["kb_changes"],
+        "seconds": {name: r["seconds"] for name, r in regimes.items()},
+        "headlines": {name: r["headline"] for name, r in regimes.items()},
+        "regimes": regimes,
+    }  # fmt: skip
 
 
 def write(report: dict[str, Any], out: Path) -> Path:
@@ -81,43 +92,79 @@ def write(report: dict[str, Any], out: Path) -> Path:
     return path
 
 
+# (label, key, format, where): "figures" reads the pass's figures(), "regime" the regime's own
 ROWS = (
-    ("hit rate, exact", "hit_rate_exact", "{:.1%}"),
-    ("hit rate, semantic", "hit_rate_semantic", "{:.1%}"),
-    ("hit rate, total", "hit_rate_total", "{:.1%}"),
-    ("GPU-seconds saved (net of warming)", "gpu_seconds_saved_pct", "{:.1f}%"),
-    ("GPU-seconds on live misses", "gpu_seconds_live", "{:,.1f}"),
-    ("latency p50 (ms)", "latency_p50_ms", "{:.2f}"),
-    ("latency p99 (ms)", "latency_p99_ms", "{:.0f}"),
-    ("stale hits", "stale_hits", "{}"),
-    ("cross-tenant hits", "cross_tenant_hits", "{}"),
-    ("false semantic hits", "false_semantic_hits", "{}"),
-    ("requests", "requests", "{:,}"),
-)
+    ("hit rate, total", "hit_rate_total", "{:.1%}", "figures"),
+    ("  of it exact", "hit_rate_exact", "{:.1%}", "figures"),
+    ("  of it semantic", "hit_rate_semantic", "{:.1%}", "figures"),
+    ("net GPU saved (warm sends paid)", "gpu_seconds_saved_pct", "{:.1f}%", "figures"),
+    ("peak-hour GPU-s (sends included)", "peak_gpu_s", "{:,.1f}", "regime"),
+    ("total GPU-s (sends included)", "total_gpu_s", "{:,.1f}", "regime"),
+    ("  of it warm sends (pre-warm too)", "warm_gpu_s", "{:,.1f}", "regime"),
+    ("latency p50 (ms)", "latency_p50_ms", "{:.2f}", "figures"),
+    ("latency p99 (ms)", "latency_p99_ms", "{:.0f}", "figures"),
+    ("stale hits", "stale_hits", "{}", "figures"),
+    ("cross-tenant hits", "cross_tenant_hits", "{}", "figures"),
+    ("false semantic hits", "false_semantic_hits", "{}", "figures"),
+    ("requests", "requests", "{:,}", "figures"),
+)  # fmt: skip
 
 
-def print_table(report: dict[str, Any], console: Console) -> None:
-    t = Table(title=f"stoker demo ({report['mode']}): week 2 served with and without warming")
-    t.add_column("figure")
-    t.add_column("with warming", justify="right")
-    t.add_column("without (baseline)", justify="right")
-    for label, key, fmt in ROWS:
-        t.add_row(
-            label, fmt.format(report["with_warming"][key]), fmt.format(report["baseline"][key])
-        )
-    console.print(t)
+def table_rows(f: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """One regime's table, (figure, with warming, without), every cell from `f` itself."""
+    rows = []
+    for label, key, fmt, where in ROWS:
+        if where == "figures":
+            w, b = f["with_warming"][key], f["baseline"][key]
+        elif key == "warm_gpu_s":
+            w, b = f[key], 0.0
+        else:
+            w, b = f[key], f[f"{key}_baseline"]
+        rows.append((label, fmt.format(w), fmt.format(b)))
+    return rows
+
+
+def regime_title(f: dict[str, Any]) -> str:
+    """The regime as a reader names it: its TTL and the hours of week 2 it served."""
+    ttl = "1 day" if f["ttl_h"] == 24 else f"{f['ttl_h']} hours"
+    first, stop = f["hours"]
+    return f"TTL {ttl}, week-2 hours {first}-{stop - 1}"
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """Per regime: its headline, its table (named by the regime) and its verdict."""
+    for name, f in report["regimes"].items():
+        console.print()
+        # one line each however long (soft_wrap), so a log can be searched for them
+        console.print(f"[bold]{escape(f['headline'])}[/bold]", soft_wrap=True)
+        t = Table(title=f"{name}: {regime_title(f)}, {report['mode']} run, simulated backend")
+        t.add_column("figure")
+        t.add_column("with warming", justify="right")
+        t.add_column("without (baseline)", justify="right")
+        for row in table_rows(f):
+            t.add_row(*row)
+        console.print(t)
+        console.print(f"verdict: {f['verdict']}", highlight=False, soft_wrap=True, markup=False)
+        console.print(_deploy_line(f), highlight=False, soft_wrap=True, markup=False)
     console.print(
         "Warming spends GPU ahead of the traffic, at a capped QPS, to take first misses out of "
         "the busy hours: it lowers live GPU load and latency, and costs about one miss per "
         "entry it warms, so net GPU saved can be lower than without it."
     )
-    d = report.get("deploy") or {}
-    console.print(
-        f"warm requests: {report['warm_requests']:,} ({report['warm_gpu_seconds']} GPU-s); "
-        f"deploy {d.get('from')} -> {d.get('to')}: ready after {d.get('ready_after_s')} s "
-        f"({d.get('ready_detail', '')}), done after {d.get('done_after_s')} s, "
+
+
+def _deploy_line(f: dict[str, Any]) -> str:
+    d = f.get("deploy") or {}
+    if not d:
+        return f"{f['warm_requests']:,} warm requests ({f['warm_gpu_s']} GPU-s); no deploy"
+    counts = d.get("done_counts", {})
+    return (
+        f"{f['warm_requests']:,} warm requests ({f['warm_gpu_s']} GPU-s); deploy "
+        f"{d.get('from')} -> {d.get('to')} at hour {d.get('hour')}: READY after "
+        f"{d.get('ready_after_s')} s, DONE after {d.get('done_after_s')} s, purged "
+        f"{counts.get('deleted', 0):,} keys in {counts.get('batches', 0)} batches, "
         f"old-version keys left: {d.get('old_version_keys_left')}; "
-        f"KB changes: {len(report['kb_changes'])} docs"
+        f"KB changes: {len(f['kb_changes'])} docs"
     )
 
 
@@ -129,18 +176,20 @@ POST_DEPLOY_H = 6
 
 def hourly_gpu(warm: PassResult, base: PassResult, hours: range) -> dict[str, list[float]]:
     """GPU-seconds per served hour: live misses, plus (with warming) the warm sends, each in the
-    hour before the window it prepares (they go out in the 30 minutes before it)."""
-    sends = [0.0] * len(hours)
+    hour before the window it prepares (they go out in the 30 minutes before it): the
+    scheduler's and the deploy's pre-warm apart, and summed in `warm_sends`."""
+    scheduled, prewarm = [0.0] * len(hours), [0.0] * len(hours)
 
-    def add(hour: int, gpu_s: float) -> None:
+    def add(into: list[float], hour: int, gpu_s: float) -> None:
         i = min(max(hour - 1 - hours.start, 0), len(hours) - 1)
-        sends[i] += gpu_s
+        into[i] += gpu_s
 
     for w in warm.warm_windows:
-        add(w["hour"], w.get("gpu_seconds", 0.0))
+        add(scheduled, w["hour"], w.get("gpu_seconds", 0.0))
     deploy_h = warm.deploy.get("hour") if warm.deploy else None
     for p in warm.prewarms:
-        add(deploy_h if deploy_h is not None else hours.start, p.sent_miss_gpu_s)
+        add(prewarm, deploy_h if deploy_h is not None else hours.start, p.sent_miss_gpu_s)
+    sends = [a + b for a, b in zip(scheduled, prewarm, strict=True)]
 
     def live(s: ServeStats, h: int) -> float:
         return s.hourly[h].gpu_ms_live / 1000.0 if h in s.hourly else 0.0
@@ -148,6 +197,8 @@ def hourly_gpu(warm: PassResult, base: PassResult, hours: range) -> dict[str, li
     return {
         "with_warming": [live(warm.serve, h) + sends[i] for i, h in enumerate(hours)],
         "warm_sends": sends,
+        "scheduled_sends": scheduled,
+        "prewarm_sends": prewarm,
         "baseline": [live(base.serve, h) for h in hours],
     }
 
@@ -251,6 +302,13 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
         "expired_entries": sum(warm.expired.values()),
         "expired_entries_baseline": sum(base.expired.values()),
         "gpu_s_per_hour": {k: [round(x, 2) for x in v] for k, v in gpu.items()},
+        # the whole table of the regime, from the same passes and sends as the verdict
+        "with_warming": w,
+        "baseline": b,
+        "deploy": warm.deploy,
+        "deploy_baseline": base.deploy,
+        "kb_changes": warm.invalidations,
+        "seconds": {"with_warming": round(warm.seconds, 1), "baseline": round(base.seconds, 1)},
     }
     d = sc.deploy_at_h
     if d in hours:
@@ -261,6 +319,8 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
             out[f"hit_rate_before_deploy{key}"] = round(hb, 4)
             out[f"hit_rate_after_deploy{key}"] = round(ha, 4)
             out[f"post_deploy_gap_points{key}"] = round(100 * (hb - ha), 2)
+    out["paid"] = paid(out)
+    out["headline"] = headline(sc.regime, out)
     out["verdict"] = regime_verdict(sc.regime, out)
     return out
 
@@ -287,18 +347,46 @@ def _warms_hit(warm: PassResult, sc: Scenario) -> dict[str, Any]:
     }
 
 
+# Warming pays in a regime when it saves net GPU, or cuts the peak hour's demand (what a cluster
+# is provisioned for) by 5% or more at no more than 5% extra total GPU.
+PEAK_PAYS, TOTAL_ALLOWED = 0.95, 1.05
+
+
+def paid(f: dict[str, Any]) -> bool:
+    """Did warming pay in this regime: the one rule the headline and the verdict both read."""
+    peak, total = f.get("peak_gpu_ratio") or 1.0, f.get("total_gpu_ratio") or 1.0
+    return bool(f["net_saved_delta_points"] >= 0 or (peak <= PEAK_PAYS and total <= TOTAL_ALLOWED))
+
+
+def headline(name: str, f: dict[str, Any]) -> str:
+    """The regime's answer in one sentence, with the figures its verdict rests on."""
+    w, b = f["with_warming"]["gpu_seconds_saved_pct"], f["baseline"]["gpu_seconds_saved_pct"]
+    peak, total = f.get("peak_gpu_ratio") or 1.0, f.get("total_gpu_ratio") or 1.0
+    net = f"net GPU saved {w:.1f}% with warming against {b:.1f}% without"
+    if f["net_saved_delta_points"] >= 0:
+        why = f"{net} ({f['net_saved_delta_points']:+.1f} points)"
+    elif paid(f):
+        why = f"the peak hour at {peak:.2f}x and total GPU at {total:.2f}x of no warming, though {net}"
+    else:
+        why = (
+            f"{net}, and the peak hour at {peak:.2f}x and total GPU at {total:.2f}x of no "
+            f"warming (paying needs a net saving, or a peak <= {PEAK_PAYS}x at <= "
+            f"{TOTAL_ALLOWED}x total)"
+        )
+    verb = "paid" if paid(f) else "did not pay"
+    return f"{name} ({regime_title(f)}): warming {verb}: {why}"
+
+
 def regime_verdict(name: str, f: dict[str, Any]) -> str:
-    """One line: did warming pay in this regime. It paid when it saved net GPU, or cut the
-    peak hour's demand (what a cluster is provisioned for) at little extra total GPU."""
+    """One line: did warming pay in this regime (paid()), with its figures."""
     net = f["net_saved_delta_points"]
     peak, total = f.get("peak_gpu_ratio") or 1.0, f.get("total_gpu_ratio") or 1.0
-    paid = net >= 0 or (peak <= 0.95 and total <= 1.05)
     eff = f["warm_efficiency"]
     eff_s = "no warm requests" if eff is None else f"{eff:.2f} extra hits per warm request"
     bound = f.get("peak_gpu_ratio_bound")
     bound_s = "" if bound is None else f" (no warming could go below {bound:.2f}x)"
     return (
-        f"{name}: warming {'paid' if paid else 'did not pay'}: peak-hour GPU {peak:.2f}x"
+        f"{name}: warming {'paid' if paid(f) else 'did not pay'}: peak-hour GPU {peak:.2f}x"
         f"{bound_s}, total GPU {total:.2f}x of no warming, net GPU saved {net:+.1f} points, "
         f"{eff_s}"
     )

@@ -12,6 +12,7 @@ gateway itself, and the traffic worker learns from it as it goes.
 from __future__ import annotations
 
 import faulthandler
+import math
 import re
 import threading
 import time
@@ -24,7 +25,6 @@ from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from rich.console import Console
 from rich.progress import Progress
 
 from caches.client import CacheClient, LookupResult
@@ -48,6 +48,7 @@ from stoker.demo.client import (
     request_of,
 )
 from stoker.demo.clock import SimTTL, stored_ttl_s
+from stoker.demo.progress import DemoProgress
 from stoker.demo.scenario import NEW_VERSION, Scenario, Traffic
 from stoker.embedded import EmbeddedStack
 from stoker.registry import build_handler, deploy_handler
@@ -64,6 +65,12 @@ from warmers.backends.simulator import SimConfig, Simulator
 # decode), so a whole week of warming fits in the run.
 SIM = SimConfig(slots=32, queue=512, prefill_ms_per_token=0.01, decode_ms_per_token=0.05)
 WAIT_S = 120.0
+# The old version's purge goes in about PURGE_STEPS paced batches over PURGE_S wall seconds. With
+# the production batch (1,000 keys) the demo's namespace (hundreds to a few thousand entries)
+# went in one batch, and the plot showed the staggered purge as a single step. The deploy job
+# reports at most one status per 0.5 s (CutoverOptions.status_every_s), so a batch gets 0.75 s;
+# the purge runs while the hours after the deploy are served, so the run is no longer for it.
+PURGE_STEPS, PURGE_S = 8, 6.0
 _RETIRED = re.compile(r"retired \S+@(\S+) ")
 
 
@@ -188,7 +195,7 @@ class Embeddings:
     def compute(self, embedder: Any, bar: Progress) -> None:
         import numpy as np
 
-        task = bar.add_task("embedding distinct prompts (once)", total=len(self.texts))
+        task = bar.add_task("prompts embedded", total=len(self.texts))
         parts = []
         for i in range(0, len(self.texts), 256):
             chunk = self.texts[i : i + 256]
@@ -215,18 +222,22 @@ class Pass:
         sc: Scenario,
         traffic: Traffic,
         warm: bool,
-        console: Console,
+        progress: DemoProgress,
         emb: Embeddings,
         *,
         forgetful_invalidation: bool = False,
     ) -> None:
-        self.sc, self.traffic, self.warm, self.console = sc, traffic, warm, console
+        self.sc, self.traffic, self.warm, self.progress = sc, traffic, warm, progress
         self.emb = emb
         self.forgetful = forgetful_invalidation
         self.result = PassResult(warm=warm, serve=ServeStats())
+        self.name = f"{sc.regime} " + ("with warming" if warm else "without warming (baseline)")
 
     def run(self, warming_factory: Callable[..., Any] | None) -> PassResult:
         t0 = time.perf_counter()
+        bar = self.progress
+        bar.phase(f"{self.name}: starting the embedded stack and the gateway")
+        purge_batch, purge_rate = purge_pace(self.sc, self.traffic)
         with EmbeddedStack() as stack, SimulatorThread(SIM) as sim:
             prefix = f"demo{uuid.uuid4().hex[:4]}."
             ttl_s = stored_ttl_s(self.sc.ttl_h * 3600)  # on the simulated clock (SimTTL)
@@ -246,22 +257,24 @@ class Pass:
                 # an operator names it (with the default, "default", scheduled warms went to
                 # the log's version, a namespace no request read until the deploy)
                 gateway_default_model_version=self.traffic.week1[0]["model_version"],
+                deploy_purge_batch=purge_batch, deploy_purge_rate=purge_rate,
             )  # fmt: skip
             parts = build_gateway(settings, upstream_url=sim.url)
             cache = parts.gate.cache
-            with Progress(console=self.console, transient=True) as bar:
-                if self.emb.vectors is None:
-                    assert cache.embedder is not None
-                    self.emb.compute(cache.embedder.inner, bar)
-                self.emb.prime(cache)
-                warming = (
-                    warming_factory(settings, cache, sim.url)
-                    if self.warm and warming_factory
-                    else None
-                )
-                self._serve_weeks(settings, parts, sim, warming, bar)
-                if warming is not None:
-                    self.result.prewarms = list(warming.prewarms)
+            if self.emb.vectors is None:
+                bar.phase(f"{self.name}: embedding week 2's distinct prompts (once)")
+                assert cache.embedder is not None
+                self.emb.compute(cache.embedder.inner, bar)
+            self.emb.prime(cache)
+            warming = (
+                warming_factory(settings, cache, sim.url) if self.warm and warming_factory else None
+            )
+            self._serve_weeks(settings, parts, sim, warming, bar)
+            if self.result.deploy:  # the demo's pacing, which the purge plot names
+                self.result.deploy |= {"purge_batch": purge_batch, "purge_keys_per_s": purge_rate}
+            if warming is not None:
+                self.result.prewarms = list(warming.prewarms)
+            bar.phase(f"{self.name}: stopping the stack")
         self.result.seconds = time.perf_counter() - t0
         return self.result
 
@@ -282,7 +295,7 @@ class Pass:
         parts: Any,
         sim: SimulatorThread,
         warming: Any,
-        bar: Progress,
+        bar: DemoProgress,
     ) -> None:
         follower = StatusFollower(settings)
         try:
@@ -298,7 +311,7 @@ class Pass:
             self.result.statuses = list(follower.seen)
 
     def _replay_week1(
-        self, settings: StokerSettings, sim: Simulator, traffic_worker: Worker, bar: Progress
+        self, settings: StokerSettings, sim: Simulator, traffic_worker: Worker, bar: DemoProgress
     ) -> None:
         """Week 1 as the request log v2 the gateway would have published for it: a miss each
         (the profile counts requests; the replayable request is what warms replay)."""
@@ -308,14 +321,18 @@ class Pass:
         producer = Producer(
             producer_config(settings.kafka_bootstrap or "", embedded=True, **{"linger.ms": 5})
         )
-        task = bar.add_task("replaying week 1 into the traffic profile", total=len(rows))
+        bar.phase(f"{self.name}: replaying week 1 through Kafka into the traffic profile")
+        sent = bar.add_task("week-1 requests published", total=len(rows))
         truth = Truth()
         for i, row in enumerate(rows):
             ev = _logged_miss(row, truth, sim, opts)
             producer.produce(topic, orjson.dumps(ev), key=row["tenant"].encode())
             if i % 1000 == 0:
                 producer.poll(0)
+                bar.update(sent, completed=i)
         producer.flush(30)
+        bar.remove_task(sent)
+        task = bar.add_task("week-1 requests in the profile", total=len(rows))
 
         def profiled() -> bool:
             bar.update(task, completed=traffic_worker.stats.events)
@@ -332,7 +349,7 @@ class Pass:
         warming: Any,
         follower: StatusFollower,
         workers: list[Worker],
-        bar: Progress,
+        bar: DemoProgress,
     ) -> None:
         sc, tr = self.sc, self.traffic
         truth = Truth()
@@ -352,23 +369,27 @@ class Pass:
             if h in sc.served_hours
         ]
         clock = SimTTL(cache.redis, cache.semantic, sorted({r["model_id"] for r in tr.week2}))
-        label = f"{sc.regime}: serving week 2 " + (
-            "with warming" if self.warm else "without warming (baseline)"
-        )
-        task = bar.add_task(label, total=len(sc.served_hours))
+        bar.phase(f"{self.name}: serving week 2 hour by hour")
+        task = bar.add_task("hours served", total=len(sc.served_hours))
         for hour in sc.served_hours:
             if hour > sc.first_h:
                 self.result.expired[hour] = clock.advance(1).expired
             if warming is not None and hour % sc.warm_every_h == 0:
+                last = hour + sc.warm_horizon_h - 1
+                bar.detail(f"hour {hour}: planning and sending the warm of hours {hour}-{last}")
                 self.result.warm_windows.append(warming.warm_ahead(tr.start2, hour))
             while kb_queue and kb_queue[0][0] == hour:
                 self._kb_change(publisher, truth, kb_queue.pop(0)[1], hour, workers[1])
             if hour == sc.deploy_at_h:
+                bar.phase(f"{self.name}: hour {hour}: model deploy, pre-warm until READY")
                 self._deploy(publisher, follower, truth, hour)
+                bar.phase(f"{self.name}: serving week 2 hour by hour")
             truth.retired_versions |= follower.retired()
+            bar.detail(f"hour {hour}: {len(by_hour.get(hour, [])):,} requests")
             client.serve(by_hour.get(hour, []), hour)
             bar.advance(task)
         bar.remove_task(task)
+        bar.phase(f"{self.name}: waiting for the deploy's purge to finish")
         self._finish_deploy(follower, cache)
 
     def _kb_change(
@@ -425,7 +446,9 @@ class Pass:
         if not d:
             return
         done = follower.wait_for(d["deploy_id"], ("done",), WAIT_S)
-        d["done_after_s"] = round(time.time() - d["started_at"], 2)
+        # when the job said DONE, not when this wait, after the last hour, saw it
+        at = next((t for t, st in follower.seen if st is done), time.time())
+        d["done_after_s"] = round(at - d["started_at"], 2)
         d["done_counts"] = dict(done.counts)
         model = self.traffic.week1[0]["model_id"]
         pattern = entries_pattern(model, d["from"])
@@ -462,6 +485,16 @@ def _logged_miss(row: dict[str, Any], truth: Truth, sim: Simulator, opts: Any) -
 def _prompt_text(body: dict[str, Any]) -> str:
     """What the simulator reads of a chat body (simhttp: the messages' contents, joined)."""
     return "\n".join(m["content"] for m in body["messages"])
+
+
+def purge_pace(sc: Scenario, traffic: Traffic) -> tuple[int, float]:
+    """(batch, keys/s) of the deploy's purge, sized to the namespace it will find: the distinct
+    requests served in the TTL before the deploy (each miss stores one entry; the warms add a
+    few, so a warming pass takes a step or two more)."""
+    lo = max(sc.first_h, sc.deploy_at_h - sc.ttl_h)
+    rows = (r for r in traffic.week2 if lo <= traffic.hour_of(r) < sc.deploy_at_h)
+    n = max(len({replay_identity(r) for r in rows}), PURGE_STEPS)
+    return math.ceil(n / PURGE_STEPS), n / PURGE_S
 
 
 def _chunks(xs: list[str], n: int) -> list[list[str]]:

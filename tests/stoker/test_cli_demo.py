@@ -60,20 +60,23 @@ REGIME_KEYS = {
 }  # fmt: skip
 
 
-@pytest.mark.timeout(900)  # four passes of the demo's story, ~5-7 min on this machine
-def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path: Path):
+@pytest.mark.timeout(900)  # four passes of the demo's story, ~7 min on 2 loaded cores
+def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path: Path) -> None:
     """The main job, short: both passes, a deploy and KB changes, the report and its plots."""
     out = tmp_path / "demo"
     proc = run("demo", "--fast", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = orjson.loads((out / "report.json").read_bytes())
     assert set(report) >= REPORT_KEYS
+    assert report["backend"] == "simulated" and report["regime"] == "ttl_1d"
     assert report["stale_hits"] == 0
     assert report["cross_tenant_hits"] == 0
     assert report["hit_rate_total"] > report["hit_rate_total_baseline"]
     assert report["warm_requests"] > 0
     d = report["deploy"]
     assert d["old_version_keys_left"] == 0 and d["done_counts"]["deleted"] > 0
+    # the purge goes in paced batches sized to the namespace, so its plot shows steps
+    assert d["done_counts"]["batches"] >= 3, d["done_counts"]
     assert "pre-warmed" in d["ready_detail"]
     assert len(report["kb_changes"]) >= 2
     for png in ("hit_rate.png", "warm_qps.png", "purge_progress.png"):
@@ -85,6 +88,11 @@ def test_demo_fast__warming_beats_baseline_and_nothing_stale_or_crossed(tmp_path
     for name, f in regimes.items():
         assert set(f) >= REGIME_KEYS, name
         assert f["verdict"].startswith(f"{name}: warming ")
+        # one headline per regime, printed, saying what its verdict says
+        verb = "paid" if f["paid"] else "did not pay"
+        assert f"{name}: warming {verb}: " in f["verdict"]
+        assert f["headline"].startswith(f"{name} (TTL ") and f"warming {verb}: " in f["headline"]
+        assert f"verdict: {f['verdict'][:40]}" in proc.stderr.replace("\n", " ")
         assert (out / f"gpu_demand_{name}.png").stat().st_size > 10_000
         assert len(f["gpu_s_per_hour"]["baseline"]) == f["hours"][1] - f["hours"][0]
         assert 0 <= f["landed_warms_hit"] <= f["landed_warms"] <= f["scheduled_warm_requests"]
@@ -115,15 +123,17 @@ def test_demo__a_broken_invalidation_worker_shows_stale_hits() -> None:
     the key scheme's: with a worker that drops KB changes, the scorer must see stale hits."""
     from rich.console import Console
 
+    from stoker.demo.progress import DemoProgress
     from stoker.demo.run import Embeddings, Pass
     from stoker.demo.scenario import Scenario, load_traffic
 
     # the first 12 hours of the fast run, one KB change at hour 5, no deploy
     sc = replace(Scenario.fast(), week2_hours=12, kb_change_at_h=(5,), deploy_at_h=10**6)
     traffic = load_traffic(sc)
-    quiet = Console(stderr=True, quiet=True)
+    quiet = DemoProgress(Console(stderr=True, quiet=True))
     res = Pass(sc, traffic, False, quiet, Embeddings(traffic.week2), forgetful_invalidation=True)
-    served = res.run(None).serve
+    with quiet:
+        served = res.run(None).serve
     assert served.stale_hits > 0
     assert served.cross_tenant_hits == 0 and served.errors == 0
 
