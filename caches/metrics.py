@@ -66,6 +66,28 @@ STORES = Counter(
     ["result", "reason"],
 )
 
+# The embedding micro-batcher (caches/embedders.py), by kind: "lookup" (a request waits on it,
+# within the lookup budget of 50 ms by default) or "background" (indexing answers, warm runs).
+# Seconds: dense up to 100 ms, where the lookup budget sits.
+EMBED_BUCKETS: Final = (
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+    0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+)  # fmt: skip
+EMBED_SECONDS = Histogram(
+    "stoker_embed_seconds",
+    "Embedding time as a caller waited for it (queue + forward pass), by kind",
+    ["kind"],
+    buckets=EMBED_BUCKETS,
+)
+EMBED_PASS_SECONDS = Histogram(
+    "stoker_embed_pass_seconds", "One forward pass of the embedder, by kind", ["kind"],
+    buckets=EMBED_BUCKETS,
+)  # fmt: skip
+EMBED_BATCH_TEXTS = Histogram(
+    "stoker_embed_batch_texts", "Texts per forward pass of the embedder, by kind", ["kind"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+)  # fmt: skip
+
 
 class _LookupTally(Collector):
     """Per outcome: count, latency sum and bucket counts; exported at scrape time."""

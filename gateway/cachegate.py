@@ -4,12 +4,15 @@ fail-open.
 A lookup has one budget (default 50 ms) and two steps:
 1. exact (and negative), and on a miss the write ticket: redis.asyncio on the loop
    (asynccache.py: no thread hop and no GIL handoff on the hit path);
-2. the semantic search (embedding, vector search) on a thread, with what is left of the budget.
+2. the semantic search (embedding, vector search) on a thread, with what is left of the budget
+   as the embedder's deadline (caches/embedders.py: lookups go before background embeds, and a
+   late one is dropped, not computed).
 A failure or timeout in 1 (Redis down or slow) is a bypass: the request goes straight upstream
 and the bypass is counted. In 2 only the semantic layer is skipped: the miss keeps its ticket,
-so its answer is still stored. Stores are fire-and-forget tasks: the answer reaches the client
-before its write lands (the script on the loop, the semantic index on a thread), bounded in
-number; a failed write costs one miss.
+so its answer is still stored, and its reason says so (semantic_deadline, semantic_down).
+Stores are fire-and-forget tasks: the answer reaches the client before its write lands (the
+script on the loop, the semantic index on a thread), bounded in number; a failed write costs
+one miss.
 
 The live model version (caches/live.py) is read at most once per `live_version_ttl_s` per model,
 so `stoker deploy` moves every replica to the new namespace within a second without a restart;
@@ -26,11 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import redis.asyncio as aredis
 
 from caches import keys as K
 from caches.boundary import REDIS_ERRORS
 from caches.client import AnswerExtras, CacheClient, CacheRequest, LookupResult, StoreResult
+from caches.embedders import EmbedDeadlinePassed, embed_deadline
 from caches.live import scopes_of, version_for
 from gateway import metrics as M
 from gateway.asynccache import AsyncExact, count_store
@@ -135,18 +140,31 @@ class CacheGate:
         return version, req, res
 
     async def _semantic(self, req: CacheRequest, miss: LookupResult, left_s: float) -> LookupResult:
+        """The semantic half on a thread, with what is left of the budget. The deadline goes
+        along (embed_deadline): the embedder serves this lookup before background work, and
+        drops it rather than compute it late."""
         loop = asyncio.get_running_loop()
+        left_s = max(left_s, 0.0)
+        deadline = time.monotonic() + left_s
         try:
             return await asyncio.wait_for(
-                loop.run_in_executor(self.pool, self.cache.lookup_semantic, req, miss),
-                max(left_s, 0.0),
+                loop.run_in_executor(self.pool, self._semantic_by, req, miss, deadline), left_s
             )
-        except TimeoutError:
+        except TimeoutError:  # the wait, or the embedder giving up at the deadline
             M.bypass("semantic_deadline")
+            ms = round(self.opts.lookup_budget_s * 1000)
+            reason = f"semantic_deadline: the semantic lookup took over the {ms} ms lookup budget"
         except StokerError as e:
             M.bypass("semantic_down")
             log.debug("semantic lookup skipped: %s", e)
-        return miss
+            reason = f"semantic_down: {e}"
+        return msgspec.structs.replace(miss, reason=reason)
+
+    def _semantic_by(self, req: CacheRequest, miss: LookupResult, deadline: float) -> LookupResult:
+        if time.monotonic() >= deadline:  # queued for a thread past its budget: do nothing
+            raise EmbedDeadlinePassed("no lookup thread free within the budget")
+        with embed_deadline(deadline):
+            return self.cache.lookup_semantic(req, miss)
 
     @staticmethod
     def _bypassed(reason: str, started: float) -> Decision:

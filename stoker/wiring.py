@@ -121,8 +121,10 @@ def build_embedder(s: StokerSettings) -> Embedder:
                 s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
             )
         else:
-            model = SentenceTransformerEmbedder(s.embedder_model)
-        emb = _EMBEDDERS[ident] = BatchingEmbedder(model)  # concurrent callers share calls
+            model = SentenceTransformerEmbedder(s.embedder_model, threads=s.embedder_threads)
+        emb = _EMBEDDERS[ident] = BatchingEmbedder(  # concurrent callers share forward passes
+            model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
+        )
     if s.embedder_dim is not None and s.embedder_dim != emb.dim:
         raise ConfigError(
             f"{s.embedder_model} embeds in {emb.dim} dimensions, but "

@@ -194,3 +194,51 @@ def test_batching_embedder__a_model_error_reaches_every_waiting_caller():
     with pytest.raises(ConfigError, match="model gone"):
         b.embed(["a"])
     b.close()
+
+
+def test_batching_embedder__a_lookup_goes_before_background_and_a_late_one_is_dropped():
+    import threading
+    import time
+
+    from caches.embedders import BatchingEmbedder, EmbedDeadlinePassed, embed_deadline
+
+    inner = CountingEmbedder()
+    gate = threading.Event()
+    slow = inner.embed
+
+    def held(texts: Sequence[str]) -> np.ndarray:
+        if texts == ["hold"]:
+            gate.wait(5)  # the model busy while the others queue up
+        return slow(texts)
+
+    inner.embed = held  # type: ignore[method-assign]
+    b = BatchingEmbedder(inner, background_patience_s=60)
+    threads = [threading.Thread(target=b.embed, args=(["hold"],))]
+    threads[0].start()
+    wait_for_queue = time.monotonic() + 5
+    while b.queued() and time.monotonic() < wait_for_queue:
+        time.sleep(0.005)
+    threads.append(threading.Thread(target=b.embed, args=(["background"],)))
+    threads[1].start()
+    got: list[np.ndarray] = []
+
+    def lookup(text: str, within_s: float) -> None:
+        with embed_deadline(time.monotonic() + within_s):
+            try:
+                got.append(b.embed([text]))
+            except EmbedDeadlinePassed:
+                got.append(np.zeros((0, 4)))
+
+    late = threading.Thread(target=lookup, args=("late", 0.05))
+    urgent = threading.Thread(target=lookup, args=("urgent", 5.0))
+    late.start()
+    urgent.start()
+    late.join(5)  # gave up at its deadline, the model still held
+    assert got and got[0].shape == (0, 4)
+    gate.set()
+    for t in [*threads, urgent]:
+        t.join(5)
+    # the urgent lookup's pass before the background one; the late one never computed
+    assert inner.calls == [["hold"], ["urgent"], ["background"]]
+    assert b.dropped == 1
+    b.close()
