@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal["exact", "semantic", "negative", "miss", "bypass"]
 NEGATIVE_MARK = b"1"
+# A semantic miss's reason when the search found no live entry near the query (at the
+# matcher's floor: the threshold for static, 0.55 for verified).
+SEMANTIC_NONE = "semantic_none: no cached prompt is near this one"
 
 
 @dataclass(frozen=True)
@@ -222,15 +225,13 @@ class CacheClient:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
         if negative:
             return self.negative(p)
+        why = LookupResult("miss")
         if use_semantic and self.semantic is not None:
-            hit = self._semantic_lookup(req, key, threshold)
-            if hit is not None and hit.hit:
-                return hit
-            shadow = None if hit is None else hit.shadow
-        else:
-            shadow = None
+            why = self._semantic_lookup(req, key, threshold)
+            if why.hit:
+                return why
         ticket = self.generations.snapshot(key, req.docs)
-        return LookupResult("miss", ticket=ticket, key=p.exact_key, shadow=shadow)
+        return msgspec.structs.replace(why, ticket=ticket, key=p.exact_key)
 
     # The read path's I/O-free steps: lookup() runs them around its Redis calls, and so does
     # a caller with a Redis client of its own kind (the gateway's asyncio client).
@@ -284,9 +285,9 @@ class CacheClient:
         if self.semantic is None or miss.ticket is None:
             return miss
         got = self._semantic_lookup(req, miss.ticket.key, None)
-        if got is None:
-            return miss
-        return got if got.hit else msgspec.structs.replace(miss, shadow=got.shadow)
+        if got.hit:
+            return got
+        return msgspec.structs.replace(miss, shadow=got.shadow, score=got.score, reason=got.reason)
 
     @staticmethod
     def observe(res: LookupResult, seconds: float) -> None:
@@ -330,14 +331,15 @@ class CacheClient:
 
     def _semantic_lookup(
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
-    ) -> LookupResult | None:
+    ) -> LookupResult:
+        """A semantic hit, or a miss saying why (`reason`; `score`: the best candidate's)."""
         found = self.semantic_candidates(req, key, threshold)
         if found is None:
-            return None
+            return LookupResult("miss", reason=SEMANTIC_NONE)
         q, cands, alive = found
         got = self.matcher.decide(q, cands)
         if got is None:
-            return self._shadow(q, cands)
+            return self._declined(q, cands)
         c = cands[got.index]
         return LookupResult("semantic", alive[c.entry_key], c.score, got.rule, key=c.entry_key)
 
@@ -391,17 +393,21 @@ class CacheClient:
             cands = [replace(c, vector=vecs[i]) for i, c in enumerate(cands)]
         return q, cands, alive
 
-    def _shadow(self, q: Query, cands: list[Candidate]) -> LookupResult | None:
-        """None (a plain miss), or a marker carrying the best candidate for a shadow check."""
-        assess = getattr(self.matcher, "assess", None)
-        if assess is None or self.budget is None:
-            return None
-        a = assess(q, cands)
-        if a.index < 0 or a.reference is None:
-            return None
+    def _declined(self, q: Query, cands: list[Candidate]) -> LookupResult:
+        """The matcher served none of `cands`: a miss with the best entry's score, the
+        matcher's reason, and for a verified matcher the candidate to shadow-check."""
+        score = max((c.score for c in cands if c.kind == "entry"), default=None)
+        reason = f"semantic_unsure: {self.matcher.why_not(q, cands)}"
+        miss = LookupResult("miss", score=score, reason=reason)
+        shadow_of = getattr(self.matcher, "shadow_of", None)
+        if shadow_of is None or self.budget is None:
+            return miss
+        a = shadow_of(q, cands)
+        if a is None:
+            return miss
         key = cands[a.index].entry_key
         shadow = Shadow(key, a.strength, a.reference, a.members, q.tenant, q.route)
-        return LookupResult("miss", shadow=shadow)
+        return msgspec.structs.replace(miss, shadow=shadow)
 
     # -- write path --
 

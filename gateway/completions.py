@@ -293,9 +293,13 @@ class Completions:
             h["x-stoker-key"] = res.key.rsplit(":", 1)[-1]
         if res.hit:
             h["x-stoker-rule"] = res.rule
-            h["x-stoker-score"] = f"{res.score:.4f}" if res.score is not None else ""
-        if res.reason:
-            h["x-stoker-reason"] = res.reason[:200]
+        if res.score is not None:  # a hit's, or on a miss the best candidate's
+            h["x-stoker-score"] = f"{res.score:.4f}"
+        # Why it did not hit: a bypass's reason, or a miss's (semantic_deadline, semantic_unsure
+        # with the best candidate's score, semantic_none, ...); an exact-only miss: not cached.
+        reason = res.reason or ("" if res.hit or res.outcome != "miss" else _NOT_CACHED)
+        if reason:
+            h["x-stoker-reason"] = reason[:200]
         if d.model_version:
             h["x-stoker-model-version"] = d.model_version
         return h
@@ -305,6 +309,8 @@ class Completions:
         self.log.offer(log_event(r, d, s, self.opts, self.gate.live.peek(r.model_id, r.tenant)))
 
 
+# A miss with no semantic layer to ask (or not asked: Cache-Control: no-cache reads nothing).
+_NOT_CACHED = "not_cached: no entry for this request"
 # Answers a follower may be handed: they ended on their own, as a stored one would have.
 _SHAREABLE = frozenset({"stop", "tool_calls"})
 
@@ -362,7 +368,7 @@ def log_event(
         "cache_key": res.key.rsplit(":", 1)[-1] if res.key else None,
         "cache_rule": res.rule or None,
         "cache_source": res.entry.provenance.source if hit and res.entry is not None else None,
-        "cache_score": None if res.score is None else max(-1.0, min(1.0, res.score)),
+        "cache_score": None if res.score is None or not hit else max(-1.0, min(1.0, res.score)),
         "doc_generations": res.ticket.doc_generations() if res.ticket is not None else None,
     }
     if a is not None:

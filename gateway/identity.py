@@ -12,8 +12,9 @@ identity" section says the same for users):
   RequestParams.history (a digest), so an answer is never served after another conversation;
 - params: every other body field (tools, response_format, max_tokens, ...), plus which API;
 - docs and route: the `stoker` extension object, removed before the request goes upstream.
-Some requests are answered but never cached (`bypass`): sampling (temperature > 0, and none
-given means the upstream's default), n > 1, logprobs, non-text content, an empty question.
+Some requests are answered but never cached (`bypass`): sampling (temperature > 0; none given
+means the upstream's default, `default_temperature`, and a bypass of its own reason,
+temperature_unset, that says what to send), n > 1, logprobs, non-text content, an empty question.
 """
 
 from __future__ import annotations
@@ -243,6 +244,7 @@ def _params(
         raise BadRequest(f"{', '.join(reserved)} is not an OpenAI parameter", param=reserved[0])
     # null is the API's "use the default": it keys as if absent
     fields = {k: v for k, v in body.items() if k not in _NOT_KEYED and v is not None}
+    unset = "temperature" not in fields
     fields.setdefault("temperature", opts.default_temperature)
     try:
         params = RequestParams(**fields, api=api, history=history)
@@ -250,7 +252,20 @@ def _params(
         err = e.errors(include_url=False)[0]
         name = ".".join(map(str, err["loc"]))
         raise BadRequest(f"{name}: {err['msg']}", param=name) from None
-    return params, _uncacheable(fields)
+    why = _uncacheable(fields)
+    if why is None and unset and opts.default_temperature > 0:
+        why = _temperature_unset(opts.default_temperature)
+    return params, why
+
+
+def _temperature_unset(default: float) -> str:
+    """Not temperature>0: the client chose nothing, so it may not know it must (the reason is
+    the X-Stoker-Reason header: it says what to set)."""
+    return (
+        f"temperature_unset: no temperature sent, taken as {default:g} (sampling), so not "
+        "cached; send temperature=0, or set STOKER_GATEWAY_DEFAULT_TEMPERATURE=0 where the "
+        "upstream decodes greedily"
+    )
 
 
 def _uncacheable(fields: dict[str, Any]) -> str | None:

@@ -51,7 +51,15 @@ from caches.embedders import Embedder
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
-from caches.matching.budget import ErrorBudget, MemoryCounts, upper_bound
+from caches.matching.budget import (
+    ErrorBudget,
+    MemoryCounts,
+    choose_level,
+    cold_open,
+    upper_bound,
+)
+from caches.matching.cold import DEFAULT_COLD, ColdRule
+from caches.matching.guards import Guarded
 from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
 from caches.semantic.base import SemanticMatch, SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
@@ -62,6 +70,9 @@ from warmers.monitor import Auditor, ServedHit
 OOS = "oos"
 STATIC_CURVE = (0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98)
 BASELINE = 0.92  # the static threshold every other figure is compared with (DESIGN.md default)
+FIRST = 500  # a young cache: the cold start's figures are over the stream's first queries
+# The cold rule's prompt half alone: its cosine and every lexical guard, no answer consulted.
+PROMPT_ONLY = f"prompt_only_{DEFAULT_COLD.score:.2f}"
 _NS = Namespace("eval", "sim-model", "v1", "t1")
 _FAR = 10 * 365 * 86_400.0  # entries never expire during a run
 
@@ -146,12 +157,18 @@ class QualityRow:
     reachable: int = 0
     seconds: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
+    first_hits: int = 0  # over the first FIRST queries: a young cache
+    first_wrong: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        first = min(self.queries, FIRST)
         return {
             "name": self.name,
             "hit_rate": self.hits / max(self.queries, 1),
             "wrong_share": self.wrong / max(self.hits, 1),
+            f"first{FIRST}_hit_rate": self.first_hits / max(first, 1),
+            f"first{FIRST}_wrong_share": self.first_wrong / max(self.first_hits, 1),
+            f"first{FIRST}_hits": self.first_hits,
             "oos_hit_rate": self.oos_hits / max(self.oos_queries, 1),
             "ceiling": self.reachable / max(self.queries, 1),
             "queries": self.queries,
@@ -184,6 +201,9 @@ class _Scorer:
         r.hits += 1
         r.oos_hits += label == self.oos
         r.wrong += wrong
+        if r.queries <= FIRST:
+            r.first_hits += 1
+            r.first_wrong += wrong
         return wrong
 
 
@@ -263,16 +283,22 @@ def run_verified(
     judge: AnswerJudge | None = None,
     fixed_level: int | None = None,
     counts: MemoryCounts | None = None,
+    cold: ColdRule | None = DEFAULT_COLD,
 ) -> QualityRow:
     """Steps 2-5 for the verified matcher under an error budget fed by the monitor's audits and
     the shadow checks alone, or held at `fixed_level` of the ladder (the monitor still audits:
-    its bound is reported). `counts`: the verdicts so far (earlier traffic's), counted on."""
+    its bound is reported). `counts`: the verdicts so far (earlier traffic's), counted on.
+    `cold`: the cold-start rule, open while the budget's evidence allows (budget.cold_open);
+    never with a fixed level."""
     judge = judge or AnswerJudge()
     rng = random.Random(seed)
     budget = ErrorBudget(counts or MemoryCounts(), len(LADDER), max_wrong_rate)
     auditor = Auditor(judge, budget)
-    level = [budget.level(_NS.tenant, "") if fixed_level is None else fixed_level]
-    matcher = VerifiedMatcher(lambda q: level[0], bar=judge.bar)
+    state = _State(budget, fixed_level)
+    matcher = VerifiedMatcher(
+        lambda q: state.level, bar=judge.bar, cold=None if fixed_level is not None else cold,
+        cold_open=lambda q: state.cold_open,
+    )  # fmt: skip
     row = QualityRow(name)
     scorer = _Scorer(row, st.labels, st.oos_label)
     audited = _Tally()
@@ -301,15 +327,17 @@ def run_verified(
                 truly_wrong = scorer.record(i, j)
                 if rng.random() < monitor_share:
                     a = matcher.assess(q, cands)  # the evidence the hit was served on
-                    ref = st.live_v[j] if a.reference is None else a.reference
+                    ref, members = st.live_v[j], 1  # a cold hit: its own answer, the pair bar
+                    if a.index == got.index and a.reference is not None:
+                        ref, members = a.reference, a.members
                     hit = ServedHit(
                         _NS, "", "ctx", "par", text, vec, c.entry_key, c.score, got.rule,
-                        strength_of(got.rule), st.live[j], ref, max(a.members, 1),
+                        strength_of(got.rule), st.live[j], ref, members,
                     )  # fmt: skip
                     _, verdict, probe = auditor.audit(hit, st.again[i], st.again_v[i], time.time())
                     audited.add(not verdict.same, truly_wrong)
                     store.upsert([probe])
-            level[0] = budget.level(_NS.tenant, "") if fixed_level is None else fixed_level
+            state.read()
     row.seconds = time.perf_counter() - t0
     per = budget.counts.read(_NS.tenant, "", len(LADDER))
     row.stats = {
@@ -319,10 +347,27 @@ def run_verified(
         "monitor_judged_wrong": audited.judged_wrong,
         "monitor_truly_wrong": audited.truly_wrong,
         "monitor_bound": upper_bound(audited.judged_wrong, audited.checked),
-        "final_level": level[0],
+        "final_level": state.level,
+        "final_cold_open": state.cold_open,
         **_percentiles(verify_ms),
     }
     return row
+
+
+class _State:
+    """The serving level and whether the cold rule is open, read from the budget after each
+    query (what ServingLevels reads from Redis, with no refresh delay)."""
+
+    def __init__(self, budget: ErrorBudget, fixed_level: int | None) -> None:
+        self.budget, self.fixed = budget, fixed_level
+        self.read()
+
+    def read(self) -> None:
+        ev = self.budget.evidence(_NS.tenant, "")
+        self.level = (
+            choose_level(ev.ladder, self.budget.delta) if self.fixed is None else self.fixed
+        )
+        self.cold_open = cold_open(ev, self.budget.delta)
 
 
 @dataclass
@@ -348,8 +393,8 @@ def _shadow_check(
     share: float,
 ) -> None:
     """As CacheClient does at store time: the near-miss's live answer against its candidate's."""
-    a = matcher.assess(q, cands)
-    if a.reference is not None and rng.random() < share:
+    a = matcher.shadow_of(q, cands)
+    if a is not None and rng.random() < share:
         same = judge.agree(live_vec, a.reference, a.members)
         budget.record(q.tenant, q.route, a.strength, wrong=not same)
 
@@ -410,6 +455,42 @@ class Evaluation:
             "cold_wrong_share": cold["wrong_share"],
             "cold_ratio": cold["hit_rate"] / max(base["hit_rate"], 1e-9),
             "cold_final_level": cold["final_level"],
+        }
+
+    def cold_summary(self) -> dict[str, Any]:
+        """A young cache: the verified matcher started with no earlier verdicts, over the
+        stream's first FIRST queries, beside static 0.92 and the cold rule's prompt-only bound
+        over the same queries."""
+        names = {r.name for r in self.rows}
+        cold = self.row("stoker_cold" if "stoker_cold" in names else "stoker").as_dict()
+        base = self.row(f"static_{BASELINE:.2f}").as_dict()
+        bound = self.row(PROMPT_ONLY).as_dict() if PROMPT_ONLY in names else None
+        f = f"first{FIRST}"
+        return {
+            "name": f"semantic_quality_clinc_cold_{f}",
+            "queries": min(cold["queries"], FIRST),
+            "hits": cold[f"{f}_hits"],
+            "hit_rate": cold[f"{f}_hit_rate"],
+            "wrong_share": cold[f"{f}_wrong_share"],
+            "static092_hits": base[f"{f}_hits"],
+            "static092_hit_rate": base[f"{f}_hit_rate"],
+            "static092_wrong_share": base[f"{f}_wrong_share"],
+            "ratio": cold[f"{f}_hit_rate"] / max(base[f"{f}_hit_rate"], 1e-9),
+            # The cold rule served on the prompts alone (no answer vetoes, never closed): what
+            # it serves whatever the backend's answers say; no simulated answer enters it.
+            "prompt_only_hits": bound[f"{f}_hits"] if bound else None,
+            "prompt_only_wrong_share": bound[f"{f}_wrong_share"] if bound else None,
+            # The same runs over the whole stream.
+            "stream_queries": cold["queries"],
+            "stream_hit_rate": cold["hit_rate"],
+            "stream_wrong_share": cold["wrong_share"],
+            "stream_static092_hit_rate": base["hit_rate"],
+            "stream_static092_wrong_share": base["wrong_share"],
+            "hits_by_rule": cold["hits_by_rule"],
+            "final_level": cold["final_level"],
+            "final_cold_open": cold["final_cold_open"],
+            "goal_ratio_min": 1.0,
+            "goal_wrong_share_max": 0.01,
         }
 
 
@@ -476,6 +557,8 @@ def evaluate(
                                     fixed_level=k))  # fmt: skip
     evidence = None
     if wants_verified:
+        progress(PROMPT_ONLY)
+        out.append(run_stream(PROMPT_ONLY, Guarded(StaticThreshold(DEFAULT_COLD.score)), st))
 
         def budgeted(name: str, s: Stream, counts: MemoryCounts | None) -> QualityRow:
             return run_verified(name, s, max_wrong_rate=max_wrong_rate, seed=seed,

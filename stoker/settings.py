@@ -78,9 +78,11 @@ class StokerSettings(BaseSettings):
     # torch's intra-op threads for the local model (process-wide). One: on this loaded 2-core
     # box a second thread made one prompt 10-25x slower (caches/embedders.py has the figures).
     embedder_threads: int = Field(default=1, ge=1, le=256)
-    # The micro-batcher in front of the embedder: texts per forward pass at most, and how long
-    # a lookup's embed waits for others to join its pass (0: it takes those queued meanwhile).
+    # The micro-batcher in front of the embedder: texts per forward pass at most (lookups go
+    # before background embeds, and one past its deadline is dropped, not computed).
     embedder_batch_max_texts: int = Field(default=64, ge=1, le=4096)
+    # How long a lookup's embed waits for others to join its forward pass. 0: it takes those
+    # that queued while the last pass ran, which under load is most of them.
     embedder_batch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
 
     # -- cache policy --
@@ -99,7 +101,7 @@ class StokerSettings(BaseSettings):
     # are right". Static stays one setting away, and the demo uses it (stoker/demo/run.py).
     semantic_matcher: Literal["static", "verified"] = "verified"
     # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
-    # safe look-alikes on the prompts alone (cosine >= 0.92, no lexical guard firing, no near
+    # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
     # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
     semantic_cold_start: bool = True

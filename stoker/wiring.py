@@ -32,6 +32,7 @@ from caches.l1 import L1Cache
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.budget import ErrorBudget, ServingLevels
+from caches.matching.cold import DEFAULT_COLD
 from caches.matching.counts import RedisCounts
 from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES
@@ -217,7 +218,8 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
     budget = build_budget(s, r)
     levels = ServingLevels(budget, s.budget_refresh_s)
     BUDGET_GAUGES.watch(levels)
-    return VerifiedMatcher(levels, bar=s.answer_bar), budget
+    cold = DEFAULT_COLD if s.semantic_cold_start else None
+    return VerifiedMatcher(levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open), budget
 
 
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:

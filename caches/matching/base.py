@@ -115,6 +115,11 @@ class Matcher(ABC):
     def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
         """Pick one of `cands` (best score first) or none."""
 
+    def why_not(self, q: Query, cands: Sequence[Candidate]) -> str:
+        """Why none of `cands` was served, in a few words (X-Stoker-Reason carries it); it
+        starts with the best entry's score, "score=0.9412"."""
+        return best_score(cands)
+
     def decide(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
         self.stats.looked()
         floor = self.floor_for(q)
@@ -159,3 +164,12 @@ class StaticThreshold(Matcher):
             if c.score >= cut:
                 return Accepted(i, f"cosine>={cut:.3f}")
         return None
+
+    def why_not(self, q: Query, cands: Sequence[Candidate]) -> str:
+        return f"{best_score(cands)}; the static threshold is {self._cut(q):.2f}"
+
+
+def best_score(cands: Sequence[Candidate]) -> str:
+    """ "score=<the best entry's cosine>", or "score=none" when only probes were near."""
+    best = max((c.score for c in cands if c.kind == "entry"), default=None)
+    return "score=none" if best is None else f"score={best:.4f}"

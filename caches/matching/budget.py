@@ -143,7 +143,19 @@ class LevelBound:
         return shown_within(self.wrong, self.checked, delta)
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """One route's verdicts: per ladder level (loosest first), and the cold rule's own."""
+
+    ladder: list[LevelBound]
+    cold: LevelBound
+
+
 class ErrorBudget:
+    """Verdicts per strength 0..levels-1 (the ladder's, nested), and one more slot, `cold`
+    (= levels), for the cold rule (cold.py), which is no ladder level: its verdicts are its own
+    and count for no level."""
+
     def __init__(self, counts: VerdictCounts, levels: int, max_wrong_rate: float) -> None:
         if not 0.0 < max_wrong_rate < 1.0:
             raise ValueError(f"max wrong-hit rate {max_wrong_rate} must lie in (0, 1)")
@@ -151,27 +163,32 @@ class ErrorBudget:
             raise ValueError("need at least one level")
         self.counts = counts
         self.levels = levels
+        self.cold = levels
         self.delta = max_wrong_rate
 
     def record(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
-        if 0 <= strength < self.levels:
+        if 0 <= strength <= self.cold:
             self.counts.add(tenant, route, strength, wrong)
 
     def record_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
         """record, once per `once` (the audited request's event id); True when it counted."""
-        if not 0 <= strength < self.levels:
+        if not 0 <= strength <= self.cold:
             return False
         return self.counts.add_once(tenant, route, strength, wrong, once)
 
-    def bounds(self, tenant: str, route: str) -> list[LevelBound]:
-        """Per level: the pairs it would have served (and the bound of their wrong rate)."""
-        per = self.counts.read(tenant, route, self.levels)
+    def evidence(self, tenant: str, route: str) -> Evidence:
+        """Per level: the pairs it would have served (and the bound of their wrong rate); and
+        the cold rule's verdicts. One read."""
+        per = self.counts.read(tenant, route, self.levels + 1)
         out, checked, wrong = [], 0, 0
         for level in reversed(range(self.levels)):  # strongest pairs count for every level
             checked += per[level][0]
             wrong += per[level][1]
             out.append(LevelBound(level, checked, wrong))
-        return out[::-1]
+        return Evidence(out[::-1], LevelBound(self.cold, *per[self.cold]))
+
+    def bounds(self, tenant: str, route: str) -> list[LevelBound]:
+        return self.evidence(tenant, route).ladder
 
     def level(self, tenant: str, route: str) -> int:
         return choose_level(self.bounds(tenant, route), self.delta)
@@ -182,6 +199,16 @@ def choose_level(bounds: Sequence[LevelBound], delta: float) -> int:
         if b.within(delta):
             return b.level
     return len(bounds) - 1
+
+
+def cold_open(ev: Evidence, delta: float) -> bool:
+    """May the cold rule (cold.py) serve on a route with this evidence? While its own verdicts
+    show it within budget; else on trial: none of its own came back wrong, and the route holds
+    fewer verdicts in all than any level needs to be shown within budget (299 at 1%)."""
+    if ev.cold.within(delta):
+        return True
+    checked = ev.cold.checked + (ev.ladder[0].checked if ev.ladder else 0)  # [0]: every pair
+    return ev.cold.wrong == 0 and checked < min_evidence(delta)
 
 
 @functools.lru_cache(maxsize=64)
@@ -224,36 +251,39 @@ class ServingLevels:
         self.max_pairs = max_pairs
         self.clock = clock
         self._lock = threading.Lock()
-        # (tenant, route) -> (read at, bounds or None when never read)
-        self._seen: OrderedDict[tuple[str, str], tuple[float, list[LevelBound] | None]] = (
-            OrderedDict()
-        )
+        # (tenant, route) -> (read at, evidence or None when never read)
+        self._seen: OrderedDict[tuple[str, str], tuple[float, Evidence | None]] = OrderedDict()
 
     def __call__(self, q: Query) -> int:
         return self.level(q.tenant, q.route)
 
     def level(self, tenant: str, route: str) -> int:
-        bounds = self._bounds(tenant, route)
-        if bounds is None:
+        ev = self._evidence(tenant, route)
+        if ev is None:
             return self.budget.levels - 1
-        return choose_level(bounds, self.budget.delta)
+        return choose_level(ev.ladder, self.budget.delta)
 
-    def _bounds(self, tenant: str, route: str) -> list[LevelBound] | None:
+    def cold_open(self, q: Query) -> bool:
+        """May the cold rule serve this query's route (cold_open; not while unread)?"""
+        ev = self._evidence(q.tenant, q.route)
+        return ev is not None and cold_open(ev, self.budget.delta)
+
+    def _evidence(self, tenant: str, route: str) -> Evidence | None:
         pair, now = (tenant, route), self.clock()
         with self._lock:
-            at, bounds = self._seen.get(pair, (-math.inf, None))
+            at, ev = self._seen.get(pair, (-math.inf, None))
             if now - at < self.refresh_s:
                 self._seen.move_to_end(pair)
-                return bounds
-            self._seen[pair] = (now, bounds)  # one reader per refresh; the rest use the last
+                return ev
+            self._seen[pair] = (now, ev)  # one reader per refresh; the rest use the last
             self._seen.move_to_end(pair)
             while len(self._seen) > self.max_pairs:
                 self._seen.popitem(last=False)
         try:
-            fresh = self.budget.bounds(tenant, route)
+            fresh = self.budget.evidence(tenant, route)
         except CacheUnavailable as e:
             log.debug("budget of %s/%s unreadable, serving at the last level: %s", *pair, e)
-            return bounds
+            return ev
         with self._lock:
             if pair in self._seen:
                 self._seen[pair] = (now, fresh)
@@ -262,17 +292,17 @@ class ServingLevels:
     def refresh(self) -> None:
         """Read every known pair again on its next lookup (a test, or new evidence to act on)."""
         with self._lock:
-            for pair, (_, bounds) in self._seen.items():
-                self._seen[pair] = (-math.inf, bounds)
+            for pair, (_, ev) in self._seen.items():
+                self._seen[pair] = (-math.inf, ev)
 
     def serving(self) -> list[Serving]:
         """What each known pair serves at, from the last read (no I/O: for a scrape)."""
         with self._lock:
             items = list(self._seen.items())
         out = []
-        for (tenant, route), (_, bounds) in items:
-            if bounds is None:
+        for (tenant, route), (_, ev) in items:
+            if ev is None:
                 continue
-            level = choose_level(bounds, self.budget.delta)
-            out.append(Serving(tenant, route, level, bounds[level], self.budget.delta))
+            level = choose_level(ev.ladder, self.budget.delta)
+            out.append(Serving(tenant, route, level, ev.ladder[level], self.budget.delta))
         return out

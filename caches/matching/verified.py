@@ -16,6 +16,9 @@ when:
   "a 1 minute timer"'s answer, however alike the answers to the two read otherwise.
 Nothing here reads a label: prompts, vectors and what the backend answered.
 
+A young cache has no neighbours to vouch: the cold rule (cold.py) serves its clearly safe
+look-alikes on trial until verdicts come in.
+
 Levels form a ladder, loosest first; each accepts a subset of what the one before accepts
 (score, agree and margin never fall along it), so a hit's `strength` (the strictest level it
 passes) says which levels would have served it. The error budget (caches/matching/budget.py)
@@ -32,7 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from caches.matching.answers import ANSWER_GUARDS, DEFAULT_ANSWER_BAR
-from caches.matching.base import Accepted, Candidate, Matcher, Query, Vector
+from caches.matching.base import Accepted, Candidate, Matcher, Query, Vector, best_score
+from caches.matching.cold import ColdRule
 from caches.matching.lexical import first_violation
 
 
@@ -61,6 +65,17 @@ LADDER: tuple[Level, ...] = (
     Level(0.74, 2, 0.30),
     Level(0.88, 3, 0.30),
 )
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """A miss's candidate to check the live answer against: at `strength` (a ladder level, or
+    the cold slot), against `reference`, the centroid of `members` answers."""
+
+    index: int
+    strength: int
+    reference: Vector
+    members: int
 
 
 @dataclass(frozen=True)
@@ -101,11 +116,18 @@ class VerifiedMatcher(Matcher):
         bar: float = DEFAULT_ANSWER_BAR,
         neighbour_floor: float = 0.55,
         neighbours: int = 8,
+        cold: ColdRule | None = None,
+        cold_open: Callable[[Query], bool] = lambda q: False,
     ) -> None:
+        """`cold`, `cold_open`: the cold-start rule (cold.py) and whether a query's route may
+        be served by it now (ServingLevels.cold_open); None: the ladder alone."""
         super().__init__()
         check_ladder(ladder)
         self.ladder = tuple(ladder)
         self.level_of = level_of
+        self.cold = cold
+        self.cold_open = cold_open
+        self.cold_slot = len(self.ladder)  # the cold rule's verdicts' strength (budget.py)
         self.bar = bar
         self.neighbour_floor = neighbour_floor
         self.neighbours = neighbours
@@ -147,13 +169,45 @@ class VerifiedMatcher(Matcher):
         return s
 
     def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
+        """The ladder at the serving level; else the cold rule, while its route's is open."""
         a = self.assess(q, cands)
-        level = min(max(self.level_of(q), 0), len(self.ladder) - 1)
-        if a.index < 0 or a.strength < level:
-            self.stats.verified("unsure" if a.index < 0 else "below_level")
+        level = self._level(q)
+        if a.index >= 0 and a.strength >= level:
+            self.stats.verified("agree")
+            return Accepted(a.index, f"verified:L{level}:{self.ladder[level]}:s{a.strength}")
+        if self.cold is not None and self.cold_open(q):
+            i = self.cold.pick(q, cands, self.bar)
+            if i >= 0:
+                self.stats.verified("cold")
+                return Accepted(i, f"verified:cold:{self.cold}:s{self.cold_slot}")
+        self.stats.verified("unsure" if a.index < 0 else "below_level")
+        return None
+
+    def _level(self, q: Query) -> int:
+        return min(max(self.level_of(q), 0), len(self.ladder) - 1)
+
+    def why_not(self, q: Query, cands: Sequence[Candidate]) -> str:
+        a = self.assess(q, cands)
+        level = self._level(q)
+        got = "no candidate vouched" if a.index < 0 else f"best vouched to L{a.strength}"
+        cold = ""
+        if self.cold is not None:
+            cold = "; cold rule " + ("open" if self.cold_open(q) else "closed")
+        return f"{best_score(cands)}; verified serves L{level} ({self.ladder[level]}), {got}{cold}"
+
+    def shadow_of(self, q: Query, cands: Sequence[Candidate]) -> Shadowed | None:
+        """What a miss's live answer is judged against, as budget evidence: the ladder's best
+        candidate (its strength, its reference); else, when there is none, the entry the cold
+        rule would have served (its own answer, the cold slot): a closed cold rule earns its
+        way back from these. None: nothing to check."""
+        a = self.assess(q, cands)
+        if a.index >= 0 and a.reference is not None:
+            return Shadowed(a.index, a.strength, a.reference, a.members)
+        if self.cold is None:
             return None
-        self.stats.verified("agree")
-        return Accepted(a.index, f"verified:L{level}:{self.ladder[level]}:s{a.strength}")
+        i = self.cold.pick(q, cands, self.bar)
+        answer = cands[i].answer if i >= 0 else None
+        return None if answer is None else Shadowed(i, self.cold_slot, answer, 1)
 
 
 def _centroid(
@@ -165,7 +219,8 @@ def _centroid(
 
 
 def strength_of(rule: str) -> int | None:
-    """The strength a verified hit's rule records ("verified:L2:...:s4" -> 4), else None."""
+    """The strength a verified hit's rule records ("verified:L2:...:s4" -> 4; a cold hit's is
+    the cold slot, len(LADDER)), else None."""
     if not rule.startswith(("verified:", "conservative:verified:")):
         return None
     return int(rule.rsplit(":s", 1)[1])

@@ -87,11 +87,20 @@ def eval_semantic(
         )
     rows_out = [r.as_dict() for r in ev.rows]
     summary = ev.summary() if {"stoker", "static_0.92"} <= {r.name for r in ev.rows} else None
+    young = ev.cold_summary() if summary and (cold or summary["history_queries"]) else None
     if json_out:
-        for line in [*rows_out, *([summary] if summary else [])]:
+        for line in [*rows_out, *([summary] if summary else []), *([young] if young else [])]:
             typer.echo(orjson.dumps(line).decode())
         return
     _table(rows_out)
+    if young:
+        console.print(
+            f"started cold, first {young['queries']} queries: {young['hits']} hits "
+            f"({young['hit_rate']:.1%}) at {young['wrong_share']:.2%} wrong against static "
+            f"0.92's {young['static092_hits']} at {young['static092_wrong_share']:.2%} "
+            f"({young['ratio']:.2f}x); the answers are the simulator's (it knows each query's "
+            f"intent), the prompt-only bound served {young['prompt_only_hits']}"
+        )
     if summary:
         warm = summary["history_queries"]
         if warm:

@@ -61,7 +61,8 @@ def landed(gw: Any) -> float:
 def verified(make_gateway: GatewayFactory, url: str, **kw: Any) -> Any:
     # refresh 0: every lookup reads the shared counts, so a test sees new evidence at once;
     # shadow checks off: no verdict but the test's own moves the budget; a budget no embedding
-    # on a loaded machine runs out of
+    # on a loaded machine runs out of; the ladder alone (test_reasons has the cold start)
+    kw.setdefault("semantic_cold_start", False)
     return make_gateway(
         url, semantic_matcher="verified", budget_refresh_s=0, budget_shadow_share=0.0,
         gateway_lookup_budget_ms=5000, **kw,
@@ -86,7 +87,8 @@ def test_verified__refuses_the_look_alike_static_serves_when_no_answer_vouches(
     assert hit.headers["x-stoker-cache"] == "semantic"
     assert hit.headers["x-stoker-rule"] == "cosine>=0.920"
 
-    gw = verified(make_gateway, model_sim.url)  # another tenant: none of static's entries
+    # another tenant (none of static's entries), and the ladder alone: no cold start
+    gw = verified(make_gateway, model_sim.url, semantic_cold_start=False)
     store_all(gw, STORED[:1], tenant="globex")
     # one cached answer and no neighbour answered alike: nothing vouches, so it goes upstream
     miss = ask(gw, "How can I reset my password?", tenant="globex")

@@ -75,8 +75,8 @@ def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw
     for r in (static, ours):
         assert r["queries"] == 600
         assert r["hits"] - r["wrong_hits"] <= round(r["ceiling"] * 600)  # right hits are reachable
-    assert ours["verification"]["agree"] == ours["hits"]
-    assert all(rule.startswith("verified:L") for rule in ours["hits_by_rule"])
+    assert ours["verification"]["agree"] + ours["verification"].get("cold", 0) == ours["hits"]
+    assert all(rule.startswith(("verified:L", "verified:cold:")) for rule in ours["hits_by_rule"])
     s = ev.summary()
     assert s["name"] == "semantic_quality_clinc"
     checked, judged = ours["monitor_checked"], ours["monitor_judged_wrong"]
@@ -88,6 +88,14 @@ def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw
     assert not set(ev.stream.texts) & {t for t, _ in _clinc_val()}
     assert ours["budget_verdicts"] > history["budget_verdicts"] > 0  # counted on from there
     assert (s["cold_hit_rate"], s["cold_final_level"]) == (cold["hit_rate"], cold["final_level"])
+    # The young cache's line: the cold start over the first 500, beside static 0.92's.
+    young = ev.cold_summary()
+    assert young["name"] == "semantic_quality_clinc_cold_first500" and young["queries"] == 500
+    assert (
+        young["hits"] == cold["first500_hits"]
+        and young["static092_hits"] == static["first500_hits"]
+    )
+    assert young["prompt_only_hits"] is not None
 
 
 def test_run_verified__earlier_verdicts_start_the_stream_where_they_allow():

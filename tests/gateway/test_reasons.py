@@ -1,0 +1,135 @@
+"""Why a response did not hit, in X-Stoker-Reason, through the real gateway with the openai SDK:
+a semantic lookup over its budget (semantic_deadline), a look-alike the matcher would not serve
+(semantic_unsure, with the best candidate's score), nothing near (semantic_none), and a request
+that sent no temperature (temperature_unset, with what to set) apart from one that sent > 0.
+And the cold start: a young cache serves the user's four paraphrases of a cached question."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from caches.embedders import BatchingEmbedder
+from tests.gateway.conftest import FAST_SIM, GatewayFactory, client
+from tests.waiting import wait_for
+from warmers.backends.simhttp import SimulatorThread
+
+CACHED = "how do i reset my password"
+# The user's four paraphrases: cosine 0.96-0.99 to CACHED (all-MiniLM-L6-v2), no guard fires.
+PARAPHRASES = [
+    "How can I reset my password?",
+    "how to reset my password",
+    "What do I do to reset my password?",
+    "I need to reset my password, how?",
+]
+MEANINGS = {p: "password" for p in [CACHED, *PARAPHRASES]}
+
+
+@pytest.fixture
+def model_sim() -> Iterator[SimulatorThread]:
+    with SimulatorThread(dataclasses.replace(FAST_SIM, meanings=MEANINGS, vary_wording=True)) as s:
+        yield s
+
+
+def ask(gw: Any, prompt: str, tenant: str = "acme", **params: Any) -> Any:
+    return client(gw, tenant).chat.completions.with_raw_response.create(
+        model="sim-model", messages=[{"role": "user", "content": prompt}], **params
+    )
+
+
+def metric(gw: Any, series: str) -> float:
+    for line in httpx.get(gw.url + "/metrics").text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def store(gw: Any, prompt: str, tenant: str = "acme") -> None:
+    before = metric(gw, 'stoker_gateway_stores_total{result="landed"}')
+    assert ask(gw, prompt, tenant, temperature=0).headers["x-stoker-cache"] == "miss"
+    wait_for(
+        lambda: metric(gw, 'stoker_gateway_stores_total{result="landed"}') > before,
+        20, "the answer to be stored and indexed",
+    )  # fmt: skip
+
+
+def test_reasons__no_temperature_is_temperature_unset_and_says_what_to_send(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    gw = make_gateway(model_sim.url, gateway_default_temperature=1.0)
+    series = 'stoker_gateway_bypass_total{reason="temperature_unset"}'
+    before = metric(gw, series)
+    unset = ask(gw, CACHED)  # the SDK sends no temperature
+    assert unset.headers["x-stoker-cache"] == "bypass"
+    reason = unset.headers["x-stoker-reason"]
+    assert reason.startswith("temperature_unset: ")
+    assert "temperature=0" in reason and "STOKER_GATEWAY_DEFAULT_TEMPERATURE=0" in reason
+    sampled = ask(gw, CACHED, temperature=0.7)  # chosen: not the same thing
+    assert sampled.headers["x-stoker-reason"] == "temperature>0"
+    assert metric(gw, series) == before + 1
+    assert ask(gw, CACHED, temperature=0).headers["x-stoker-cache"] == "miss"
+
+
+def test_reasons__a_declined_look_alike_is_semantic_unsure_with_its_score(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    # no cold start: the ladder alone, whose strictest level wants three agreeing neighbours
+    gw = make_gateway(model_sim.url, semantic_matcher="verified", semantic_cold_start=False)
+    first = ask(gw, CACHED, temperature=0)
+    assert first.headers["x-stoker-cache"] == "miss"
+    assert first.headers["x-stoker-reason"].startswith("semantic_none: ")
+    wait_for(lambda: metric(gw, 'stoker_gateway_stores_total{result="landed"}') >= 1, 20)
+    miss = ask(gw, PARAPHRASES[0], temperature=0)
+    assert miss.headers["x-stoker-cache"] == "miss"
+    reason = miss.headers["x-stoker-reason"]
+    assert reason.startswith("semantic_unsure: score=0.9"), reason
+    score = float(reason.split("score=")[1].split(";")[0])
+    assert float(miss.headers["x-stoker-score"]) == score and 0.95 < score < 1.0
+    assert "verified serves L7" in reason and "cold rule" not in reason
+
+
+def test_reasons__a_young_cache_serves_the_four_paraphrases_by_the_cold_rule(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    gw = make_gateway(model_sim.url)  # as shipped: verified, with the cold start
+    store(gw, CACHED)
+    for p in PARAPHRASES:
+        hit = ask(gw, p, temperature=0)
+        assert hit.headers["x-stoker-cache"] == "semantic", (p, hit.headers)
+        assert hit.headers["x-stoker-rule"].startswith("verified:cold:cos>=0.90,guards")
+        assert "x-stoker-reason" not in hit.headers
+    # another amount is no look-alike, however near: the number guard holds on the cold rule
+    store(gw, "how do i reset my password in 2 steps", tenant="globex")
+    other = ask(gw, "how do i reset my password in 3 steps", tenant="globex", temperature=0)
+    assert other.headers["x-stoker-cache"] == "miss"
+    assert other.headers["x-stoker-reason"].startswith("semantic_unsure: score=")
+
+
+def test_reasons__a_semantic_lookup_past_its_budget_is_semantic_deadline(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    gw = make_gateway(model_sim.url, gateway_lookup_budget_ms=300)
+    emb = gw.parts.gate.cache.embedder.inner
+    assert isinstance(emb, BatchingEmbedder)
+    # The embedder busy with a long background pass (64 texts of ~250 tokens: seconds on one
+    # thread): a lookup's embed cannot finish within 300 ms, and is dropped, not computed late.
+    hog = threading.Thread(target=emb.embed, args=([("word " * 250 + str(i)) for i in range(64)],))
+    hog.start()
+    wait_for(lambda: emb.queued() == 0, 10, "the background pass to start")
+    dropped = emb.dropped
+    late = ask(gw, "a question nobody asked before", temperature=0)
+    assert late.headers["x-stoker-cache"] == "miss"
+    assert late.headers["x-stoker-reason"] == (
+        "semantic_deadline: the semantic lookup took over the 300 ms lookup budget"
+    )
+    assert metric(gw, 'stoker_gateway_bypass_total{reason="semantic_deadline"}') >= 1
+    hog.join(60)
+    wait_for(lambda: emb.dropped > dropped, 10, "the late embed to be dropped unrun")
+    # the embedder free again: the next lookup fits its budget and says what it found
+    again = ask(gw, "another question nobody asked before", temperature=0)
+    assert again.headers["x-stoker-reason"].startswith(("semantic_none", "semantic_unsure"))
