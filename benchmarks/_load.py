@@ -46,9 +46,14 @@ def run(
     max_requests: int = 10_000_000,
     headers: dict[str, str] | None = None,
     check: Check | None = None,
+    think_s: Callable[[], float] | None = None,
 ) -> LoadResult:
-    """Hammer `url` for `seconds` (or `max_requests`, whichever comes first)."""
-    return uvloop.run(_run(url, request, concurrency, seconds, max_requests, headers or {}, check))
+    """Hammer `url` for `seconds` (or `max_requests`, whichever comes first); `think_s`: each
+    connection waits this long (drawn anew) after an answer before its next request, as a user
+    or an agent does (None: at once, a saturating load)."""
+    return uvloop.run(
+        _run(url, request, concurrency, seconds, max_requests, headers or {}, check, think_s)
+    )
 
 
 async def _run(
@@ -59,6 +64,7 @@ async def _run(
     max_requests: int,
     headers: dict[str, str],
     check: Check | None,
+    think_s: Callable[[], float] | None = None,
 ) -> LoadResult:
     u = urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
@@ -87,6 +93,8 @@ async def _run(
                 out.errors += not 200 <= status < 300
                 if check is not None:
                     check(status, hdrs, payload)
+                if think_s is not None:
+                    await asyncio.sleep(think_s())
         except (ConnectionError, asyncio.IncompleteReadError):
             out.errors += 1
         finally:

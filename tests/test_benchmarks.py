@@ -54,6 +54,20 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         ],
         {"gateway_hit", "gateway_miss_overhead", "gateway_herd", "gateway_load"},
     ),
+    "bench_gateway_semantic.py": (
+        [
+            "--seconds",
+            "2",
+            "--intents",
+            "3",
+            "--per-intent",
+            "3",
+            "--clients",
+            "4",
+            "--no-baseline",
+        ],
+        {"gateway_semantic_load"},
+    ),
     "bench_profile_memory.py": (["--scale", "0.005"], {"profile_memory"}),
     "bench_hot_set_bounded.py": (
         ["--distinct", "5000", "--week-capacity", "500", "--hour-capacity", "50"],

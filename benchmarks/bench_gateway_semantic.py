@@ -1,0 +1,197 @@
+"""The semantic lookup under load: does it fit its budget (50 ms) with 32 concurrent clients?
+
+`stoker gateway` as shipped (verified matcher with its cold start, 50 ms lookup budget, the
+embedder on one torch thread behind its micro-batcher) on the embedded Redis and Qdrant Edge, in
+front of `stoker sim-backend` (a miss costs ~5 ms a token), all on this machine's 2 cores with
+the load client. The questions are CLINC150's (stoker.data.CLINC): one utterance of each of
+--intents intents is cached first; then --clients closed-loop clients ask, half the time one of
+those cached questions again (an exact hit, no embedding) and half the time another utterance
+of the same intents (a paraphrase: embedded on its first sight, then served by the semantic
+layer or, missed, cached as itself).
+
+The same load then runs against a baseline gateway in the same run: torch's default threads
+(one per core) and no batching (one text per forward pass), as before this benchmark.
+
+Line gateway_semantic_load: semantic_lookups (responses that asked the semantic layer: not an
+exact hit, not a bypass), within_budget_share (those not cut by the budget: X-Stoker-Reason is
+not semantic_deadline; goal >= 0.99), embed_ms_p50/p99 (a lookup's embed as its caller waited:
+queue + forward pass, from the gateway's stoker_embed_seconds histogram, interpolated within
+buckets), batch_texts_mean, outcomes, rps and latency; the baseline's beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import _load
+import httpx
+import orjson
+from _common import emit, pct
+from bench_gateway import _BANNER, _env, _process
+
+from stoker.embedded import EmbeddedStack, free_port
+from stoker.semantic_eval import load_clinc
+
+STOKER = [sys.executable, "-m", "stoker.cli"]
+CHAT = b"/v1/chat/completions"
+_SERIES = re.compile(r'^(stoker_embed_\w+)\{kind="lookup"(?:,le="([^"]+)")?\} (\S+)$')
+
+
+def _body(question: str) -> bytes:
+    msgs = [{"role": "user", "content": question}]
+    return orjson.dumps(
+        {"model": "sim-model", "messages": msgs, "temperature": 0, "max_tokens": 32}
+    )
+
+
+def _questions(intents: int, per_intent: int, seed: int) -> tuple[list[str], list[str]]:
+    """(cached: one utterance per intent, paraphrases: others of the same intents)."""
+    by_intent: dict[str, list[str]] = {}
+    for text, label in load_clinc()["train"]:
+        by_intent.setdefault(label, []).append(text)
+    rng = random.Random(seed)
+    chosen = rng.sample(sorted(by_intent), intents)
+    cached = [by_intent[i][0] for i in chosen]
+    paraphrases = [t for i in chosen for t in by_intent[i][1 : 1 + per_intent]]
+    return cached, paraphrases
+
+
+def _histogram(url: str) -> dict[str, Any]:
+    """The lookup embeds' histogram buckets (le -> count), count and sum, and the batches'."""
+    out: dict[str, Any] = {"buckets": {}, "batch_sum": 0.0, "batch_count": 0.0}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        m = _SERIES.match(line)
+        if not m:
+            continue
+        name, le, value = m.group(1), m.group(2), float(m.group(3))
+        if name == "stoker_embed_seconds_bucket" and le is not None:
+            out["buckets"][float(le)] = value
+        elif name == "stoker_embed_batch_texts_sum":
+            out["batch_sum"] = value
+        elif name == "stoker_embed_batch_texts_count":
+            out["batch_count"] = value
+    return out
+
+
+def _quantile_ms(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """Prometheus' histogram_quantile on the difference of two scrapes, in ms."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = counts[-1] if counts else 0.0
+    if total <= 0:
+        return None
+    rank, lo, below = q * total, 0.0, 0.0
+    for b, c in zip(bounds, counts, strict=True):
+        if c >= rank:
+            if b == float("inf"):
+                return lo * 1000
+            return (lo + (b - lo) * (rank - below) / max(c - below, 1e-9)) * 1000
+        lo, below = b, c
+    return lo * 1000
+
+
+def run(env: dict[str, str], sim: str, args: argparse.Namespace, tenant: str) -> dict[str, Any]:
+    cached, paraphrases = _questions(args.intents, args.per_intent, args.seed)
+    hdr = {"x-stoker-tenant": tenant}
+    gw_args = [*STOKER, "gateway", "--port", "0", "--upstream", sim]
+    with _process(gw_args, env, _BANNER) as gw:
+        for q in cached:  # the cache's first entries, stored before the load
+            r = httpx.post(gw + "/v1/chat/completions", content=_body(q), headers=hdr, timeout=60)
+            assert r.status_code == 200, r.text
+        rng = random.Random(f"{tenant}-{args.seed}")
+        seen: Counter[str] = Counter()
+
+        def request(n: int) -> tuple[bytes, bytes]:
+            pool = cached if rng.random() < args.repeat_share else paraphrases
+            return CHAT, _body(rng.choice(pool))
+
+        def check(status: int, headers: dict[bytes, bytes], payload: bytes) -> None:
+            outcome = headers.get(b"x-stoker-cache", b"?").decode()
+            reason = headers.get(b"x-stoker-reason", b"").decode().split(":")[0]
+            seen[outcome] += 1
+            if outcome in ("miss", "semantic"):
+                seen["semantic_lookups"] += 1
+                seen["semantic_deadline"] += reason == "semantic_deadline"
+
+        before = _histogram(gw)
+        think = random.Random(args.seed)
+        res = _load.run(
+            gw, request, concurrency=args.clients, seconds=args.seconds, headers=hdr, check=check,
+            think_s=lambda: think.expovariate(1000 / args.think_ms) if args.think_ms else 0.0,
+        )  # fmt: skip
+        after = _histogram(gw)
+    lookups = seen["semantic_lookups"]
+    batches = after["batch_count"] - before["batch_count"]
+    return {
+        "semantic_lookups": lookups,
+        "within_budget_share": 1 - seen["semantic_deadline"] / lookups if lookups else None,
+        "deadline_cut": seen["semantic_deadline"],
+        "embed_ms_p50": _quantile_ms(before["buckets"], after["buckets"], 0.50),
+        "embed_ms_p99": _quantile_ms(before["buckets"], after["buckets"], 0.99),
+        "batch_texts_mean": (after["batch_sum"] - before["batch_sum"]) / batches
+        if batches
+        else None,
+        "outcomes": {k: v for k, v in seen.items() if k in ("exact", "semantic", "miss", "bypass")},
+        "requests": res.requests,
+        "errors": res.errors,
+        "rps": round(res.rps, 1),
+        "p50_ms": pct(res.latencies_s, 50),
+        "p99_ms": pct(res.latencies_s, 99),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--intents", type=int, default=40, help="CLINC150 intents asked about")
+    ap.add_argument("--per-intent", type=int, default=20, help="paraphrases asked per intent")
+    ap.add_argument(
+        "--repeat-share", type=float, default=0.5, help="requests repeating a cached one"
+    )
+    ap.add_argument("--decode-ms-per-token", type=float, default=5.0, help="the upstream's cost")
+    ap.add_argument("--think-ms", type=float, default=250.0,
+                    help="mean pause of a client between its answer and its next request (0: none)")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-baseline", action="store_true", help="skip the baseline gateway")
+    args = ap.parse_args()
+    sim_port = free_port()
+    sim_args = [*STOKER, "sim-backend", "--port", str(sim_port), "--slots", "64", "--queue", "4096",
+                "--decode-ms-per-token", str(args.decode_ms_per_token), "--max-tokens", "32"]  # fmt: skip
+    with EmbeddedStack() as stack, _process(sim_args, _env(), r"(simulated backend on)"):
+        sim = f"http://127.0.0.1:{sim_port}"
+        env = _env(
+            STOKER_REDIS_URL=stack.redis_url, STOKER_QDRANT_PATH=str(stack.qdrant_path),
+            STOKER_LOG_LEVEL="WARNING",
+        )  # fmt: skip
+        ours = run(env, sim, args, "shipped")
+        base = None
+        if not args.no_baseline:  # torch's default threads (one per core), one text a pass
+            base_env = env | {
+                "STOKER_EMBEDDER_THREADS": "2",
+                "STOKER_EMBEDDER_BATCH_MAX_TEXTS": "1",
+            }
+            base = run(base_env, sim, args, "baseline")
+    keep = ("within_budget_share", "embed_ms_p50", "embed_ms_p99", "semantic_lookups", "rps",
+            "p99_ms")  # fmt: skip
+    emit(
+        "gateway_semantic_load",
+        **ours,
+        baseline={k: base[k] for k in keep} if base else None,
+        clients=args.clients,
+        think_ms=args.think_ms,
+        seconds=args.seconds,
+        lookup_budget_ms=50,
+        goal_within_budget_share_min=0.99,
+    )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
