@@ -3,6 +3,7 @@ replayed as SSE with everything the original answer had (the official SDK reads 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -111,6 +112,22 @@ def test_stream__an_answer_cut_by_length_is_streamed_but_never_stored(
     _again, how2 = streamed(c, "sim-model", max_tokens=3)
     assert how2 == "miss" and sim.stats().served == 2
     assert redis_client.keys("stk:{t:acme}:e:*") == []
+
+
+def test_stream__an_sdk_that_hangs_up_at_done_still_gets_its_answer_stored(
+    make_gateway: GatewayFactory, scripted: Served, script: Script, redis_client: redis.Redis
+) -> None:
+    """The SDK closes its connection as soon as it reads [DONE]; an upstream (llama-server)
+    may end its body a moment later. The answer was whole at [DONE], so it is kept."""
+    script.hold_after_done_s = 5.0
+    gw = make_gateway(scripted.url)
+    t0 = time.monotonic()
+    out, how = streamed(client(gw))
+    assert how == "miss" and out["content"] == script.text and out["finish"] == "stop"
+    assert time.monotonic() - t0 < script.hold_after_done_s, "the client did not wait for it"
+    wait_for(lambda: redis_client.keys("stk:{t:acme}:e:*"), 3, "the answer to land before the end")
+    _, how2 = streamed(client(gw))
+    assert how2 == "exact" and script.calls() == 1
 
 
 def test_stream__an_upstream_stream_cut_short_is_never_stored(

@@ -65,6 +65,7 @@ class Script:
     status: int = 200
     delay_s: float = 0.0
     cut_stream_after: int | None = None  # stop the stream after this many chunks (no [DONE])
+    hold_after_done_s: float = 0.0  # keep the body open this long after [DONE]
     seen: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
 
@@ -136,6 +137,7 @@ async def _chunks(script: Script, body: dict[str, Any]) -> AsyncIterator[bytes]:
         usage = {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}
         yield _sse({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
+    await asyncio.sleep(script.hold_after_done_s)
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
