@@ -174,22 +174,45 @@ def _call(c: Any) -> dict[str, Any]:
 
 
 class SSEReader:
-    """Incremental SSE parser: feed bytes, get the `data:` payloads of complete events."""
+    """Incremental SSE parser: feed bytes, get the complete events, each as it came (with its
+    blank line: comments and keep-alives too) and its `data:` payload (None if it has none)."""
 
     def __init__(self) -> None:
         self._buf = b""
 
+    def events(self, data: bytes, *, last: bool = False) -> list[tuple[bytes, bytes | None]]:
+        """`last`: the stream ended with `data` (a final \r ends a line; none follows)."""
+        # SSE ends lines with \n, \r\n or \r (sse-starlette, behind llama-cpp-python's server,
+        # writes \r\n): all become \n; a \r at the end waits, its \n may be in the next read.
+        buf = self._buf + data
+        held = b"\r" if buf.endswith(b"\r") and not last else b""
+        buf = (buf[:-1] if held else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        out: list[tuple[bytes, bytes | None]] = []
+        while (end := buf.find(b"\n\n")) >= 0:
+            event, buf = buf[: end + 2], buf[end + 2 :]
+            lines = [ln[5:].lstrip() for ln in event[:-2].split(b"\n") if ln.startswith(b"data:")]
+            out.append((event, b"\n".join(lines) if lines else None))
+        self._buf = buf + held
+        return out
+
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
-        out: list[bytes] = []
-        while True:
-            end = self._buf.find(b"\n\n")
-            if end < 0:
-                return out
-            event, self._buf = self._buf[:end], self._buf[end + 2 :]
-            lines = [ln[5:].lstrip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
-            if lines:
-                out.append(b"\n".join(lines))
+        """The `data:` payloads of the complete events."""
+        return [p for _, p in self.events(data) if p is not None]
+
+    def rest(self) -> bytes:
+        """What came after the last complete event (a stream's unterminated tail)."""
+        return self._buf
+
+
+def usage_only(payload: bytes) -> bool:
+    """The chunk `stream_options.include_usage` adds at the end: usage and no choices."""
+    if b'"usage"' not in payload:  # every other chunk: no parse
+        return False
+    try:
+        chunk = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(chunk, dict) and not chunk.get("choices") and bool(chunk.get("usage"))
 
 
 @dataclass

@@ -39,6 +39,7 @@ from gateway.answers import (
     completion_body,
     replay_chunks,
     sse,
+    usage_only,
 )
 from gateway.cachegate import Answer, CacheGate, Decision
 from gateway.errors import NegativeCached, PayloadTooLarge, UpstreamFailed
@@ -239,7 +240,7 @@ class Completions:
         headers: dict[str, str],
         flight: Flight[Shared] | None,
     ) -> Response:
-        cm = self.upstream.stream(path, r.upstream_body, headers)
+        cm = self.upstream.stream(path, _asking_usage(r), headers)
         up = await cm.__aenter__()
         if up.status != 200:
             try:
@@ -264,7 +265,7 @@ class Completions:
         up: Stream,
         flight: Flight[Shared] | None,
     ) -> AsyncIterator[bytes]:
-        """The upstream's chunks to the client as they come, kept; at the end (or when the
+        """The upstream's events to the client as they come, kept; at the end (or when the
         client goes away) the stream is closed, stored if whole and logged.
 
         Whole is what the stream said (a finish_reason, then [DONE]; Assembler.answer), not
@@ -277,9 +278,13 @@ class Completions:
         asm, reader = Assembler(r.api), SSEReader()
         try:
             async for raw in up.chunks():
-                for payload in reader.feed(raw):
-                    asm.add(payload)
-                yield raw
+                out = _forwarded(r, asm, reader.events(raw))
+                if out:
+                    yield out
+            # The end: a last event the read held back, then any unterminated tail, as it came.
+            out = _forwarded(r, asm, reader.events(b"", last=True)) + reader.rest()
+            if out:
+                yield out
         except UpstreamFailed as e:
             if not asm.done:
                 why = f"the upstream stopped mid-answer ({e.message}); nothing was cached, retry"
@@ -323,6 +328,30 @@ class Completions:
 _NOT_CACHED = "not_cached: no entry for this request"
 # Answers a follower may be handed: they ended on their own, as a stored one would have.
 _SHAREABLE = frozenset({"stop", "tool_calls"})
+
+
+def _forwarded(r: Resolved, asm: Assembler, events: list[tuple[bytes, bytes | None]]) -> bytes:
+    """The events of one read, kept by `asm`, as the client gets them: all of them, but the
+    usage chunk it did not ask for (_asking_usage)."""
+    out = []
+    for event, payload in events:
+        if payload is not None:
+            asm.add(payload)
+            if not r.include_usage and usage_only(payload):
+                continue
+        out.append(event)
+    return b"".join(out)
+
+
+def _asking_usage(r: Resolved) -> bytes:
+    """A streamed request as sent upstream: with stream_options.include_usage, also when the
+    client did not ask. Servers (OpenAI, vLLM, llama.cpp) count a stream's tokens only when
+    asked, and an answer stored without them would replay 0 tokens to every later client that
+    asks; the relay keeps that chunk from a client that did not."""
+    opts = r.body.get("stream_options")
+    if r.include_usage or not isinstance(opts, dict | None):
+        return r.upstream_body
+    return orjson.dumps(r.body | {"stream_options": (opts or {}) | {"include_usage": True}})
 
 
 async def _wait(ev: asyncio.Event, timeout_s: float) -> None:
