@@ -5,9 +5,23 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+
+def examples(*lines: str) -> str:
+    """An --help epilog of example commands, each line printed as written: click keeps a
+    paragraph that starts with \\b unwrapped, so a command is never broken mid-way. Keep a
+    line under 78 columns (tests/stoker/test_help.py reads every verb's help at 80)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 app = typer.Typer(
     name="stoker",
     help="Keeps ML-inference caches hot and correct.",
+    epilog=examples(
+        "stoker gateway --upstream http://127.0.0.1:8000/v1   # cache in front of it",
+        "stoker worker all                # the workers, on an embedded stack",
+        "stoker status                    # what they are doing",
+        "stoker COMMAND --help            # each command, with its examples",
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -12,7 +12,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from stoker.app import app, console
+from stoker.app import app, console, examples
+from stoker.connect import RedisUrl, connected
 
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 7 * 86_400}
 _TTL = re.compile(r"^(\d+)([smhdw]?)$")
@@ -47,7 +48,13 @@ def fmt_ttl(seconds: int) -> str:
     return f"{seconds}s"
 
 
-@app.command()
+@app.command(
+    short_help="What caching would buy on a request log, before you build.",
+    epilog=examples(
+        "stoker analyze requests.jsonl",
+        "stoker analyze requests.parquet --labels intent --ttls 1h,24h --json",
+    ),
+)
 def analyze(
     log: Annotated[Path, typer.Argument(help="request log: .jsonl, .csv or .parquet")],
     json_out: Annotated[
@@ -77,17 +84,17 @@ def analyze(
     ] = True,
     embed_cache: Annotated[
         bool,
-        typer.Option(help="keep embeddings in the embedding cache at STOKER_REDIS_URL, if set"),
+        typer.Option(help="keep embeddings in Redis (the embedding cache), if one is set"),
     ] = True,
+    redis_url: RedisUrl = None,
 ) -> None:
     """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
     and TTL (a simulated cache in time order), a recommendation and a verdict."""
     from schemas.errors import UsageError
-    from stoker.settings import StokerSettings
     from warmers.analysis.keyed_log import UnreadableLog, key_frame, read_frame
     from warmers.analysis.report import Settings
 
-    s = StokerSettings()
+    s = connected(console, redis_url=redis_url)
     budget = (embed_budget or s.analyze_embed_budget) if sample else None
     settings = Settings(
         parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share, budget

@@ -8,10 +8,13 @@ from typing import Annotated
 import typer
 
 from schemas.errors import StokerError
-from stoker.app import app, console
+from stoker.app import app, console, examples
 
 
-@app.command()
+@app.command(
+    short_help="The main job on the embedded stack, with a report and plots.",
+    epilog=examples("stoker demo --out out/demo", "stoker demo --fast"),
+)
 def demo(
     out: Annotated[Path, typer.Option(help="folder for report.json and plots")] = Path("out/demo"),
     fast: Annotated[bool, typer.Option(help="a short run (~2 min), for the tests")] = False,
@@ -22,7 +25,10 @@ def demo(
     main(out, fast, console)
 
 
-@app.command()
+@app.command(
+    short_help="A 15-second check of the embedded stack.",
+    epilog=examples("stoker smoke --out out/smoke"),
+)
 def smoke(
     out: Annotated[Path, typer.Option(help="folder for report.json")] = Path("out/smoke"),
 ) -> None:
@@ -43,7 +49,7 @@ def smoke(
         raise StokerError("invariants broken: " + "; ".join(broken))
 
 
-@app.command()
+@app.command(epilog=examples("stoker version"))
 def version() -> None:
     """Print stoker's version."""
     from importlib.metadata import version as v

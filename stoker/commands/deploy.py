@@ -5,22 +5,29 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, Literal, get_args
 
+import orjson
 import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from invalidators.deployjob import Phase
 from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import JobStatus, ModelDeployed
-from stoker.app import app, console
+from stoker.app import app, console, examples
+from stoker.connect import KafkaBootstrap, connected
 from stoker.settings import StokerSettings
 from streams.topics import TOPICS, consumer_config, ensure_topics, topic_name
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_PHASES = frozenset(get_args(Phase))
+Ended = Literal["ready", "done", "failed", "timed out"]
 # How long one consume() call may block: the bar and the timeout are checked this often.
 _POLL_S = 0.25
 
@@ -45,7 +52,14 @@ def parse_duration(text: str, what: str) -> int:
     return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
-@app.command()
+@app.command(
+    short_help="Publish a deploy from CI; --wait follows the cutover.",
+    epilog=examples(
+        "stoker deploy --model llama-3-8b --version v8 --previous v7",
+        "stoker deploy --model llama-3-8b --version v8 --previous v7 --grace 1h \\",
+        "    --wait --timeout 10m --json",
+    ),
+)
 def deploy(
     model: Annotated[str, typer.Option("--model", help="model id")],
     version: Annotated[str, typer.Option("--version", help="the version now live")],
@@ -70,10 +84,15 @@ def deploy(
     deploy_id: Annotated[
         str | None, typer.Option(help="job id; reuse it to make a CI retry idempotent")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print the outcome as one JSON object on stdout (with --wait)"),
+    ] = False,
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Publish a ModelDeployed event; the deploy worker pre-warms VERSION, reports READY, keeps
     PREVIOUS for the grace window, then retires and purges it. Exit 0 ok, 1 failed or timed
-    out, 2 bad usage. Prints the deploy id on stdout."""
+    out, 2 bad usage or no Kafka. Prints the deploy id on stdout (with --json, the outcome)."""
     grace_s = None if grace is None else parse_duration(grace, "--grace")
     timeout_s = parse_duration(timeout, "--timeout")
     try:
@@ -87,7 +106,7 @@ def deploy(
         )
     except ValidationError as e:
         raise typer.BadParameter(str(e)) from None
-    s = StokerSettings()
+    s = connected(console, kafka_bootstrap=kafka_bootstrap)
     # Following starts before publishing, from the topic's beginning, filtered by job id: no
     # status of this deploy can be missed, whatever end offset the broker reports (Tansu's is
     # wrong), and a retried deploy id sees the statuses it already earned.
@@ -98,11 +117,17 @@ def deploy(
         with build_publisher(s) as pub:
             pub.publish("inference.deploys", ev, key=ev.model_id)
             pub.flush()
-        typer.echo(ev.deploy_id)
+        if not as_json:
+            typer.echo(ev.deploy_id)
         console.print(f"published deploy {ev.deploy_id}: {model} {previous or '-'} -> {version}")
         if consumer is not None:
-            code = _follow(consumer, ev.deploy_id, until, timeout_s)
-            raise typer.Exit(code)
+            t0 = time.monotonic()
+            ended, last = _follow(consumer, ev.deploy_id, until, timeout_s)
+            outcome = Outcome(ev, ended, last, time.monotonic() - t0, until)
+            outcome.show(as_json)
+            raise typer.Exit(outcome.code)
+        if as_json:
+            typer.echo(orjson.dumps({"deploy_id": ev.deploy_id, "state": "published"}).decode())
     finally:
         if consumer is not None:
             consumer.close()
@@ -112,7 +137,10 @@ def _follower(s: StokerSettings) -> Consumer:
     from schemas.errors import ConfigError
 
     if not s.kafka_bootstrap:
-        raise ConfigError("kafka_bootstrap is not set: export STOKER_KAFKA_BOOTSTRAP=host:port")
+        raise ConfigError(
+            "no Kafka to publish to: give --kafka-bootstrap or set STOKER_KAFKA_BOOTSTRAP "
+            "(or run it beside `stoker worker all` on the embedded stack)"
+        )
     name = topic_name("stoker.status", s.topic_prefix)
     ensure_topics(s.kafka_bootstrap, {name: TOPICS["stoker.status"]})
     group = f"stoker-deploy-wait-{uuid.uuid4().hex[:12]}"  # a throwaway group, never committed
@@ -137,8 +165,11 @@ def _partitions(c: Consumer, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def _follow(consumer: Consumer, job_id: str, until: Until, timeout_s: int) -> int:
-    """Show the job's JobStatus events until `until` (0), failed (1) or the timeout (1)."""
+def _follow(
+    consumer: Consumer, job_id: str, until: Until, timeout_s: int
+) -> tuple[Ended, JobStatus | None]:
+    """Show the job's JobStatus events until `until` or failed, or the timeout; how it ended
+    and the last status seen."""
     deadline = time.monotonic() + timeout_s
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -147,21 +178,86 @@ def _follow(consumer: Consumer, job_id: str, until: Until, timeout_s: int) -> in
         TimeElapsedColumn(),
     )
     last: JobStatus | None = None
-    with Progress(*columns, console=console, transient=False) as bar:
+    bar = Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+    with bar:
         task = bar.add_task(f"deploy {job_id[:12]}", total=1.0, detail="waiting for the worker")
         while (left := deadline - time.monotonic()) > 0:
             for st in _statuses(consumer, job_id, min(_POLL_S, left)):
-                last = st
-                bar.update(task, completed=st.progress, detail=f"{st.state}: {st.detail}"[:80])
+                ended: Ended | None = None
                 if st.state == "failed":
-                    console.print(f"[red]failed[/red]: {st.detail}")
-                    return 1
-                if st.state == "done" or (until is Until.ready and st.state == "ready"):
-                    console.print(f"[green]{st.state}[/green]: {st.detail} {st.counts}")
-                    return 0
-    seen = f"last seen {last.state}: {last.detail}" if last else "no status from a deploy worker"
-    console.print(f"[red]timed out[/red] after {timeout_s} s waiting for {until.value} ({seen})")
-    return 1
+                    ended = "failed"
+                elif st.state == "done" or (until is Until.ready and st.state == "ready"):
+                    ended = st.state
+                if ended is not None:
+                    return ended, st
+                if bar.disable and (last is None or last.detail != st.detail):
+                    # no bar in a CI log: a line a step instead, so a long wait is not silent
+                    console.print(escape(f"{st.state}: {st.detail}".rstrip(": ")), soft_wrap=True)
+                last = st
+                bar.update(task, completed=st.progress, detail=f"{st.state}: {st.detail}"[:60])
+    return "timed out", last
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a followed deploy ended, said for people (stderr) or for machines (--json)."""
+
+    ev: ModelDeployed
+    ended: Ended
+    last: JobStatus | None
+    waited_s: float
+    until: Until
+
+    @property
+    def code(self) -> int:
+        return 0 if self.ended in ("ready", "done") else 1
+
+    def doc(self) -> dict[str, Any]:
+        """The --json shape: the deploy, how the wait ended, and the job's last status."""
+        st = self.last
+        phase, detail = _split(st.detail) if st else (None, None)
+        return {
+            "deploy_id": self.ev.deploy_id, "model_id": self.ev.model_id,
+            "version": self.ev.version, "previous_version": self.ev.previous_version,
+            "ended": self.ended, "waited_s": round(self.waited_s, 1),
+            "state": st.state if st else None, "phase": phase, "detail": detail,
+            "progress": st.progress if st else None, "counts": dict(st.counts) if st else {},
+        }  # fmt: skip
+
+    def show(self, as_json: bool) -> None:
+        if as_json:
+            typer.echo(orjson.dumps(self.doc()).decode())
+            return
+        ev, st = self.ev, self.last
+        colour = "green" if self.code == 0 else "red"
+        head = f"deploy {ev.deploy_id[:12]} [{colour}]{self.ended}[/{colour}]"
+        after = f"after {self.waited_s:.1f} s" + (
+            f" waiting for {self.until.value}" if self.ended == "timed out" else ""
+        )
+        what = f"{ev.model_id} {ev.previous_version or '-'} -> {ev.version}"
+        console.print(f"{head} {after}: {escape(what)}", soft_wrap=True)
+        for line in self._lines(st):
+            console.print(f"  {escape(line)}", soft_wrap=True)
+
+    def _lines(self, st: JobStatus | None) -> list[str]:
+        if st is None:
+            return [
+                "no status from a deploy worker: is `stoker worker deploy` (or `all`) running "
+                "on this Kafka?"
+            ]
+        phase, detail = _split(st.detail)
+        if self.ended == "failed":  # the reason, one line whatever it holds
+            return [detail]
+        if self.ended == "timed out":
+            return [f"last seen {st.state} ({phase}): {detail}"]
+        counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in st.counts.items())
+        return [*detail.split("; "), *([counts] if counts else [])]
+
+
+def _split(detail: str) -> tuple[str | None, str]:
+    """A job status's detail as (phase, the rest): the cutover writes "<phase>: <detail>"."""
+    phase, sep, rest = detail.partition(": ")
+    return (phase, rest) if sep and phase in _PHASES else (None, detail)
 
 
 def _statuses(consumer: Consumer, job_id: str, timeout_s: float) -> list[JobStatus]:

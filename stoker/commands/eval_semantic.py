@@ -11,10 +11,17 @@ import typer
 from rich.table import Table
 
 from schemas.errors import UsageError
-from stoker.app import app, console
+from stoker.app import app, console, examples
 
 
-@app.command("eval-semantic")
+@app.command(
+    "eval-semantic",
+    short_help="How often semantic hits are right: static threshold vs verified.",
+    epilog=examples(
+        "stoker eval-semantic --limit 2000",
+        "stoker eval-semantic --data mine.csv --text-col question --label-col intent",
+    ),
+)
 def eval_semantic(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
     data: Annotated[

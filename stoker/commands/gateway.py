@@ -17,20 +17,27 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from schemas.baseurl import BaseURL
-from schemas.errors import ConfigError
-from stoker.app import app, console
+from stoker.app import app, console, examples
+from stoker.connect import KafkaBootstrap, QdrantUrl, RedisUrl, Upstream
+from stoker.connect import overrides as connection_overrides
 from stoker.logs import configure as configure_logging
 from stoker.metrics import serve_metrics
 from stoker.runtime import WorkerGroup, embedded_settings
 from stoker.settings import StokerSettings
 
 
-@app.command()
+@app.command(
+    short_help="The OpenAI-compatible caching proxy in front of your model server.",
+    epilog=examples(
+        "stoker gateway --upstream http://127.0.0.1:8000/v1",
+        "stoker gateway --upstream http://vllm:8000/v1 --host 0.0.0.0 \\",
+        "    --kafka-bootstrap kafka:9092 --redis-url redis://cache:6379/0",
+    ),
+)
 def gateway(
     port: Annotated[
         int | None,
@@ -39,27 +46,21 @@ def gateway(
     host: Annotated[
         str | None, typer.Option(help="listen address; default STOKER_GATEWAY_HOST (127.0.0.1)")
     ] = None,
-    upstream: Annotated[
-        str | None,
-        typer.Option(
-            help="OpenAI-compatible upstream base URL; default STOKER_GATEWAY_UPSTREAM_URL, "
-            "else STOKER_WARM_BACKEND_URL"
-        ),
-    ] = None,
+    upstream: Upstream = None,
+    kafka_bootstrap: KafkaBootstrap = None,
+    redis_url: RedisUrl = None,
+    qdrant_url: QdrantUrl = None,
 ) -> None:
     """Serve /v1/chat/completions, /v1/completions and /v1/embeddings through the cache, and
-    /v1/models, /healthz, /readyz, /metrics. Exit 0 after a SIGTERM drain, 1 if it failed, 2 for
-    a bad option or setting (a malformed --upstream among them)."""
-    overrides: dict[str, Any] = {}
+    /v1/models, /healthz, /readyz, /metrics. With neither Kafka nor Redis configured, runs an
+    embedded stack and every worker in this process. Exit 0 after a SIGTERM drain, 1 if it
+    failed, 2 for a bad option or setting (a malformed --upstream among them)."""
+    overrides = connection_overrides(kafka_bootstrap, redis_url, qdrant_url)
     if port is not None:
         overrides["gateway_port"] = port
     if host is not None:
         overrides["gateway_host"] = host
     if upstream is not None:
-        try:
-            BaseURL.parse(upstream)
-        except ConfigError as e:
-            raise typer.BadParameter(str(e), param_hint="--upstream") from None
         overrides["gateway_upstream_url"] = upstream
     settings = StokerSettings(**overrides)
     embedded = not settings.kafka_bootstrap and not settings.redis_url
@@ -79,7 +80,7 @@ def _stack(settings: StokerSettings, embedded: bool) -> Iterator[StokerSettings]
     if not embedded:
         yield settings
         return
-    with embedded_settings(settings, console, what="the gateway") as s:
+    with embedded_settings(settings, console, what="stoker gateway") as s:
         yield s
 
 
@@ -100,6 +101,10 @@ def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if workers is not None:
+            from stoker.preflight import report_checks
+
+            # the upstream itself is probed by the gateway (gateway/app.py), not again here
+            report_checks(settings, workers.labels, console, skip=[parts.upstream.base.api])
             workers.start()
             console.print(f"workers in this process: {', '.join(workers.labels)}")
         console.print(

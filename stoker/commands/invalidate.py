@@ -10,11 +10,17 @@ import typer
 from pydantic import ValidationError
 
 from schemas.events import BaseEvent, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
-from stoker.app import app, console
-from stoker.settings import StokerSettings
+from stoker.app import app, console, examples
+from stoker.connect import KafkaBootstrap, connected
 
 invalidate_app = typer.Typer(
     help="Publish invalidations to Kafka (the invalidation worker applies them).",
+    short_help="Publish invalidations (by doc, context, namespace, template).",
+    epilog=examples(
+        "stoker invalidate doc kb/refunds --tenant acme",
+        "stoker invalidate kb kb/refunds --tenant acme --doc-version 4 \\",
+        "    --text-file refunds.md",
+    ),
     no_args_is_help=True,
 )
 app.add_typer(invalidate_app, name="invalidate")
@@ -26,14 +32,16 @@ Template = Annotated[str | None, typer.Option("--template", help="narrow to this
 Reason = Annotated[str, typer.Option(help="why, for the audit trail")]
 
 
-def _send(logical: str, build: Callable[..., BaseEvent], key: str, **fields: Any) -> None:
+def _send(
+    logical: str, build: Callable[..., BaseEvent], key: str, kafka: str | None, **fields: Any
+) -> None:
     try:
         ev = build(**fields)
     except ValidationError as e:  # bad usage: exit 2 with pydantic's own words
         raise typer.BadParameter(str(e)) from None
     from stoker.wiring import build_publisher  # here: importing the wiring costs ~1 s
 
-    with build_publisher(StokerSettings()) as pub:
+    with build_publisher(connected(console, kafka_bootstrap=kafka)) as pub:
         pub.publish(logical, ev, key=key)
         pub.flush()
     console.print(f"published {type(ev).__name__} {ev.event_id} to {logical}")
@@ -47,11 +55,13 @@ def _invalidate(
     version: str | None,
     template: str | None,
     reason: str,
+    kafka: str | None,
 ) -> None:
     _send(
         "inference.invalidations",
         Invalidate,
         f"{tenant}/{value}",
+        kafka,
         tenant=tenant,
         by=by,
         value=value,
@@ -62,7 +72,10 @@ def _invalidate(
     )
 
 
-@invalidate_app.command()
+@invalidate_app.command(
+    short_help="Delete every entry built on a document.",
+    epilog=examples('stoker invalidate doc kb/refunds --tenant acme --reason "new policy"'),
+)
 def doc(
     doc_id: Annotated[str, typer.Argument(help="document id")],
     tenant: Tenant,
@@ -70,12 +83,16 @@ def doc(
     version: Version = None,
     template: Template = None,
     reason: Reason = "",
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Delete every entry built on DOC_ID, whatever its version."""
-    _invalidate("doc", tenant, doc_id, model, version, template, reason)
+    _invalidate("doc", tenant, doc_id, model, version, template, reason, kafka_bootstrap)
 
 
-@invalidate_app.command()
+@invalidate_app.command(
+    short_help="Delete every entry computed from a context.",
+    epilog=examples("stoker invalidate context 9b1d4c0e7a2f5d31 --tenant acme"),
+)
 def context(
     context_hash: Annotated[str, typer.Argument(help="context hash (caches.keys.context_hash)")],
     tenant: Tenant,
@@ -83,24 +100,38 @@ def context(
     version: Version = None,
     template: Template = None,
     reason: Reason = "",
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Delete every entry computed from this context."""
-    _invalidate("context_hash", tenant, context_hash, model, version, template, reason)
+    _invalidate(
+        "context_hash", tenant, context_hash, model, version, template, reason, kafka_bootstrap
+    )
 
 
-@invalidate_app.command()
+@invalidate_app.command(
+    short_help="Flush a tenant's model namespace.",
+    epilog=examples("stoker invalidate namespace --tenant acme --model llama-3-8b --version v7"),
+)
 def namespace(
     tenant: Tenant,
     model: Annotated[str, typer.Option("--model", help="model id")],
     version: Version = None,
     template: Template = None,
     reason: Reason = "",
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Flush a tenant's model namespace (narrowed by version / template): bump, then purge."""
-    _invalidate("namespace", tenant, "", model, version, template, reason)
+    _invalidate("namespace", tenant, "", model, version, template, reason, kafka_bootstrap)
 
 
-@invalidate_app.command()
+@invalidate_app.command(
+    short_help="Publish a document's change (re-warmed with its new text).",
+    epilog=examples(
+        "stoker invalidate kb kb/refunds --tenant acme --doc-version 4 \\",
+        "    --text-file refunds.md --previous-text-file refunds-v3.md",
+        "stoker invalidate kb kb/old --tenant acme --doc-version 9 --change deleted",
+    ),
+)
 def kb(
     doc_id: Annotated[str, typer.Argument(help="document id")],
     tenant: Tenant,
@@ -117,6 +148,7 @@ def kb(
         Path | None,
         typer.Option(help="its text before the change, as the logged requests inline it"),
     ] = None,
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Publish a KnowledgeBaseChanged: entries built on older versions of DOC_ID go."""
     texts = {"text": _read_text(text_file, "--text-file"),
@@ -126,6 +158,7 @@ def kb(
         "inference.kb-changes",
         KnowledgeBaseChanged,
         f"{tenant}/{doc_id}",  # one key per doc: a doc's changes stay in order on one partition
+        kafka_bootstrap,
         tenant=tenant,
         doc_id=doc_id,
         doc_version=doc_version,
@@ -143,18 +176,26 @@ def _read_text(path: Path | None, param: str) -> str | None:
         raise typer.BadParameter(f"cannot read {path}: {e}", param_hint=param) from None
 
 
-@invalidate_app.command()
+@invalidate_app.command(
+    short_help="Retire a prompt template's namespace.",
+    epilog=examples(
+        "stoker invalidate template --tenant acme --model llama-3-8b \\",
+        "    --old t3 --new t4",
+    ),
+)
 def template(
     tenant: Tenant,
     model: Annotated[str, typer.Option("--model", help="model id")],
     old: Annotated[str, typer.Option("--old", help="template version to retire")],
     new: Annotated[str, typer.Option("--new", help="template version now live")],
+    kafka_bootstrap: KafkaBootstrap = None,
 ) -> None:
     """Publish a PromptTemplateChanged: the old template's namespace is retired and purged."""
     _send(
         "inference.kb-changes",
         PromptTemplateChanged,
         f"{tenant}/{model}",
+        kafka_bootstrap,
         tenant=tenant,
         model_id=model,
         old_template_version=old,

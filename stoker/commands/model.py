@@ -10,10 +10,12 @@ from typing import Annotated
 import typer
 
 from schemas.errors import UsageError
-from stoker.app import app, console
+from stoker.app import app, console, examples
 
 model_app = typer.Typer(
     help="The embedded real model: llama.cpp's llama-server serving SmolLM2-135M-Instruct.",
+    short_help="The embedded real model (llama-server, SmolLM2).",
+    epilog=examples("stoker model setup", "stoker model serve --port 8000"),
     no_args_is_help=True,
 )
 app.add_typer(model_app, name="model")
@@ -23,7 +25,7 @@ def _say(line: str) -> None:
     console.print(line, soft_wrap=True)  # a path is not folded, so it can be copied
 
 
-@model_app.command("setup")
+@model_app.command("setup", short_help="Fetch, check and build llama-server and SmolLM2 once.")
 def setup(
     jobs: Annotated[
         int | None, typer.Option(min=1, help="parallel build jobs (default: one per core)")
@@ -42,7 +44,7 @@ def setup(
     console.print(f"llama-server: {got.server}\nmodel: {got.model}", soft_wrap=True)
 
 
-@model_app.command("serve")
+@model_app.command("serve", short_help="Serve the model, OpenAI-compatible, until Ctrl-C.")
 def serve(
     port: Annotated[
         int | None, typer.Option(min=1, max=65_535, help="port on 127.0.0.1 (default: a free one)")

@@ -13,14 +13,21 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
 from schemas.errors import StokerError
-from stoker.app import app, console
+from stoker.app import app, console, examples
+from stoker.connect import QdrantUrl, RedisUrl, connected
 from stoker.settings import StokerSettings
 
 # all-MiniLM-L6-v2 and the OpenAI wiring both use 384 (see invalidators/handlers.py).
 _SEMANTIC_DIM = 384
 
 
-@app.command()
+@app.command(
+    short_help="Purge a model version from the caches, paced and resumable.",
+    epilog=examples(
+        "stoker purge --model llama-3-8b --version 2026-11-01 --dry-run",
+        "stoker purge --model llama-3-8b --version 2026-11-01 --retire --rate 20000",
+    ),
+)
 def purge(
     model: Annotated[str, typer.Option("--model", help="model id")],
     version: Annotated[str, typer.Option("--version", help="model version to purge")],
@@ -37,12 +44,14 @@ def purge(
     ] = False,
     restart: Annotated[bool, typer.Option(help="ignore a saved checkpoint")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    redis_url: RedisUrl = None,
+    qdrant_url: QdrantUrl = None,
 ) -> None:
     """Delete every exact and negative entry of MODEL@VERSION from every Redis primary (SCAN +
     UNLINK in paced batches, resumable: rerun the same command to continue) and its vectors."""
     if retire and template is not None:
         raise typer.BadParameter("--retire retires a whole version; drop --template")
-    s = StokerSettings()
+    s = connected(console, redis_url=redis_url, qdrant_url=qdrant_url)
     purger, semantic_note = _purger(s)
     spec = PurgeSpec(model, version, tenant, template)
     if restart:

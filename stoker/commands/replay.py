@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas.errors import StokerError, UsageError
-from stoker.app import app, console
-from stoker.settings import StokerSettings
+from stoker.app import app, console, examples
+from stoker.connect import KafkaBootstrap, connected
 
 if TYPE_CHECKING:
     from streams.replay import Replayer, ReplaySummary
@@ -44,13 +44,17 @@ def parse_time(value: str | None, hint: str) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)  # naive = UTC, as in the events
 
 
-@app.command()
+@app.command(
+    short_help="Replay a request log into Kafka, paced by its timestamps.",
+    epilog=examples(
+        "stoker replay requests.jsonl --speed 60",
+        "stoker replay requests.parquet --speed max --kafka-bootstrap kafka:9092",
+    ),
+)
 def replay(
     # No exists=True: a missing file is reported like any unreadable one (one line, exit 2).
     log: Annotated[Path, typer.Argument(help="request log: .jsonl, .csv or .parquet")],
-    bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap; default STOKER_KAFKA_BOOTSTRAP")
-    ] = None,
+    kafka_bootstrap: KafkaBootstrap = None,
     speed: Annotated[
         str, typer.Option(help="1 = real time, 60 = 60x faster, max = no pacing")
     ] = "max",
@@ -76,11 +80,12 @@ def replay(
         raise typer.BadParameter("--from must be before --to")
     if fmt is not None and fmt not in FORMATS:
         raise typer.BadParameter(f"{fmt!r}: use one of {', '.join(FORMATS)}", param_hint="--format")
-    given: dict[str, Any] = {"kafka_bootstrap": bootstrap} if bootstrap else {}
-    settings = StokerSettings(**given)
+    settings = connected(console, kafka_bootstrap=kafka_bootstrap)
     if not settings.kafka_bootstrap:
         raise typer.BadParameter(
-            "give --bootstrap or set STOKER_KAFKA_BOOTSTRAP", param_hint="--bootstrap"
+            "give --kafka-bootstrap or set STOKER_KAFKA_BOOTSTRAP (or run it beside "
+            "`stoker worker all` on the embedded stack)",
+            param_hint="--kafka-bootstrap",
         )
     fmt = fmt or detect_format(log)
     total = count_rows(log, fmt)  # before any broker work: an unreadable log fails at once

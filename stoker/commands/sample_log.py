@@ -7,10 +7,14 @@ from typing import Annotated
 
 import typer
 
-from stoker.app import app, console
+from stoker.app import app, console, examples
 
 
-@app.command("sample-log")
+@app.command(
+    "sample-log",
+    short_help="Write the reproducible sample request log (CLINC150).",
+    epilog=examples("stoker sample-log --out data/sample/requests-2w.parquet --days 14"),
+)
 def sample_log(
     out: Annotated[Path, typer.Option(help="where to write the log (.parquet)")] = Path(
         "data/sample/requests-2w.parquet"

@@ -12,7 +12,7 @@ import orjson
 import typer
 
 from schemas.errors import ConfigError, ServiceStartError, UsageError
-from stoker.app import app, console
+from stoker.app import app, console, examples
 
 if TYPE_CHECKING:
     from warmers.backends.simulator import SimConfig
@@ -59,7 +59,14 @@ async def _serve(cfg: SimConfig, host: str, port: int) -> None:
     console.print(f"stopped: {server.sim.stats}")
 
 
-@app.command("sim-backend")
+@app.command(
+    "sim-backend",
+    short_help="Serve a simulated GPU backend, OpenAI-compatible.",
+    epilog=examples(
+        "stoker sim-backend --port 8000",
+        "stoker sim-backend --port 8000 --slots 16 --decode-ms-per-token 20",
+    ),
+)
 def sim_backend(
     port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0: any free one)")],
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
@@ -68,7 +75,7 @@ def sim_backend(
     prefill_ms_per_token: Annotated[float, typer.Option(min=0.0, help="ms per input token")] = 0.2,
     decode_ms_per_token: Annotated[float, typer.Option(min=0.0, help="ms per output token")] = 10.0,
     max_tokens: Annotated[int, typer.Option(min=1, help="answer length cap by default")] = 64,
-    model: Annotated[list[str], typer.Option(help="model ids listed by /v1/models")] = [  # noqa: B006
+    model: Annotated[list[str], typer.Option(help="model ids it serves")] = [  # noqa: B006
         "sim-model"
     ],
     answers: Annotated[

@@ -10,8 +10,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from stoker.app import app, console
-from stoker.settings import StokerSettings
+from stoker.app import app, console, examples
+from stoker.connect import RedisUrl, connected
 
 # The --json shape: bump when a key changes meaning or goes away (adding keys is compatible).
 SCHEMA_VERSION: Final = 1
@@ -31,29 +31,30 @@ _STATE_STYLE: Final = {
 }
 
 
-@app.command()
+@app.command(
+    short_help="Running and recent jobs: cutovers, purges, warm runs.",
+    epilog=examples("stoker status", "stoker status --json --redis-url redis://cache:6379/0"),
+)
 def status(
     as_json: Annotated[
         bool, typer.Option("--json", help="print one JSON object on stdout, for scripts")
     ] = False,
     limit: Annotated[int, typer.Option(min=1, max=500, help="most recent jobs shown")] = 20,
-    redis_url: Annotated[str | None, typer.Option(help="default STOKER_REDIS_URL")] = None,
+    redis_url: RedisUrl = None,
 ) -> None:
-    """Show running and recent jobs: cutovers with their phase, purge progress, warm figures."""
+    """Show running and recent jobs: cutovers with their phase, purge progress, warm figures.
+    Exit 2 when no Redis is configured and no embedded stack runs."""
     from invalidators.jobs import all_jobs
     from schemas.errors import ConfigError
     from stoker import embedded_state
     from stoker.wiring import build_redis
 
-    overrides: dict[str, Any] = {"redis_url": redis_url} if redis_url else {}
-    settings = StokerSettings(**overrides)
+    settings = connected(redis_url=redis_url)  # quietly: --json's reader wants no banner
     embedded = embedded_state.read(embedded_state.state_path(settings.state_dir))
-    if not settings.redis_url and embedded is not None:  # a running `stoker worker all`'s Redis
-        settings = settings.model_copy(update={"redis_url": embedded["redis_url"]})
     if not settings.redis_url:
         raise ConfigError(
-            "stoker status reads job state from Redis: set STOKER_REDIS_URL "
-            "(or run it beside a process on the embedded stack)"
+            "stoker status reads job state from Redis: set STOKER_REDIS_URL or --redis-url "
+            "(or run it beside `stoker worker all` or `stoker gateway` on the embedded stack)"
         )
     r = build_redis(settings)
     try:

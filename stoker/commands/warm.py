@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from schemas.errors import ConfigError, StokerError
-from stoker.app import app, console
-from stoker.settings import StokerSettings
+from stoker.app import app, console, examples
+from stoker.connect import QdrantUrl, RedisUrl, WarmBackend, connected
 
 if TYPE_CHECKING:
     from warmers.plan import Plan
@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 _MAX_ROWS = 50
 
 
-@app.command()
+@app.command(
+    short_help="Choose the hot set for a window and warm it (or --dry-run).",
+    epilog=examples(
+        "stoker warm --dry-run",
+        "stoker warm --window 2026-12-07T08:00..2026-12-07T10:00 \\",
+        "    --budget-requests 200 --backend http://vllm:8000/v1",
+    ),
+)
 def warm(
     window: Annotated[
         str, typer.Option(help="next-hour, or START..END in ISO 8601 (UTC when naive)")
@@ -40,9 +47,9 @@ def warm(
     qps: Annotated[
         float | None, typer.Option(min=0.01, help="target QPS; default STOKER_WARM_QPS")
     ] = None,
-    backend: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible URL; default STOKER_WARM_BACKEND_URL")
-    ] = None,
+    backend: WarmBackend = None,
+    redis_url: RedisUrl = None,
+    qdrant_url: QdrantUrl = None,
     model_version: Annotated[
         str | None, typer.Option(help="namespace to warm; default each query's last version")
     ] = None,
@@ -71,7 +78,7 @@ def warm(
         win = Window.parse(window)
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--window") from None
-    s = StokerSettings()
+    s = connected(console, redis_url=redis_url, qdrant_url=qdrant_url)
     if budget_requests is not None:
         budget = Budget(requests=budget_requests)
     elif budget_gpu_seconds is not None:

@@ -14,20 +14,25 @@ import typer
 from rich.table import Table
 
 from schemas.errors import StokerError
-from stoker.app import app, console
-from stoker.settings import StokerSettings
+from stoker.app import app, console, examples
+from stoker.connect import PrefixBackend, RedisUrl, connected
 
 
-@app.command("warm-prefixes")
+@app.command(
+    "warm-prefixes",
+    short_help="Send the hot system prompts to a backend's prefix cache.",
+    epilog=examples(
+        "stoker warm-prefixes --model llama-3-8b --dry-run",
+        "stoker warm-prefixes --model llama-3-8b --backend http://vllm-3:8000/v1",
+    ),
+)
 def warm_prefixes(
     model: Annotated[str, typer.Option(help="model id (as the gateway logs it)")],
     tenant: Annotated[
         list[str] | None, typer.Option(help="only these tenants (repeatable); default all")
     ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="OpenAI-compatible URL; default STOKER_PREFIX_WARM_BACKEND_URL"),
-    ] = None,
+    backend: PrefixBackend = None,
+    redis_url: RedisUrl = None,
     qps: Annotated[
         float | None, typer.Option(min=0.01, help="warms a second; default STOKER_PREFIX_WARM_QPS")
     ] = None,
@@ -43,7 +48,8 @@ def warm_prefixes(
     max_tokens=1 request each, at a capped QPS, never through the answer cache."""
     from stoker.wiring import build_prefix_warmer
 
-    warmer = build_prefix_warmer(StokerSettings(), backend_url=backend, qps=qps, top_n=top)
+    s = connected(console, redis_url=redis_url)
+    warmer = build_prefix_warmer(s, backend_url=backend, qps=qps, top_n=top)
     if dry_run:
         budget, source = warmer.budget()
         plan = warmer.plan(model, tenant or None, budget=budget)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 from enum import StrEnum
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from stoker.app import app, console
+from stoker.app import app, console, examples
+from stoker.connect import KafkaBootstrap, QdrantUrl, RedisUrl
+from stoker.connect import overrides as connection_overrides
 from stoker.logs import configure as configure_logging
 from stoker.metrics import serve_metrics
+from stoker.preflight import report_checks
 from stoker.runtime import WorkerGroup, embedded_settings
 from stoker.settings import StokerSettings
 
@@ -27,16 +30,19 @@ class WorkerName(StrEnum):
     all = "all"
 
 
-@app.command()
+@app.command(
+    short_help="Run a stream worker (or all of them) until SIGTERM.",
+    epilog=examples(
+        "stoker worker all",
+        "stoker worker deploy --kafka-bootstrap kafka:9092 \\",
+        "    --redis-url redis://cache:6379/0 --qdrant-url http://qdrant:6333",
+    ),
+)
 def worker(
     name: Annotated[WorkerName, typer.Argument(help="which worker to run")],
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            help="Kafka bootstrap; default STOKER_KAFKA_BOOTSTRAP, else an embedded stack"
-        ),
-    ] = None,
-    redis_url: Annotated[str | None, typer.Option(help="default STOKER_REDIS_URL")] = None,
+    kafka_bootstrap: KafkaBootstrap = None,
+    redis_url: RedisUrl = None,
+    qdrant_url: QdrantUrl = None,
     broker: Annotated[
         str | None, typer.Option(help="kafka or tansu (embedded-broker consumer settings)")
     ] = None,
@@ -44,12 +50,11 @@ def worker(
         str | None, typer.Option(help="consumer group; default <prefix>stoker.<name>")
     ] = None,
 ) -> None:
-    """Consume the worker's topics and apply them; SIGTERM finishes the batch, commits, exits 0."""
-    overrides: dict[str, Any] = {}
-    if bootstrap:
-        overrides["kafka_bootstrap"] = bootstrap
-    if redis_url:
-        overrides["redis_url"] = redis_url
+    """Consume the worker's topics and apply them; SIGTERM finishes the batch, commits, exits 0.
+    With no Kafka configured, runs on an embedded stack of its own (Kafka, Redis, Qdrant Edge).
+    At start it says which of the URLs it will call (Kafka, Redis, the model server) do not
+    answer."""
+    overrides = connection_overrides(kafka_bootstrap, redis_url, qdrant_url)
     if broker:
         if broker not in ("kafka", "tansu"):
             raise typer.BadParameter("must be kafka or tansu", param_hint="--broker")
@@ -58,7 +63,11 @@ def worker(
         raise typer.BadParameter("one group cannot serve several workers", param_hint="--group")
     settings = StokerSettings(**overrides)
     configure_logging(settings.log_format, settings.log_level)
-    with embedded_settings(settings, console) as s, serve_metrics(s.metrics_port) as port:
+    what = f"stoker worker {name.value}"
+    with (
+        embedded_settings(settings, console, what=what) as s,
+        serve_metrics(s.metrics_port) as port,
+    ):
         if port is not None:
             console.print(f"metrics on :{port}/metrics")
         run_workers(s, _names(name, s), group)
@@ -99,6 +108,7 @@ def run_workers(settings: StokerSettings, names: list[str], group: str | None = 
         console.print(f"worker {w.handler.name}: group {w.config.group_id}, topics {w.topics}")
     for sv in workers.services:
         console.print(f"worker {sv.name}: no topics (a leader-elected schedule)")
+    report_checks(settings, names, console)
     try:
         workers.start()
         workers.watch()

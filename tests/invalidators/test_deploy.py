@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer
@@ -373,7 +374,7 @@ def cli_env(s: StokerSettings) -> dict[str, str]:
 
 
 @pytest.mark.standalone_only("the CLI reaches Redis only through the cutover tested above")
-def test_deploy_cli__wait_until_done_exits_0_with_a_worker(
+def test_deploy_cli__wait_until_done_exits_0_with_a_worker_and_says_so_in_json(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
     old = fill(client, "v1", 5)
@@ -381,11 +382,15 @@ def test_deploy_cli__wait_until_done_exits_0_with_a_worker(
     running.append(RunningWorker(settings, DeployHandler(cut, poll_s=0.1), f"g{unique}"))
     res = stoker(
         "deploy", "--model", "llama", "--version", "v2", "--previous", "v1", "--grace", "0s",
-        "--wait", "--until", "done", "--timeout", "60s", env=cli_env(settings),
+        "--wait", "--until", "done", "--timeout", "60s", "--json", env=cli_env(settings),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    deploy_id = res.stdout.strip()
-    job = cut.load(deploy_id)
+    doc = orjson.loads(res.stdout)  # one object, nothing else on stdout
+    assert (doc["ended"], doc["state"], doc["phase"]) == ("done", "done", "done")
+    assert (doc["model_id"], doc["version"], doc["previous_version"]) == ("llama", "v2", "v1")
+    assert doc["counts"]["deleted"] == len(old) and doc["progress"] == 1.0
+    assert doc["detail"] == f"purged {len(old)} keys of v1"
+    job = cut.load(doc["deploy_id"])
     assert job is not None and job.phase == "done"
     assert client.redis.exists(*old) == 0
 
@@ -480,7 +485,9 @@ def test_deploy_cli__wait_reports_the_projected_and_reached_hit_rates_at_ready(
     job = cut.load(res.stdout.strip())
     assert job is not None and job.phase == "grace"
     out = _flat(res.stderr)
-    assert f"ready: grace: {job.prewarm}" in out  # the whole verdict, figures and all
+    assert re.search(r"deploy \w{12} ready after [\d.]+ s: m v1 -> v2", out), out
+    for part in job.prewarm.split("; "):  # the whole verdict, figures and all, a line each
+        assert f"\n  {part}\n" in res.stderr, res.stderr
     m = re.search(r"hit rate projected ([\d.]+)%, reached ([\d.]+)% \(bar 50.0%\)", out)
     assert m is not None, out
     assert float(m[1]) == float(m[2]) >= 50.0
@@ -507,7 +514,8 @@ def test_deploy_cli__a_backend_failing_most_sends_misses_the_bar_and_the_deploy_
         )  # fmt: skip
     assert res.returncode == 1, res.stderr
     out = _flat(res.stderr)
-    assert "failed: gave up after 2 attempts: pre-warm of v2 below its bar" in out, out
+    assert re.search(r"deploy \w{12} failed after [\d.]+ s: m v1 -> v2", out), out
+    assert "\n  gave up after 2 attempts: pre-warm of v2 below its bar" in res.stderr, out
     m = re.search(r"hit rate projected ([\d.]+)%, reached ([\d.]+)% \(bar 70.0%\)", out)
     assert m is not None and float(m[2]) < 50.0 <= 70.0 <= float(m[1]), out
     job = cut.load(res.stdout.strip())
