@@ -89,6 +89,10 @@ def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
     gw = running(["--port", "0", "--upstream", sim.url], {})
     assert any("embedded stack" in ln for ln in gw.lines)
     assert any("workers in this process" in ln for ln in gw.lines)
+    # the workers warm the upstream it serves from (not STOKER_WARM_BACKEND_URL's default, where
+    # nothing listens): their start-up check finds nothing that does not answer
+    assert any(ln.startswith("answering: Kafka at ") for ln in gw.lines), gw.lines
+    assert not any("does not answer" in ln for ln in gw.lines), gw.lines
     assert _ask(gw.url).headers["x-stoker-cache"] == "miss"
     wait_for(lambda: _ask(gw.url).headers["x-stoker-cache"] == "exact", 10, "the hit")
     assert gw.stop() == 0
