@@ -75,9 +75,15 @@ class StokerSettings(BaseSettings):
     # asked at start); set: checked against it, and lets a worker open the semantic store of
     # an unknown model without loading the model.
     embedder_dim: int | None = Field(default=None, ge=1, le=65_536)
-    # torch's intra-op threads for the local model (process-wide). One: on this loaded 2-core
+    # The local model's intra-op threads (torch's are process-wide). One: on this loaded 2-core
     # box a second thread made one prompt 10-25x slower (caches/embedders.py has the figures).
     embedder_threads: int = Field(default=1, ge=1, le=256)
+    # What runs the local model: "onnx" (ONNX Runtime fp32 on an export made once per machine
+    # under model_cache_dir; in the gateway's busy process ~3x faster a prompt than torch, which
+    # hands the GIL to the event loop on every operator) or "torch". ONNX serves only if its
+    # vectors equal torch's at start (within 1e-5; measured 2e-7); otherwise one warning says
+    # why and torch serves.
+    embedder_engine: Literal["onnx", "torch"] = "onnx"
     # The micro-batcher in front of the embedder: texts per forward pass at most (lookups go
     # before background embeds, and one past its deadline is dropped, not computed).
     embedder_batch_max_texts: int = Field(default=64, ge=1, le=4096)
@@ -369,8 +375,9 @@ class StokerSettings(BaseSettings):
     state_dir: Path | None = None
 
     # -- the embedded model server (llama.cpp's llama-server, stoker/modelserver.py) --
-    # Where `make setup` caches the llama-server it builds and the model it fetches, shared by
-    # every checkout on the machine; None: $XDG_CACHE_HOME/stoker, else ~/.cache/stoker.
+    # Where `make setup` caches the llama-server it builds and the model it fetches, and the
+    # embedder keeps its ONNX export (onnx/), shared by every checkout on the machine; None:
+    # $XDG_CACHE_HOME/stoker, else ~/.cache/stoker.
     model_cache_dir: Path | None = None
     # A llama-server binary of your own, used instead of building one.
     llama_server_bin: Path | None = None

@@ -46,6 +46,7 @@ from invalidators.deployjob import CutoverOptions, Prewarmer
 from invalidators.purge import PurgeOptions
 from schemas.baseurl import BaseURL
 from schemas.errors import BrokerUnavailable, ConfigError
+from stoker.modelserver import cache_root
 from stoker.redisconn import connect, connect_async
 from stoker.settings import StokerSettings
 from streams.base import Handler
@@ -62,7 +63,7 @@ from warmers.shadow import WarmConfig
 
 log = logging.getLogger(__name__)
 
-_EMBEDDERS: dict[tuple[str, str, str | None], Embedder] = {}
+_EMBEDDERS: dict[tuple[str, str, str | None, str], Embedder] = {}
 _EDGE_STORES: dict[Path, EdgeSemanticStore] = {}
 _PROCESS_EDGE_PATH: Path | None = None
 _MEMORY_STORES: dict[str, Any] = {}  # collection -> ServerSemanticStore on ":memory:"
@@ -111,7 +112,7 @@ def build_async_redis(s: StokerSettings) -> Any:
 
 def build_embedder(s: StokerSettings) -> Embedder:
     """One model per process: loading all-MiniLM-L6-v2 takes seconds and ~100 MB."""
-    ident = (s.embedder, s.embedder_model, s.embedder_url)
+    ident = (s.embedder, s.embedder_model, s.embedder_url, s.embedder_engine)
     emb = _EMBEDDERS.get(ident)
     if emb is None:
         if s.embedder == "openai":
@@ -122,7 +123,10 @@ def build_embedder(s: StokerSettings) -> Embedder:
                 s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
             )
         else:
-            model = SentenceTransformerEmbedder(s.embedder_model, threads=s.embedder_threads)
+            model = SentenceTransformerEmbedder(
+                s.embedder_model, threads=s.embedder_threads, engine=s.embedder_engine,
+                onnx_cache_dir=cache_root(s.model_cache_dir),
+            )  # fmt: skip
         emb = _EMBEDDERS[ident] = BatchingEmbedder(  # concurrent callers share forward passes
             model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
         )
