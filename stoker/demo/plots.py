@@ -56,6 +56,9 @@ def all_plots(runs: Sequence[Run], figures: dict[str, dict[str, Any]], out: Path
 def _hourly_hit_rate(s: ServeStats, hours: int, smooth_h: int = 3) -> list[float]:
     rates = []
     for h in range(hours):
+        if h not in s.hourly:  # an hour the pass did not serve has no rate, rolling or not
+            rates.append(float("nan"))
+            continue
         window = [s.hourly[x] for x in range(max(0, h - smooth_h + 1), h + 1) if x in s.hourly]
         n = sum(w.requests for w in window)
         rates.append(sum(w.exact + w.semantic for w in window) / n if n else float("nan"))
@@ -121,14 +124,21 @@ def gpu_demand(regime: str, f: dict[str, Any], out: Path) -> Path:
     sched, pre = per["scheduled_sends"], per["prewarm_sends"]
     live = [t - s for t, s in zip(per["with_warming"], per["warm_sends"], strict=True)]
     fig, ax = plt.subplots(figsize=(12, 4.2), layout="constrained")
+    # hatched as well as coloured where a bar is wide enough to show it (a week's bars are
+    # 3 px: white hatching there hid the colour)
+    wide = n <= 48
     ax.bar(xs, live, width=0.8, color=WARM, alpha=0.55, label="with warming: live misses")
-    ax.bar(xs, sched, width=0.8, bottom=live, color=SENDS, hatch="//", edgecolor="white",
-           label="with warming: scheduled warm sends")  # fmt: skip
+    ax.bar(xs, sched, width=0.8, bottom=live, color=SENDS, hatch="//" if wide else None,
+           edgecolor="white", linewidth=0, label="with warming: scheduled warm sends")  # fmt: skip
     lower = [a + b for a, b in zip(live, sched, strict=True)]
-    ax.bar(xs, pre, width=0.8, bottom=lower, color=PREWARM, hatch="xx", edgecolor="white",
-           label="with warming: the deploy's pre-warm")  # fmt: skip
+    ax.bar(xs, pre, width=0.8, bottom=lower, color=PREWARM, hatch="xx" if wide else None,
+           edgecolor="white", linewidth=0, label="with warming: the deploy's pre-warm")  # fmt: skip
     ax.step(xs, per["baseline"], where="mid", color=BASE, linewidth=1.4, label="without warming")
     _mark_peaks(ax, xs, per["with_warming"], per["baseline"], f)
+    if any(pre):  # a week's bars are 3 px wide: a mark on the axis finds the pre-warm's hour
+        i = max(range(n), key=pre.__getitem__)
+        ax.plot([xs[i]], [0], marker="^", markersize=9, color=PREWARM, clip_on=False,
+                linestyle="none", label=f"the pre-warm's hour: {xs[i]}, {pre[i]:,.0f} GPU-s")  # fmt: skip
     bound = f.get("peak_gpu_ratio_bound")
     if bound:
         floor = bound * f["peak_gpu_s_baseline"]
@@ -136,7 +146,7 @@ def gpu_demand(regime: str, f: dict[str, Any], out: Path) -> Path:
                    label=f"lowest peak any warming could reach: {floor:,.0f} GPU-s ({bound:.2f}x)")  # fmt: skip
     d = f.get("deploy") or {}
     if d.get("hour") is not None:
-        ax.axvline(d["hour"] - 0.5, **DEPLOY, label=f"model deploy (hour {d['hour']})")
+        ax.axvline(d["hour"] - 0.5, **DEPLOY, zorder=0, label=f"model deploy (hour {d['hour']})")
     ax.set_xlim(first - 0.6, first + n - 0.4)
     ax.set_ylim(0, 1.22 * max([*per["with_warming"], *per["baseline"], 1.0]))
     ax.set_xlabel("hour of week 2")
@@ -182,20 +192,29 @@ def warm_qps(sc: Scenario, warm: PassResult, f: dict[str, Any], out: Path) -> Pa
     bad = [w.get("refused_stale", 0) + w.get("failed", 0) for w in ws]
     landed = [w.get("sent", 0) - x for w, x in zip(ws, bad, strict=True)]
     priced = [w.get("priced_out", 0) for w in ws]
+    # the deploy's pre-warm goes out at the deploy, as the sends of the window starting then
+    # would: stacked on that window's bar
+    deploy_h = warm.deploy.get("hour") if warm.deploy else None
+    sent = [(h, w["achieved_qps"]) for h, w in zip(hours, ws, strict=True) if w.get("sent")]
+    if deploy_h is not None and warm.prewarms and deploy_h not in hours:
+        hours, landed, bad, priced = [*hours, deploy_h], [*landed, 0], [*bad, 0], [*priced, 0]
+    pre = [sum(p.sent for p in warm.prewarms) if h == deploy_h else 0 for h in hours]
+    width = 0.6 * sc.warm_every_h
     fig, (top, low) = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True, layout="constrained",
                                    height_ratios=(3, 2))  # fmt: skip
-    top.bar(hours, landed, width=0.6, color=SENDS, label="scheduled, landed")
-    top.bar(hours, bad, width=0.6, bottom=landed, color=BAD,
-            label="scheduled, refused as stale or failed")  # fmt: skip
-    top.bar(hours, priced, width=0.6, bottom=[a + b for a, b in zip(landed, bad, strict=True)],
-            fill=False, hatch="..", edgecolor="grey", label="planned, priced out at send time")  # fmt: skip
-    if warm.prewarms and warm.deploy:  # at the deploy, beside the window that starts there
-        top.bar([warm.deploy["hour"] - 0.5], [sum(p.sent for p in warm.prewarms)], width=0.35,
-                color=PREWARM, label="the deploy's pre-warm")  # fmt: skip
+    bottom = [0.0] * len(hours)
+    for values, style in (
+        (landed, {"color": SENDS, "label": "scheduled, landed"}),
+        (bad, {"color": BAD, "label": "scheduled, refused as stale or failed"}),
+        (pre, {"color": PREWARM, "label": "the deploy's pre-warm"}),
+        (priced, {"fill": False, "hatch": "..", "edgecolor": "grey",
+                  "label": "planned, priced out at send time"}),
+    ):  # fmt: skip
+        top.bar(hours, values, width=width, bottom=bottom, **style)
+        bottom = [a + b for a, b in zip(bottom, values, strict=True)]
     top.set_ylabel("warm requests")
     top.set_ylim(bottom=0)
-    sent = [(h, w["achieved_qps"]) for h, w in zip(hours, ws, strict=True) if w.get("sent")]
-    low.bar([h for h, _ in sent], [q for _, q in sent], width=0.6, color=QPS,
+    low.bar([h for h, _ in sent], [q for _, q in sent], width=width, color=QPS,
             label="achieved QPS of a window's sends")  # fmt: skip
     low.axhline(sc.warm_qps, color=QPS, linestyle="-.", label=f"cap: {sc.warm_qps:,.0f} QPS")
     low.set_ylabel("warm QPS")
@@ -204,7 +223,7 @@ def warm_qps(sc: Scenario, warm: PassResult, f: dict[str, Any], out: Path) -> Pa
     for ax in (top, low):
         ax.set_xlim(sc.first_h - 1, sc.week2_hours)
         if warm.deploy:
-            ax.axvline(warm.deploy["hour"] - 0.5, **DEPLOY)
+            ax.axvline(warm.deploy["hour"] - 0.5, **DEPLOY, zorder=0)
     handles = [*top.get_legend_handles_labels()[0], *low.get_legend_handles_labels()[0]]
     if warm.deploy:
         handles.append(Line2D([], [], **DEPLOY, label="model deploy"))
