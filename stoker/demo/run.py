@@ -258,6 +258,9 @@ class Pass:
                 # the log's version, a namespace no request read until the deploy)
                 gateway_default_model_version=self.traffic.week1[0]["model_version"],
                 deploy_purge_batch=purge_batch, deploy_purge_rate=purge_rate,
+                # the model server is this pass's simulated backend, named for every part that
+                # calls one (the gateway, the warms, the request log's replay)
+                gateway_upstream_url=sim.url, warm_backend_url=sim.url,
             )  # fmt: skip
             parts = build_gateway(settings, upstream_url=sim.url)
             cache = parts.gate.cache
