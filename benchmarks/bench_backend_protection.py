@@ -20,13 +20,13 @@ from collections.abc import Callable
 
 from _common import emit, pct
 
+from backends.base import GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import RequestParams
 from schemas.errors import BackendUnavailable
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
-from warmers.backends.base import GenerationRequest
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem

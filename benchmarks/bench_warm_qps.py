@@ -14,12 +14,12 @@ import time
 
 from _common import emit
 
+from backends.base import GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import RequestParams
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
-from warmers.backends.base import GenerationRequest
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem

@@ -4,6 +4,7 @@ completion or as SSE chunks, and the chunks of a streamed miss assembled back in
 A replay carries everything the original answer had: content, reasoning_content, tool_calls,
 finish_reason and usage (LiteLLM's users report streamed hits that lose reasoning_content).
 SSE framing (what OpenAI and vLLM send): `data: <json>\n\n` per chunk, `data: [DONE]\n\n` last.
+What an answer cost the server is the one client's rule (backends/client.py, backend_ms).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from backends.client import backend_ms
 from gateway.cachegate import Answer
 from gateway.identity import Api
 from schemas.entries import CacheEntry
@@ -143,28 +145,6 @@ def answer_of(api: Api, body: dict[str, Any], elapsed_ms: float) -> Answer | Non
         )
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return None
-
-
-def backend_ms(usage: dict[str, Any], timings: Any, elapsed_ms: float) -> float:
-    """What an answer cost the model server, by the server's own account, first found of:
-    1. `usage.gpu_ms`, the simulated backend's extension field;
-    2. llama.cpp's `timings`: prompt_ms + predicted_ms, prefill of the tokens its prompt cache
-       did not hold plus decode, without the time the request queued for a slot (SmolLM2 on
-       one core here: 0.1-0.25 s for an 8-token answer, 0.8 s for 24 tokens prefilled cold);
-    3. neither (vLLM, TGI and OpenAI report no time): the upstream call's wall time as the
-       gateway saw it, which also counts queueing and the network, so on a loaded server it
-       overstates what a hit saves."""
-    own = usage.get("gpu_ms")
-    if isinstance(own, int | float) and own > 0:
-        return float(own)
-    if isinstance(timings, dict):
-        try:
-            spent = float(timings["prompt_ms"]) + float(timings["predicted_ms"])
-        except (KeyError, TypeError, ValueError):
-            spent = 0.0
-        if spent > 0:
-            return spent
-    return elapsed_ms
 
 
 def _call(c: Any) -> dict[str, Any]:

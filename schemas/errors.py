@@ -10,6 +10,7 @@ StokerError                  root: the CLI and the workers catch only this
 │   ├── BrokerUnavailable    Kafka did not answer
 │   └── BackendUnavailable   the inference backend did not answer (timeout, connect error, 5xx)
 │       ├── BackendOverloaded    it answered 429: back off (the warmer's AIMD must see every one)
+│       ├── BackendTimedOut      it did not answer in time (the gateway answers 504, not 502)
 │       └── BackendUnreachable   its connections are refused: a run stops sending at once
 └── FatalError               cannot go on: exit non-zero (kind="fatal")
     ├── ConfigError          settings that cannot work
@@ -86,6 +87,10 @@ class BackendOverloaded(BackendUnavailable):
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class BackendTimedOut(BackendUnavailable):
+    """The backend took longer than the client's limit to connect or to answer."""
 
 
 class BackendUnreachable(BackendUnavailable):

@@ -174,9 +174,9 @@ def monitor_handler(s: StokerSettings) -> Handler:
     """The wrong-hit monitor: the serving side's cache client (its embedder, semantic store for
     probes, and with the verified matcher its error budget), the backend to re-ask, and
     stoker.audit."""
+    from backends.base import Backend
+    from backends.client import OpenAIBackend
     from caches.matching.budget import ServingLevels
-    from warmers.backends.base import Backend
-    from warmers.backends.openai import OpenAIBackend
     from warmers.monitor import Auditor
     from warmers.monitor_worker import MonitorHandler, MonitorOptions
 

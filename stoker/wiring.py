@@ -44,7 +44,6 @@ from gateway.options import GatewayOptions
 from gateway.requestlog import KafkaLog, NullLog, RequestLog
 from invalidators.deployjob import CutoverOptions, Prewarmer
 from invalidators.purge import PurgeOptions
-from schemas.baseurl import BaseURL
 from schemas.errors import BrokerUnavailable, ConfigError
 from stoker.modelserver import cache_root
 from stoker.redisconn import connect, connect_async
@@ -297,8 +296,8 @@ def build_runner(
 
     dry_run: plan only, writing nothing: the embedding cache is read, not written, no
     semantic store is opened and no job record is written."""
-    from warmers.backends.base import Backend
-    from warmers.backends.openai import OpenAIBackend
+    from backends.base import Backend
+    from backends.client import OpenAIBackend
     from warmers.calibration import Calibration
     from warmers.hotset import HotSetSelector
     from warmers.profile import TrafficProfile
@@ -341,11 +340,11 @@ def build_runner(
 
 def warm_config(s: StokerSettings, backend_url: str, qps: float | None = None) -> WarmConfig:
     """The shadow warmer's pacing and prices; the engine's load is read from the backend's
-    /metrics unless STOKER_WARM_LOAD_FROM_METRICS is off."""
+    /metrics (backends/engine.py) unless STOKER_WARM_LOAD_FROM_METRICS is off."""
     return WarmConfig(
         target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
         idle_price=s.warm_idle_price,
-        metrics_url=BaseURL.parse(backend_url).server("metrics") if s.warm_load_from_metrics else None,
+        engine_url=backend_url if s.warm_load_from_metrics else None,
     )  # fmt: skip
 
 

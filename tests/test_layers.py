@@ -1,7 +1,9 @@
-"""The import-linter layer contract holds, and covers every package stoker ships."""
+"""The import-linter layer contract holds, and covers every package stoker ships; the model server
+is reached through backends/ alone."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -30,3 +32,38 @@ def test_layers__the_contract_holds():
     out = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "1 kept, 0 broken" in out.stdout
+
+
+# What a module of the middle layer would import to speak HTTP to a model server itself.
+HTTP_CLIENTS = frozenset({"aiohttp", "httpx", "requests", "urllib3", "urllib.request"})
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_layers__backends_sit_below_the_gateway_the_warmers_and_the_invalidators():
+    (contract,) = [c for c in _pyproject()["tool"]["importlinter"]["contracts"]]
+    layers = contract["layers"]
+    assert layers.index("gateway | warmers | invalidators") < layers.index("backends")
+    assert layers.index("backends") < layers.index("streams")
+
+
+def test_layers__only_backends_speak_http_to_a_model_server():
+    """One client (backends/client.py) for the gateway's proxy, the warmers, the monitor and
+    the prefix warm: none of them imports an HTTP library of its own."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in _imports(path) if m in HTTP_CLIENTS or m.split(".")[0] in HTTP_CLIENTS
+        )
+        for package in ("gateway", "warmers", "invalidators")
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import redis
 
+from backends.base import GenerationRequest
 from caches import slots
 from caches.boundary import redis_boundary
 from caches.client import CacheClient
@@ -51,7 +52,6 @@ from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
 from schemas.errors import ConfigError, RequestRejected
-from warmers.backends.base import GenerationRequest
 from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
 from warmers.calibration import Calibration
 from warmers.doctexts import DocText, DocTexts, renew

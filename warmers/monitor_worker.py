@@ -16,7 +16,8 @@ Per batch of inference.requests (numbered as in `apply`):
    it);
 2. the served entry is read back from Redis (the log names it by namespace and key digest);
    one gone since (expired, invalidated) is skipped;
-3. the backend is asked the logged request again, exactly as the gateway sent it;
+3. the backend is asked the logged request again, exactly as the gateway sent it (through the
+   one backend client, backends/client.py: the gateway's HTTP stack and error tree);
 4. the fresh answer and the served one are embedded and judged by meaning (AnswerJudge via
    warmers/monitor.py's Auditor, with the number guard on the texts): a verified hit against
    the centroid of the answers that vouched for it (found again by one search, as the matcher
@@ -48,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from backends.base import Backend, Generation, GenerationRequest
 from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.client import CacheClient, CacheRequest
@@ -62,7 +64,6 @@ from schemas.errors import BackendRejected, BackendUnavailable, StokerError
 from schemas.events import BaseEvent, Event, HitAudited, RequestLogged
 from streams.base import Handler
 from warmers import metrics as M
-from warmers.backends.base import Backend, Generation, GenerationRequest
 from warmers.monitor import Auditor, ServedHit
 from warmers.throttle import Aimd, AimdConfig, MonotonicClock, TokenBucket
 

@@ -5,13 +5,15 @@ is empty, and the first request of every system prompt pays its whole prefill. O
 1. plan: the model's most counted prefixes (warmers/prefixes.py) over its tenants, seen within
    max_age_s, the same messages of several tenants once, cut at top_n and at a token budget
    (summed prefix tokens: warming more than the backend's cache holds evicts the hottest):
-   `kv_share` of the KV cache the backend reports on /metrics (vLLM's
-   `vllm:cache_config_info`: num_gpu_blocks x block_size; nothing at all when it says prefix
-   caching is off), else the fixed `token_budget`. Blocks a warm fills are free blocks vLLM
-   evicts least recently used when a running request needs room, so they never stop a live
-   request from being admitted; the share leaves room for the live traffic's own prefixes;
-2. send each as `max_tokens=1`, temperature 0, the prefix and a one-token user turn, straight
-   to the backend at most `qps` a second (throttle.TokenBucket), `concurrency` at a time, with
+   `kv_share` of the cache the backend's engine reports (backends/engine.py: vLLM's
+   `vllm:cache_config_info`, num_gpu_blocks x block_size, nothing at all when it says prefix
+   caching is off; llama.cpp's slots x their context, what its slots hold, its --cache-ram on
+   top being unreported), else the fixed `token_budget`. Blocks a warm fills are free blocks
+   vLLM evicts least recently used when a running request needs room, so they never stop a
+   live request from being admitted; the share leaves room for the live traffic's own prefixes;
+2. send each as a generate of the one backend client (backends/client.py) with `max_tokens=1`,
+   temperature 0, the prefix and a one-token user turn, straight to the backend at most `qps`
+   a second (throttle.TokenBucket), `concurrency` at a time, with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
    serves nor stores it: the answer cache is never read or written;
 3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed; stop
@@ -25,16 +27,16 @@ schedule) sends again, and a run is safe to repeat.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from backends.base import GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy, Timeouts
+from backends.engine import EngineReader
 from schemas.baseurl import BaseURL
-from schemas.errors import StokerError
+from schemas.errors import BackendRejected, BackendUnavailable, BackendUnreachable, StokerError
 from warmers.prefixes import HotPrefix, HotPrefixes
 from warmers.throttle import MonotonicClock, TokenBucket
 
@@ -42,27 +44,22 @@ from warmers.throttle import MonotonicClock, TokenBucket
 WARM_USER_TURN = "."
 NO_CACHE_HEADERS = {"Cache-Control": "no-cache, no-store"}
 PROBE_TIMEOUT_S = 5.0  # the /metrics read that sizes the budget
+# Nothing is retried within a run, and the first refused connection ends it: every other send
+# would be refused too.
+_ONCE = RetryPolicy(attempts=1)
 
 
-# vLLM's engine cache config, one gauge whose labels carry it (a Prometheus "info" metric).
-_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def kv_cache_tokens(metrics: str) -> int | None:
-    """The KV cache the backend holds, in tokens, from its Prometheus text: 0 when it says
-    prefix caching is off (nothing a warm sends is kept), None when it does not say."""
-    m = _CACHE_INFO.search(metrics)
-    if m is None:
-        return None
-    labels = dict(_LABEL.findall(m.group(1)))
-    if labels.get("enable_prefix_caching", "").lower() == "false":
-        return 0
-    try:
-        blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
-    except (KeyError, ValueError):
-        return None
-    return blocks * size if blocks > 0 and size > 0 else None
+def warm_request(h: HotPrefix, model: str | None = None) -> GenerationRequest:
+    """A prefix warm as a generation: the prefix, a one-token user turn, one token back."""
+    body = {
+        "model": model or h.prefix.model,
+        "messages": [*h.prefix.as_messages(), {"role": "user", "content": WARM_USER_TURN}],
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    return GenerationRequest(
+        h.tenant, h.model_id, "", "", WARM_USER_TURN, body=body, api="chat", route="prefix-warm"
+    )
 
 
 @dataclass(frozen=True)
@@ -123,24 +120,29 @@ class PrefixWarmer:
         self.base = BaseURL.parse(options.backend_url)
 
     def budget(self) -> tuple[int, str]:
-        """Step 1's token budget, and where it came from: a share of the KV cache the backend
-        reports on /metrics, else the fixed budget (one GET of at most PROBE_TIMEOUT_S: a
-        backend that does not answer it in time gets the fixed budget, not a stalled run)."""
+        """budget_async, from code that runs no event loop (the CLI's dry run)."""
+        return asyncio.run(self.budget_async())
+
+    async def budget_async(self) -> tuple[int, str]:
+        """Step 1's token budget, and where it came from: a share of the cache the backend's
+        engine reports, else the fixed budget (one read of at most PROBE_TIMEOUT_S: a backend
+        that does not answer it in time gets the fixed budget, not a stalled run)."""
         o = self.options
         fixed = (o.token_budget, f"the fixed budget of {o.token_budget:,} tokens")
         if o.kv_share <= 0:
             return fixed
+        reader = EngineReader(o.backend_url, timeout_s=min(o.timeout_s, PROBE_TIMEOUT_S))
         try:
-            timeout = min(o.timeout_s, PROBE_TIMEOUT_S)
-            resp = httpx.get(self.base.server("metrics"), timeout=timeout)
-        except httpx.HTTPError:
-            return fixed
-        kv = kv_cache_tokens(resp.text) if resp.status_code == 200 else None
-        if kv is None:
+            state = await reader.read()
+        finally:
+            await reader.aclose()
+        kv = state.cache_tokens if state is not None else None
+        if state is None or kv is None:
             return fixed
         if kv == 0:
             return 0, "the backend says its prefix caching is off"
-        return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
+        held = "-token KV cache" if state.engine != "llama.cpp" else " tokens its slots hold"
+        return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}{held}"
 
     def plan(
         self,
@@ -176,17 +178,19 @@ class PrefixWarmer:
     ) -> PrefixWarmReport:
         o = self.options
         t0 = time.monotonic()
-        budget, source = await asyncio.to_thread(self.budget)
+        budget, source = await self.budget_async()
         plan = self.plan(model_id, tenants, budget=budget)
         report = PrefixWarmReport(
             model_id, planned=len(plan), budget_tokens=budget, budget_from=source
         )
-        headers = dict(NO_CACHE_HEADERS)
-        if o.api_key:
-            headers["Authorization"] = f"Bearer {o.api_key}"
         bucket = TokenBucket(o.qps, MonotonicClock())
         gate = asyncio.Semaphore(o.concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=o.timeout_s) as client:
+        backend = OpenAIBackend(
+            o.backend_url, model=o.model, api_key=o.api_key, headers=NO_CACHE_HEADERS,
+            timeouts=Timeouts(read_s=o.timeout_s), retry=_ONCE, circuit_refusals=1,
+            connections=o.concurrency,
+        )  # fmt: skip
+        async with backend:
             tasks: list[asyncio.Task[None]] = []
             for h in plan:  # step 2
                 left = o.deadline_s - (time.monotonic() - t0)
@@ -201,7 +205,7 @@ class PrefixWarmer:
                     gate.release()
                     break
                 report.sent += 1
-                tasks.append(asyncio.create_task(self._send(client, h, gate, report)))
+                tasks.append(asyncio.create_task(self._send(backend, h, gate, report)))
             if not report.unreachable:
                 report.left_by_deadline = len(plan) - report.sent
             left = max(0.0, o.deadline_s - (time.monotonic() - t0))
@@ -215,27 +219,19 @@ class PrefixWarmer:
 
     async def _send(
         self,
-        client: httpx.AsyncClient,
+        backend: OpenAIBackend,
         h: HotPrefix,
         gate: asyncio.Semaphore,
         report: PrefixWarmReport,
     ) -> None:
-        body = {
-            "model": self.options.model or h.prefix.model,
-            "messages": [*h.prefix.as_messages(), {"role": "user", "content": WARM_USER_TURN}],
-            "max_tokens": 1,
-            "temperature": 0,
-            "stream": False,
-        }
-        url = self.base.route("chat/completions")
+        error = None
         try:
-            resp = await client.post(url, json=body)
-            error = None if resp.status_code == 200 else f"HTTP {resp.status_code}"
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            error = f"cannot connect to {self.base.api}: {type(e).__name__}: {e}"
+            await backend.generate(warm_request(h, self.options.model))
+        except BackendUnreachable as e:
+            error = str(e)
             report.unreachable = report.unreachable or error
-        except httpx.HTTPError as e:
-            error = f"POST {url}: {type(e).__name__}: {e}"
+        except (BackendUnavailable, BackendRejected) as e:
+            error = str(e)
         finally:
             gate.release()
         if error is None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
+from backends.base import Backend
 from caches.client import CacheClient
 from schemas.errors import StokerError
 from streams.jobs import JobRecords, JobState
-from warmers.backends.base import Backend
 from warmers.budget import Budget
 from warmers.calibration import Calibration
 from warmers.hotset import HotSetSelector

@@ -11,7 +11,7 @@ For each item, in the order given (the hot set's ranking):
    the backend shows now, and left out when its warm would cost more than it saves at that
    load (`skipped_priced`). The load is the higher of what its answers show (Aimd.load:
    latency per token over baseline, 429s) and what its engine reports on /metrics
-   (engineload.py: requests waiting, KV cache in use), when `metrics_url` is set;
+   (backends/engine.py: requests queued, KV cache or slots in use), when `engine_url` is set;
 3. generate; congestion (429, 5xx, timeouts, a retried call, latency over 1.5x baseline)
    halves the AIMD rate, success grows it back additively; a backend whose connections are
    refused (the client's circuit opens: BackendUnreachable) ends the run: nothing more is sent,
@@ -33,6 +33,8 @@ from typing import Literal
 from rich.console import Console
 from rich.progress import Progress
 
+from backends.base import Backend, Generation, GenerationRequest
+from backends.engine import EngineReader
 from caches.boundary import redis_boundary
 from caches.client import CacheClient, CacheRequest, LookupResult
 from caches.policy import request_bypass_reason
@@ -45,8 +47,6 @@ from schemas.errors import (
     RequestRejected,
 )
 from warmers import metrics as M
-from warmers.backends.base import Backend, Generation, GenerationRequest
-from warmers.engineload import EngineLoad
 from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from warmers.value import Worth, price_at
 
@@ -97,9 +97,9 @@ class WarmConfig:
     # A GPU-ms at idle, as a share of one at full load: what an item's worth is priced at when
     # it is sent (value.price_at). None: the plan's price stands, whatever the backend shows.
     idle_price: float | None = 0.2
-    # The backend's Prometheus endpoint, whose engine gauges add to the load a send is priced
-    # at (engineload.py); None: only the answers' latency and 429s show the load.
-    metrics_url: str | None = None
+    # The backend's base URL, whose engine's gauges on /metrics add to the load a send is priced
+    # at (backends/engine.py); None: only the answers' latency and 429s show the load.
+    engine_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.target_qps <= 0 or self.concurrency < 1:
@@ -225,8 +225,8 @@ class _Run:
         self.error: BaseException | None = None
         self.rng = random.Random(w.cfg.seed)
         self.t0 = self.clock.now()
-        url, priced = w.cfg.metrics_url, w.cfg.idle_price is not None
-        self.engine = EngineLoad(url, clock=self.clock) if url and priced else None
+        url, priced = w.cfg.engine_url, w.cfg.idle_price is not None
+        self.engine = EngineReader(url, clock=self.clock.now) if url and priced else None
 
     async def go(self, todo: list[WarmItem]) -> None:
         try:
@@ -276,7 +276,8 @@ class _Run:
         idle = self.w.cfg.idle_price
         if item.worth is None or idle is None:
             return False
-        loads = [self.aimd.load(), await self.engine.read() if self.engine else None]
+        engine = await self.engine.latest() if self.engine else None
+        loads = [self.aimd.load(), engine.load if engine else None]
         known = [x for x in loads if x is not None]
         if not known:  # no baseline and no engine gauges yet: the plan's forecast price stands
             return False

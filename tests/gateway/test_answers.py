@@ -1,5 +1,5 @@
-"""Narrow tests of gateway/answers.py: what a miss cost, by whose account, and SSE read in any
-framing a server writes, however the network splits it."""
+"""Narrow tests of gateway/answers.py: what a miss cost (by backends/client.py's rule), and SSE
+read in any framing a server writes, however the network splits it."""
 
 from __future__ import annotations
 
@@ -10,18 +10,11 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.answers import Assembler, SSEReader, answer_of, backend_ms, usage_only
+from gateway.answers import Assembler, SSEReader, answer_of, usage_only
 
 CHAT = {"choices": [{"message": {"content": "Paris."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 42, "completion_tokens": 8}}  # fmt: skip
 LLAMA_TIMINGS = {"prompt_ms": 12.5, "predicted_ms": 180.25, "cache_n": 24, "prompt_n": 18}
-
-
-def test_backend_ms__the_servers_own_figure_first_then_its_timings_then_the_wall_clock() -> None:
-    assert backend_ms({"gpu_ms": 7.0}, LLAMA_TIMINGS, 500.0) == 7.0  # the simulator's
-    assert backend_ms({}, LLAMA_TIMINGS, 500.0) == 192.75  # llama.cpp: prefill + decode
-    assert backend_ms({}, None, 500.0) == 500.0  # vLLM, TGI, OpenAI: the call as seen
-    assert backend_ms({"gpu_ms": 0}, {"prompt_ms": "x"}, 500.0) == 500.0  # nothing usable
 
 
 def test_answer_of__a_plain_answer_costs_what_its_timings_say() -> None:

@@ -11,10 +11,10 @@ import pytest
 import redis
 from confluent_kafka import Message
 
+from backends.base import GenerationRequest
 from tests.events import encode, request
 from tests.warmers.hotset_helpers import fill
 from tests.warmers.test_hotset import NEXT_MONDAY_10, _ramp, _selector
-from warmers.backends.base import GenerationRequest
 from warmers.budget import Budget
 from warmers.calibration import Calibration
 from warmers.plan import Plan, PlanItem

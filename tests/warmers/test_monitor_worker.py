@@ -16,6 +16,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from backends.client import OpenAIBackend
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import CachedEmbedder
 from caches.matching.answers import AnswerJudge
@@ -33,7 +34,6 @@ from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
 from tests.events import encode, request
 from tests.streams.conftest import produce, read_topic
-from warmers.backends.openai import OpenAIBackend
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.monitor import Auditor

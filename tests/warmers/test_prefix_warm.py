@@ -26,12 +26,7 @@ from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixlog import PrefixLogHandler
-from warmers.prefixwarm import (
-    PrefixWarmer,
-    PrefixWarmingPrewarmer,
-    PrefixWarmOptions,
-    kv_cache_tokens,
-)
+from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 
 # 2 ms a prompt token, 1 ms a decoded one: a 300-token system prompt costs 0.6 s of prefill.
 SIM = SimConfig(slots=4, prefill_ms_per_token=2.0, decode_ms_per_token=1.0, default_max_tokens=8)
@@ -128,18 +123,6 @@ def test_prefix_warmer__plan_keeps_the_token_budget_and_top_n(redis_client: redi
     assert len(plan) == 3
     old = PrefixWarmer(store, PrefixWarmOptions("http://x", max_age_s=60))
     assert old.plan("llama", now=time.time() + 3600) == []
-
-
-def test_kv_cache_tokens__read_from_vllms_cache_config_info() -> None:
-    vllm = (
-        "# TYPE vllm:cache_config_info gauge\n"
-        'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
-        'gpu_memory_utilization="0.9",num_gpu_blocks="27264",num_cpu_blocks="2048"} 1.0\n'
-    )
-    assert kv_cache_tokens(vllm) == 27_264 * 16
-    assert kv_cache_tokens(vllm.replace('caching="True"', 'caching="False"')) == 0
-    assert kv_cache_tokens(vllm.replace('num_gpu_blocks="27264"', 'num_gpu_blocks="None"')) is None
-    assert kv_cache_tokens("vllm:prefix_cache_hits_total 5\n") is None  # an older vLLM, SGLang
 
 
 @pytest.mark.parametrize(

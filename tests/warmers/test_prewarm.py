@@ -8,6 +8,8 @@ from datetime import timedelta
 import pytest
 import redis
 
+from backends.base import Backend
+from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from caches.policy import CachePolicy
 from schemas.errors import BackendUnreachable, ConfigError
@@ -16,8 +18,6 @@ from tests.gateway.upstreams import Served
 from tests.warmers.hotset_helpers import WordsEmbedder, fill
 from tests.warmers.refusing import refusing_proxy
 from tests.warmers.test_hotset import MONDAY, _flat, _week
-from warmers.backends.base import Backend
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.hotset import HotSetConfig, HotSetSelector

@@ -3,36 +3,22 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
+from backends.engine import read_engine
 from schemas.errors import UsageError
+from stoker.embedded import free_port
 from stoker.settings import StokerSettings
+from tests.gateway.upstreams import Served
 from tests.warmers.test_prefix_warm import SIM, _live_gpu_ms, _store
 from warmers.backends.simhttp import SimulatorThread
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
-from warmers.replicas import ReplicaState, ReplicaWatch, emptied, replica_state
-
-VLLM = """# TYPE process_start_time_seconds gauge
-process_start_time_seconds 1.7e+09
-vllm:prefix_cache_queries_total{engine="0",model_name="m"} 300.0
-vllm:prefix_cache_queries_total{engine="1",model_name="m"} 20.0
-"""
-
-
-def test_replicas__state_and_when_a_cache_must_be_empty() -> None:
-    assert replica_state(VLLM) == ReplicaState(1.7e9, 320.0)
-    assert replica_state("") == ReplicaState(None, None)
-    busy, fresh = ReplicaState(1.0, 500.0), ReplicaState(1.0, 0.0)
-    assert emptied(None, fresh) is not None  # first seen, nothing prefilled: new
-    assert emptied(None, busy) is None  # first seen with traffic behind it: left alone
-    assert emptied(None, ReplicaState(None, None)) is None
-    assert emptied(busy, ReplicaState(2.0, 900.0)) == "restarted: its process start time moved"
-    assert (
-        emptied(busy, ReplicaState(None, 10.0)) == "restarted: its prefix-cache counter went back"
-    )
-    assert emptied(busy, ReplicaState(1.0, 900.0)) is None
+from warmers.replicas import CAME_BACK, ReplicaWatch
 
 
 def test_replicas__a_restarted_and_a_new_replica_are_warmed_a_busy_one_is_not(
@@ -63,11 +49,36 @@ def test_replicas__a_restarted_and_a_new_replica_are_warmed_a_busy_one_is_not(
 
 def test_replicas__the_simulator_exports_its_start_and_moves_it_on_restart() -> None:
     with SimulatorThread(SIM) as s:
-        before = replica_state(httpx.get(s.url + "/metrics", timeout=10).text)
+        before = read_engine(s.url)
         s.restart()
-        after = replica_state(httpx.get(s.url + "/metrics", timeout=10).text)
+        after = read_engine(s.url)
+    assert before is not None and after is not None
     assert before.started is not None and after.started is not None
-    assert after.started > before.started and before.queries == 0
+    assert after.started > before.started and before.prompt_tokens == 0
+
+
+def test_replicas__a_replica_that_stopped_answering_and_answers_again_is_warmed() -> None:
+    """llama.cpp exports no start time, and traffic after a restart can carry its counters past
+    where they were by the next check: a replica seen, then silent, then answering again is
+    warmed whatever its counters say."""
+    text = ["llamacpp:prompt_tokens_total 500\nllamacpp:requests_processing 0\n"]
+
+    async def metrics(_: Request) -> Response:
+        return Response(text[0], media_type="text/plain")
+
+    app = Starlette(routes=[Route("/metrics", metrics), Route("/props", metrics)])
+    sent: list[tuple[str, str]] = []
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    watch = ReplicaWatch({"llama": [url]}, lambda m, u: sent.append((m, u)), timeout_s=2.0)
+    with Served(app, port=port):
+        assert watch() == []  # seen with traffic behind it: left alone
+    assert watch() == [] and watch.silent == {url}  # down: remembered, nothing sent
+    text[0] = text[0].replace("500", "900")  # back, and busier than before by the next check
+    with Served(app, port=port):
+        assert watch() == [("llama", url, CAME_BACK)]
+        assert watch() == [] and watch.silent == set()
+    assert sent == [("llama", url)]
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from backends.base import GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient, CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry as Entry
 from schemas.errors import CacheUnavailable, ConfigError
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
-from warmers.backends.base import GenerationRequest
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary

@@ -12,12 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backends.base import Generation, GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy
 from schemas.common import RequestParams
 from schemas.errors import BackendOverloaded, BackendRejected
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
-from warmers.backends.base import Generation, GenerationRequest
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig, Simulator
 

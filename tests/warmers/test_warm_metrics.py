@@ -8,10 +8,10 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from backends.base import GenerationRequest
+from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import DocRef
-from warmers.backends.base import GenerationRequest
-from warmers.backends.openai import OpenAIBackend, RetryPolicy
 from warmers.backends.simhttp import SimulatorThread
 from warmers.scheduler import LeaderLock, WarmScheduler
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary

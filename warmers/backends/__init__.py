@@ -1,1 +1,1 @@
-"""Inference backends: the contract, an OpenAI-compatible client and the simulated GPU."""
+"""The simulated inference backend (the contract and the client of a real one: backends/)."""

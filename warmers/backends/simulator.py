@@ -42,8 +42,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field, replace
 
+from backends.base import FinishReason
 from caches.keys import normalise_prompt
-from warmers.backends.base import FinishReason
 from warmers.backends.phrasing import render
 from warmers.backends.prefixcache import DEFAULT_BLOCK_TOKENS, PrefixCache
 

@@ -1,6 +1,8 @@
 """The backend contract: one generation in, one answer out, errors already in stoker's tree.
 
-A Backend raises only these (every library error is translated at its boundary):
+Implemented by the HTTP client (backends/client.py) for every OpenAI-compatible server, and by
+the tests' and benchmarks' in-process stand-ins. A Backend raises only these (every library
+error is translated at its boundary):
 - BackendOverloaded (429): alive but full; raised at once, never retried inside the backend,
   so the shadow warmer's AIMD sees every one;
 - BackendUnavailable: timeouts, connect errors, 5xx, malformed answers (retriable);
@@ -61,7 +63,8 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Generation:
-    """One answer. `gpu_ms` is the backend's own figure when it reports one, else the latency.
+    """One answer. `gpu_ms` is what it cost the model server by its own account when it gives
+    one (backends/client.py, backend_ms), else the latency.
 
     `retries` counts attempts that failed before this one succeeded (5xx, timeouts): a caller
     pacing itself on the backend's health treats them as congestion, as it does a 429.
