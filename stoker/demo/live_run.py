@@ -198,16 +198,18 @@ class LiveDemo:
 
     def run(self) -> LiveResult:
         t0 = time.perf_counter()
-        self._begin("loading the sample log's slice")
-        traffic = load_live_traffic(self.sc)
-        res = LiveResult(self.sc, traffic, load={"start": list(os.getloadavg())})
-        res.intents = self._intents(traffic)
+        load = {"start": list(os.getloadavg())}
         s0 = StokerSettings()
+        # first: without `make setup` the run stops here, in one line naming it
         self._installed = modelserver.installed(
             modelserver.cache_root(s0.model_cache_dir),
             server=s0.llama_server_bin,
             model=s0.llama_model_path,
         )
+        self._begin("loading the sample log's slice")
+        traffic = load_live_traffic(self.sc)
+        res = LiveResult(self.sc, traffic, load=load)
+        res.intents = self._intents(traffic)
         self._begin("starting the embedded stack, llama-server and the gateway")
         with EmbeddedStack() as stack:
             self._port = free_port()
