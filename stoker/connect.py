@@ -137,6 +137,9 @@ def on_embedded(s: StokerSettings, console: Console | None = None) -> StokerSett
         return s
     fields: dict[str, Any] = {"kafka_bootstrap": doc.get("kafka_bootstrap"), "kafka_broker": "tansu",
                               "redis_url": doc.get("redis_url")}  # fmt: skip
+    if doc.get("model_url") and not (s.warm_backend_url or s.gateway_upstream_url):
+        # the model server that stack's workers warm: a warm from here goes where theirs go
+        fields["warm_backend_url"] = doc["model_url"]
     if console is not None:
         # its Qdrant Edge store lives inside that process: semantic vectors are its own
         console.print(

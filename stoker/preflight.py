@@ -72,16 +72,17 @@ def targets(s: StokerSettings, names: Collection[str], skip: Iterable[str] = ())
     if s.redis_url:
         out.append(Target("Redis", s.redis_url, "STOKER_REDIS_URL",
                           "the workers retry every batch", _redis))  # fmt: skip
-    if _WARMING & set(names):
-        out.append(Target("the warm backend", s.warm_backend_url, "STOKER_WARM_BACKEND_URL",
+    warm = _warm_url(s)
+    if _WARMING & set(names) and warm is not None:
+        out.append(Target("the warm backend", *warm,
                           "deploys fail and warm runs send nothing", _backend))  # fmt: skip
         if s.prefix_warm_backend_url:
             out.append(Target("the prefix-warm backend", s.prefix_warm_backend_url,
                               "STOKER_PREFIX_WARM_BACKEND_URL", "prefix warms send nothing",
                               _backend))  # fmt: skip
-    if "monitor" in names:
-        url, setting = _monitor_url(s)
-        out.append(Target("the monitor's backend", url, setting,
+    monitor = _monitor_url(s)
+    if "monitor" in names and monitor is not None:
+        out.append(Target("the monitor's backend", *monitor,
                           "the wrong-hit monitor re-asks nothing", _backend))  # fmt: skip
     seen, skipped = set(), {BaseURL.parse(u).api for u in skip}
     unique = []
@@ -123,12 +124,18 @@ def report_checks(
     return done
 
 
-def _monitor_url(s: StokerSettings) -> tuple[str, str]:
-    if s.monitor_backend_url:
-        return s.monitor_backend_url, "STOKER_MONITOR_BACKEND_URL"
+def _warm_url(s: StokerSettings) -> tuple[str, str] | None:
+    if s.warm_backend_url:
+        return s.warm_backend_url, "STOKER_WARM_BACKEND_URL"
     if s.gateway_upstream_url:
         return s.gateway_upstream_url, "STOKER_GATEWAY_UPSTREAM_URL"
-    return s.warm_backend_url, "STOKER_WARM_BACKEND_URL"
+    return None
+
+
+def _monitor_url(s: StokerSettings) -> tuple[str, str] | None:
+    if s.monitor_backend_url:
+        return s.monitor_backend_url, "STOKER_MONITOR_BACKEND_URL"
+    return _warm_url(s)
 
 
 def _kafka(bootstrap: str) -> str:

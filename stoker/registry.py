@@ -181,7 +181,7 @@ def monitor_handler(s: StokerSettings) -> Handler:
     from warmers.monitor_worker import MonitorHandler, MonitorOptions
 
     cache = W.build_cache_client(s)
-    url = s.monitor_backend_url or s.gateway_upstream_url or s.warm_backend_url
+    url = s.monitor_backend_url or s.upstream_url()
     model = s.warm_backend_model
 
     def backend() -> Backend:

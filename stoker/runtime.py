@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
 from schemas.errors import StokerError
 from stoker.settings import StokerSettings
+
+if TYPE_CHECKING:
+    from stoker.embedded import LlamaServer
 
 # How often the watcher wakes to see whether a worker thread died: a dead worker is reported
 # within this, and the others are stopped.
@@ -33,34 +36,72 @@ class Runnable(Protocol):
 
 @contextlib.contextmanager
 def embedded_settings(
-    settings: StokerSettings, console: Console, *, what: str = "this process"
+    settings: StokerSettings, console: Console, *, what: str = "this process", model: bool = True
 ) -> Iterator[StokerSettings]:
     """The settings as given, or pointed at an embedded stack (Tansu, redis-server, a Qdrant
     Edge folder) when no Kafka is configured; the stack lives as long as the block, and its
-    addresses are in the state folder's embedded.json meanwhile (stoker/embedded_state.py)."""
+    addresses are in the state folder's embedded.json meanwhile (stoker/embedded_state.py).
+
+    With `model` and no model server configured (neither STOKER_GATEWAY_UPSTREAM_URL nor
+    STOKER_WARM_BACKEND_URL), the stack runs the embedded model server too (llama.cpp's
+    llama-server serving SmolLM2, built by `make setup`), and both point at it: `stoker gateway`
+    with nothing set serves a real model."""
     if settings.kafka_bootstrap:
         yield settings
         return
     from stoker import embedded_state
     from stoker.embedded import EmbeddedStack
 
-    with EmbeddedStack(kafka=True, redis=not settings.redis_url) as stack:
+    with (
+        EmbeddedStack(kafka=True, redis=not settings.redis_url) as stack,
+        _model_server(settings, model) as llama,
+    ):
         fields: dict[str, Any] = {"kafka_bootstrap": stack.kafka_bootstrap, "kafka_broker": "tansu"}
         if not settings.redis_url:
             fields["redis_url"] = stack.redis_url
         if settings.semantic_backend == "edge" and settings.qdrant_path is None:
             fields["qdrant_path"] = stack.qdrant_path  # one store for every part, removed at stop
+        if llama is not None:
+            fields["gateway_upstream_url"] = fields["warm_backend_url"] = llama.base_url
         s = settings.model_copy(update=fields)
         addresses = {"kafka_bootstrap": s.kafka_bootstrap, "redis_url": s.redis_url,
                      "qdrant_path": s.qdrant_path}  # fmt: skip
+        if s.warm_backend_url or s.gateway_upstream_url:
+            # the model server this stack's workers warm (the embedded one, or the one given),
+            # so `stoker warm` beside it warms the same
+            addresses["model_url"] = s.warm_url()
         path = embedded_state.state_path(settings.state_dir)
         with embedded_state.published(path, addresses, what):
+            model_note = "" if llama is None else f", the model server at {llama.base_url}"
             console.print(
                 "no STOKER_KAFKA_BOOTSTRAP: running on an embedded stack "
-                f"(Kafka at {s.kafka_bootstrap}, Redis at {s.redis_url}; both in {path}); "
-                f"it lives as long as {what}"
+                f"(Kafka at {s.kafka_bootstrap}, Redis at {s.redis_url}{model_note}; "
+                f"all in {path}); it lives as long as {what}",
+                soft_wrap=True,
             )
             yield s
+
+
+@contextlib.contextmanager
+def _model_server(settings: StokerSettings, wanted: bool) -> Iterator[LlamaServer | None]:
+    """The embedded llama-server, when wanted and no model server is configured."""
+    if not wanted or settings.gateway_upstream_url or settings.warm_backend_url:
+        yield None
+        return
+    from stoker import modelserver
+    from stoker.embedded import LlamaServer
+
+    got = modelserver.installed(
+        modelserver.cache_root(settings.model_cache_dir),
+        server=settings.llama_server_bin,
+        model=settings.llama_model_path,
+    )
+    server = LlamaServer(got.server, got.model, modelserver.serve_options(settings))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class WorkerGroup:

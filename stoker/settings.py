@@ -229,9 +229,11 @@ class StokerSettings(BaseSettings):
     analyze_embed_budget: int = Field(default=30_000, ge=1)
 
     # -- warmers --
-    # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, `stoker sim-backend`), as
-    # the openai SDK's base_url: http://host:8000/v1, http://host/llm/v1 (no path means /v1).
-    warm_backend_url: str = "http://127.0.0.1:8000"
+    # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, llama.cpp), as the openai
+    # SDK's base_url: http://host:8000/v1, http://host/llm/v1 (no path means /v1). Unset: the
+    # gateway's upstream (STOKER_GATEWAY_UPSTREAM_URL); with neither set, on the embedded stack,
+    # the embedded model server (llama-server), and elsewhere a worker that warms fails at start.
+    warm_backend_url: str | None = None
     # The served model name to send; None sends each request's model_id.
     warm_backend_model: str | None = None
     # Target warm rate; the shadow warmer ramps up to it and backs off below it on congestion.
@@ -325,8 +327,9 @@ class StokerSettings(BaseSettings):
     # -- gateway (`stoker gateway`, gateway/) --
     gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container
     gateway_port: int = Field(default=8080, ge=0, le=65_535)
-    # The OpenAI-compatible server misses go to (vLLM, TGI, `stoker sim-backend`); unset: the
-    # warm backend (STOKER_WARM_BACKEND_URL), the same GPUs.
+    # The OpenAI-compatible server misses go to (vLLM, TGI, llama.cpp); unset: the warm backend
+    # (STOKER_WARM_BACKEND_URL), the same GPUs; with neither set, on the embedded stack, the
+    # embedded model server (llama-server).
     gateway_upstream_url: str | None = None
     gateway_upstream_api_key: SecretStr | None = None
     gateway_upstream_timeout_s: float = Field(default=300.0, gt=0)
@@ -351,6 +354,14 @@ class StokerSettings(BaseSettings):
     # On SIGTERM, /readyz answers 503 this long before the listener closes, so a load balancer
     # stops sending first (0: close at once; Kubernetes manifests set 5).
     gateway_drain_notice_s: float = Field(default=0.0, ge=0, le=60)
+
+    def warm_url(self) -> str:
+        """Where warms go: STOKER_WARM_BACKEND_URL, else the gateway's upstream."""
+        return _model_server(self.warm_backend_url or self.gateway_upstream_url)
+
+    def upstream_url(self) -> str:
+        """Where the gateway's misses go: STOKER_GATEWAY_UPSTREAM_URL, else the warm backend."""
+        return _model_server(self.gateway_upstream_url or self.warm_backend_url)
 
     @field_validator(
         "warm_backend_url", "gateway_upstream_url", "monitor_backend_url",
@@ -390,6 +401,16 @@ class StokerSettings(BaseSettings):
     llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
     # Context size in tokens, split between the slots.
     llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+
+
+def _model_server(url: str | None) -> str:
+    if url is None:
+        raise ConfigError(
+            "no model server configured: set STOKER_GATEWAY_UPSTREAM_URL or "
+            "STOKER_WARM_BACKEND_URL to its OpenAI base URL (e.g. http://gpu-0:8000/v1); with "
+            "neither, and no STOKER_KAFKA_BOOTSTRAP, stoker starts its embedded model server"
+        )
+    return url
 
 
 def _base_url(text: str) -> str:

@@ -323,12 +323,13 @@ def build_runner(
         profile, emb, policy=policy_from(s), config=hot_set_config(s),
         cache=None if dry_run else cache, calibration=calibration,
     )  # fmt: skip
-    url = backend_url or s.warm_backend_url
+    # a dry run plans without a model server; a run needs one (ConfigError names the settings)
+    url = backend_url or (s.warm_backend_url or s.gateway_upstream_url if dry_run else s.warm_url())
     model = s.warm_backend_model
     source = None if backend_url else "STOKER_WARM_BACKEND_URL"  # named when it cannot connect
 
     def backend() -> Backend:
-        return OpenAIBackend(url, model=model, source=source)
+        return OpenAIBackend(url or s.warm_url(), model=model, source=source)
 
     warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)
@@ -338,7 +339,7 @@ def build_runner(
     )  # fmt: skip
 
 
-def warm_config(s: StokerSettings, backend_url: str, qps: float | None = None) -> WarmConfig:
+def warm_config(s: StokerSettings, backend_url: str | None, qps: float | None = None) -> WarmConfig:
     """The shadow warmer's pacing and prices; the engine's load is read from the backend's
     /metrics (backends/engine.py) unless STOKER_WARM_LOAD_FROM_METRICS is off."""
     return WarmConfig(
@@ -386,7 +387,7 @@ def prefix_warm_options(
     top_n: int | None = None,
 ) -> PrefixWarmOptions:
     return PrefixWarmOptions(
-        backend_url=backend_url or s.prefix_warm_backend_url or s.warm_backend_url,
+        backend_url=backend_url or s.prefix_warm_backend_url or s.warm_url(),
         qps=qps or s.prefix_warm_qps,
         top_n=top_n or s.prefix_warm_top_n,
         token_budget=s.prefix_warm_token_budget,
@@ -429,7 +430,7 @@ def gateway_options(s: StokerSettings, *, upstream_url: str | None = None) -> Ga
     }
     up_key = s.gateway_upstream_api_key
     return GatewayOptions(
-        upstream_url=upstream_url or s.gateway_upstream_url or s.warm_backend_url,
+        upstream_url=upstream_url or s.upstream_url(),
         upstream_api_key=up_key.get_secret_value() if up_key else None,
         upstream_timeout_s=s.gateway_upstream_timeout_s,
         lookup_budget_s=s.gateway_lookup_budget_ms / 1000.0,

@@ -6,7 +6,8 @@ Where it runs:
 - STOKER_REDIS_URL set but no broker: the gateway alone, publishing nowhere (it says so once);
 - neither: an embedded stack (Tansu, redis-server, Qdrant Edge), and every worker in this
   process beside the gateway: Qdrant Edge lives inside one process, so only workers of the
-  same process can invalidate the vectors it serves. One command brings the system up.
+  same process can invalidate the vectors it serves. One command brings the system up; with no
+  --upstream either, the stack runs the embedded model server (llama-server, SmolLM2) too.
 SIGTERM (or Ctrl-C) drains: /readyz turns 503, in-flight requests finish (STOKER_GATEWAY_DRAIN_S),
 the request log is flushed, the workers finish their batches; then it exits 0.
 """
@@ -33,6 +34,7 @@ from stoker.settings import StokerSettings
 @app.command(
     short_help="The OpenAI-compatible caching proxy in front of your model server.",
     epilog=examples(
+        "stoker gateway     # all embedded: a real model, Kafka, Redis, Qdrant Edge",
         "stoker gateway --upstream http://127.0.0.1:8000/v1",
         "stoker gateway --upstream http://vllm:8000/v1 --host 0.0.0.0 \\",
         "    --kafka-bootstrap kafka:9092 --redis-url redis://cache:6379/0",
@@ -64,10 +66,6 @@ def gateway(
         overrides["gateway_upstream_url"] = upstream
     settings = StokerSettings(**overrides)
     embedded = not settings.kafka_bootstrap and not settings.redis_url
-    if embedded and upstream is not None and "warm_backend_url" not in settings.model_fields_set:
-        # The workers of this process warm the upstream the gateway serves from (the same
-        # GPUs), not STOKER_WARM_BACKEND_URL's default that nothing may listen on.
-        settings = settings.model_copy(update={"warm_backend_url": upstream})
     configure_logging(settings.log_format, settings.log_level)
     with _stack(settings, embedded) as s, serve_metrics(s.metrics_port) as metrics_port:
         if metrics_port is not None:

@@ -99,6 +99,25 @@ def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
     assert any("gateway stopped" in ln for ln in gw.lines)
 
 
+def test_cli__with_nothing_set_it_serves_the_embedded_real_model(running: Any) -> None:
+    """No upstream, no Kafka, no Redis: one command runs the stack and a real model server
+    (llama-server, SmolLM2) behind the gateway, and stops them all on SIGTERM."""
+    gw = running(["--port", "0"], {})
+    said = "".join(gw.lines)
+    model_url = re.search(r"the model server at (http://127\.0\.0\.1:\d+/v1)", said)
+    assert model_url, said
+    listed = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0).models.list()
+    assert [m.id for m in listed] == ["smollm2-135m-instruct"]  # the upstream's own list
+    first = _ask(gw.url, [{"role": "user", "content": "Say hello."}], max_tokens=24)
+    answer = first.parse()
+    assert first.headers["x-stoker-cache"] == "miss" and answer.choices[0].message.content
+    assert (answer.model_extra or {}).get("timings"), "not llama-server's answer"
+    assert gw.stop() == 0
+    port = int(model_url.group(1).rsplit(":", 1)[1].split("/")[0])
+    with socket.socket() as sock:  # the model server stopped with the gateway
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
 def test_cli__a_request_sent_before_serving_starts_is_answered_not_refused(
     sim: SimulatorThread, redis_url: str, tmp_path: Path, unique: str
 ) -> None:

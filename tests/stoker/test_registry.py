@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from schemas.errors import ConfigError
 from schemas.events import Event
 from stoker import registry
 from stoker.cli import app
@@ -88,7 +89,8 @@ def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_of
 ) -> None:
     from warmers.peaks import PeakPrefixWarm
 
-    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384}
+    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
+            "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip
     on = registry.build_service("scheduler", StokerSettings(**base))
     job = on.scheduler.prefixes  # type: ignore[attr-defined]
     assert isinstance(job, PeakPrefixWarm) and job.lead_s == 1800
@@ -101,7 +103,8 @@ def test_registry__the_scheduler_watches_the_listed_replicas_only(
 ) -> None:
     from warmers.replicas import ReplicaWatch
 
-    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384}
+    base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
+            "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip
     fleet = {"llama": ["http://vllm-0:8000", "http://vllm-1:8000"]}
     on = registry.build_service("scheduler", StokerSettings(**base, prefix_warm_replicas=fleet,
                                                             prefix_warm_replica_check_s=12))  # fmt: skip
@@ -115,3 +118,13 @@ def test_registry__the_scheduler_watches_the_listed_replicas_only(
 def test_registry__the_rewarm_worker_runs_in_all_on_the_kb_changes() -> None:
     assert "rewarm" in registry.available()
     assert registry.factory_for("rewarm") is registry.rewarm_handler
+
+
+def test_registry__a_worker_that_warms_needs_a_model_server_named(
+    redis_url: str, qdrant_path: Path
+) -> None:
+    """With Kafka configured (no embedded stack) and no model server set, a worker that warms
+    refuses at start in one line naming both settings, rather than warming a default address."""
+    s = StokerSettings(redis_url=redis_url, qdrant_path=qdrant_path, embedder_dim=384)
+    with pytest.raises(ConfigError, match="STOKER_GATEWAY_UPSTREAM_URL or STOKER_WARM_BACKEND_URL"):
+        registry.build_service("scheduler", s)
