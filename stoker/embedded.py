@@ -405,6 +405,19 @@ class LlamaServer(ChildService):
         return f"http://{LOOPBACK}:{self.port}/v1"
 
 
+def installed_llama(settings: StokerSettings, port: int | None = None) -> LlamaServer:
+    """A LlamaServer (not started) for what `make setup` installed, as the settings say;
+    SetupError naming the command when it is not installed."""
+    from stoker import modelserver
+
+    got = modelserver.installed(
+        modelserver.cache_root(settings.model_cache_dir),
+        server=settings.llama_server_bin,
+        model=settings.llama_model_path,
+    )
+    return LlamaServer(got.server, got.model, modelserver.serve_options(settings, port=port))
+
+
 class EmbeddedStack:
     """Kafka (Tansu), Redis and a Qdrant Edge folder for one `with` block; for tests and demos.
 

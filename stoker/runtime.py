@@ -88,15 +88,9 @@ def _model_server(settings: StokerSettings, wanted: bool) -> Iterator[LlamaServe
     if not wanted or settings.gateway_upstream_url or settings.warm_backend_url:
         yield None
         return
-    from stoker import modelserver
-    from stoker.embedded import LlamaServer
+    from stoker.embedded import installed_llama
 
-    got = modelserver.installed(
-        modelserver.cache_root(settings.model_cache_dir),
-        server=settings.llama_server_bin,
-        model=settings.llama_model_path,
-    )
-    server = LlamaServer(got.server, got.model, modelserver.serve_options(settings))
+    server = installed_llama(settings)
     server.start()
     try:
         yield server

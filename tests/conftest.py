@@ -125,16 +125,10 @@ def llama() -> Iterator[LlamaServer]:
     """The real model server: llama.cpp's llama-server serving SmolLM2-135M-Instruct, one per
     run (one thread: a second generating server on 2 cores would slow both ~10x). `make setup`
     builds it; a run without it fails here, naming the command, rather than skipping."""
-    from stoker import modelserver
+    from stoker.embedded import installed_llama
     from stoker.settings import StokerSettings
 
-    s = StokerSettings()
-    got = modelserver.installed(
-        modelserver.cache_root(s.model_cache_dir),
-        server=s.llama_server_bin,
-        model=s.llama_model_path,
-    )
-    server = LlamaServer(got.server, got.model, modelserver.serve_options(s))
+    server = installed_llama(StokerSettings())
     server.start()
     try:
         yield server
