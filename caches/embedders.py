@@ -15,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +27,16 @@ from caches import keys as K
 from caches import metrics as M
 from caches import onnxengine
 from caches.boundary import as_bytes, http_boundary, redis_boundary
+from caches.passes import (
+    DEFAULT_BACKGROUND_PASS_S,
+    LOOKUPS_QUIET_S,
+    Job,
+    PassCost,
+    Slice,
+    lower_priority,
+    settle,
+    take,
+)
 from schemas.baseurl import BaseURL
 from schemas.errors import ConfigError, RetriableError
 
@@ -71,6 +80,8 @@ class Embedder(ABC):
 
     id: str
     dim: int
+    # embed() may run in two threads at once (a lookup's pass beside a background one)
+    concurrent: bool = False
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Vectors: ...
@@ -141,6 +152,9 @@ class SentenceTransformerEmbedder(Embedder):
         if engine == "onnx":
             self._onnx = self._load_onnx(model, path, device, threads, onnx_cache_dir)
             self.engine = "torch" if self._onnx is None else "onnx"
+        # ONNX Runtime sessions run from many threads; the tokenizer too, once its padding and
+        # truncation are set (the check at load set them; they never change after)
+        self.concurrent = self._onnx is not None
 
     def _load_onnx(
         self, model: str, path: str, device: str, threads: int | None, cache_dir: Path | None
@@ -160,8 +174,7 @@ class SentenceTransformerEmbedder(Embedder):
     def embed(self, texts: Sequence[str]) -> Vectors:
         if self._onnx is None:
             return self._embed_torch(texts)
-        with self._lock:
-            return onnxengine.embed(self._onnx, self._model, texts)
+        return onnxengine.embed(self._onnx, self._model, texts)
 
     def _embed_torch(self, texts: Sequence[str]) -> Vectors:
         with self._lock:
@@ -182,6 +195,8 @@ class OpenAIEmbedder(Embedder):
     must agree with it, so a model that does not fit the vector store fails at start, not on
     every call. With `dim` given and the server down at start, the probe is skipped with a
     warning and every answer is checked instead."""
+
+    concurrent = True  # httpx's client serves many threads
 
     def __init__(
         self,
@@ -246,31 +261,29 @@ class OpenAIEmbedder(Embedder):
         self._http.close()
 
 
-@dataclass
-class _Job:
-    texts: list[str]
-    future: Future[Vectors]
-    deadline: float | None  # time.monotonic(); None: background work, no deadline
-    queued_at: float
-
-
 class BatchingEmbedder(Embedder):
-    """A micro-batcher: concurrent embed() calls share forward passes, one thread runs the model.
+    """A micro-batcher: concurrent embed() calls share forward passes.
 
-    Two queues. A call made under `embed_deadline` (a lookup: someone waits) is urgent; any
-    other (indexing an answer, a warm run) is background. Each pass, in order:
-    1. once an urgent call is queued, wait up to `max_wait_s` for more to join it (0: take what
-       queued while the last pass ran, which under load is most of it);
-    2. take urgent calls, oldest first, up to `max_texts` texts; a call already past its
-       deadline is failed with EmbedDeadlinePassed instead of computed (its caller gave up:
-       computing it would only delay the calls behind it), and so is a cancelled one;
-    3. run them as one forward pass;
-    4. run a pass of background calls when no urgent call waits, or when the oldest has waited
-       `background_patience_s` (so indexing is never starved by a busy lookup path).
-    Why it pays: all-MiniLM-L6-v2 embeds 8 short prompts in ~45-75 ms and 1 in ~10-35 ms on one
-    thread of this loaded 2-core box, so a queue of 8 lookups served as one pass waits ~4x less
-    than served one by one; and answers (~60 tokens) would pad a batch of prompts (~10) to their
-    length, so they never share a pass with lookups.
+    Two queues, each served by a thread of its own. A call made under `embed_deadline` (a
+    lookup: someone waits) is urgent; any other (indexing an answer, a warm run) is background.
+    The lookup thread, each pass:
+    1. once an urgent call is queued, waits up to `max_wait_s` for more to join it (0: takes
+       what queued while the last pass ran, which under load is most of it);
+    2. takes urgent calls, oldest first, up to `max_texts` texts and no more than the pass can
+       embed before the oldest one's deadline (at the cost per text passes have shown; the
+       first call always); a call already past its deadline is failed with
+       EmbedDeadlinePassed instead of computed (its caller gave up: computing it would only
+       delay the calls behind it), and so is a cancelled one;
+    3. runs them as one forward pass.
+    The background thread takes up to `max_texts` texts a pass; while the process serves
+    lookups, no more than `background_pass_s` of work (at least one text; a long call is split
+    over passes), and at a lower OS priority when the model runs passes side by side (Linux).
+    With a model that does not (`inner.concurrent` False: torch), the two threads take turns
+    at it, and a lookup waits for at most one short background pass.
+    Why it pays: all-MiniLM-L6-v2 embeds 4 short prompts in about the time of 2 on one thread,
+    so a queue of lookups served as one pass waits less than served one by one; answers
+    (~40-60 tokens) would pad a batch of prompts (~10) to their length, so they never share a
+    pass with lookups; and no lookup queues behind indexing.
     A caller with a deadline stops waiting at it (EmbedDeadlinePassed), its thread freed."""
 
     def __init__(
@@ -279,35 +292,53 @@ class BatchingEmbedder(Embedder):
         max_texts: int = 64,
         *,
         max_wait_s: float = 0.0,
-        background_patience_s: float = 0.25,
+        background_pass_s: float = DEFAULT_BACKGROUND_PASS_S,
     ) -> None:
-        if max_texts < 1 or max_wait_s < 0 or background_patience_s < 0:
-            raise ValueError("max_texts must be >= 1 and the waits >= 0")
+        if max_texts < 1 or min(max_wait_s, background_pass_s) < 0:
+            raise ValueError("max_texts must be >= 1 and the times >= 0")
         self.inner = inner
         self.id, self.dim = inner.id, inner.dim
+        self.concurrent = True
         self.max_texts = max_texts
         self.max_wait_s = max_wait_s
-        self.background_patience_s = background_patience_s
-        self._urgent: deque[_Job] = deque()
-        self._background: deque[_Job] = deque()
-        self._cv = threading.Condition()
+        self.background_pass_s = background_pass_s
+        self._urgent: deque[Job] = deque()
+        self._background: deque[Job] = deque()
+        self._cost = {"lookup": PassCost(), "background": PassCost()}
+        self._last_lookup = -LOOKUPS_QUIET_S  # time.monotonic() of the last urgent call
+        self._lock = threading.Lock()
+        self._urgent_cv = threading.Condition(self._lock)
+        self._background_cv = threading.Condition(self._lock)
         self._closed = False
+        # A model that runs one pass at a time: whose turn (lookups first)
+        self._model_cv = threading.Condition(self._lock)
+        self._model_busy = False
+        self._lookups_waiting = 0
         self.batches = 0  # forward passes, for tests and benchmarks
         self.dropped = 0  # urgent calls failed unrun: late or cancelled
-        self._thread = threading.Thread(target=self._run, name="embedder-batches", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run_lookups, name="embedder-lookups", daemon=True),
+            threading.Thread(target=self._run_background, name="embedder-background", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         deadline = _DEADLINE.get()
         now = time.monotonic()
-        job = _Job(list(texts), Future(), deadline, now)
-        with self._cv:
+        job = Job(list(texts), Future(), deadline, now)
+        with self._lock:
             if self._closed:
                 raise RuntimeError("embedder closed")
-            (self._background if deadline is None else self._urgent).append(job)
-            self._cv.notify()
+            if deadline is None:
+                self._background.append(job)
+                self._background_cv.notify()
+            else:
+                self._urgent.append(job)
+                self._last_lookup = now
+                self._urgent_cv.notify()
         if deadline is None:
             return job.future.result()
         try:
@@ -320,46 +351,63 @@ class BatchingEmbedder(Embedder):
 
     def queued(self) -> int:
         """Texts waiting for a forward pass, urgent and background."""
-        with self._cv:
-            return _texts(self._urgent) + _texts(self._background)
+        with self._lock:
+            return sum(j.left for j in self._urgent) + sum(j.left for j in self._background)
 
-    def _run(self) -> None:
-        while True:
-            urgent, background = self._next()
-            if urgent is None:
-                return
+    def _run_lookups(self) -> None:
+        while (urgent := self._next_urgent()) is not None:
             if urgent:
                 self._embed(urgent, "lookup")
-            if background:
-                self._embed(background, "background")
 
-    def _next(self) -> tuple[list[_Job] | None, list[_Job]]:
-        """The next urgent pass and background pass (either may be empty); None: closed."""
-        with self._cv:
-            while not (self._urgent or self._background or self._closed):
-                self._cv.wait()
-            if self._closed and not (self._urgent or self._background):
-                return None, []
-            if self._urgent and self.max_wait_s > 0:
+    def _run_background(self) -> None:
+        lowered = False
+        while (got := self._next_background()) is not None:
+            background, serving = got
+            if serving and not lowered and self.inner.concurrent:
+                lower_priority()
+                lowered = True
+            self._embed(background, "background")
+
+    def _next_urgent(self) -> list[Slice] | None:
+        """The next urgent pass (may be empty: all dropped); None: closed."""
+        with self._lock:
+            while not (self._urgent or self._closed):
+                self._urgent_cv.wait()
+            if self._closed and not self._urgent:
+                return None
+            if self.max_wait_s > 0:
                 until = self._urgent[0].queued_at + self.max_wait_s
-                while _texts(self._urgent) < self.max_texts and not self._closed:
+                while sum(j.left for j in self._urgent) < self.max_texts and not self._closed:
                     left = until - time.monotonic()
                     if left <= 0:
                         break
-                    self._cv.wait(left)
-            urgent = self._take_urgent()
-            background: list[_Job] = []
-            if self._background and (
-                not self._urgent
-                or time.monotonic() - self._background[0].queued_at >= self.background_patience_s
-            ):
-                background = _take(self._background, self.max_texts)
-            return urgent, background
+                    self._urgent_cv.wait(left)
+            out = self._take_urgent()
+            self._model_cv.notify_all()  # a background pass waiting for its turn looks again
+            return out
 
-    def _take_urgent(self) -> list[_Job]:
-        out: list[_Job] = []
+    def _next_background(self) -> tuple[list[Slice], bool] | None:
+        """The next background pass, and whether the process serves lookups; None: closed."""
+        with self._lock:
+            while True:
+                while not (self._background or self._closed):
+                    self._background_cv.wait()
+                if self._closed and not self._background:
+                    return None
+                serving = time.monotonic() - self._last_lookup < LOOKUPS_QUIET_S
+                most = self.max_texts
+                if serving:
+                    cost = self._cost["background"]
+                    most = cost.texts_within(self.background_pass_s, self.max_texts, 1)
+                out = take(self._background, most)
+                if out:  # else all were cancelled or failed: wait again
+                    return out, serving
+
+    def _take_urgent(self) -> list[Slice]:
+        out: list[Slice] = []
         size, now = 0, time.monotonic()
-        while self._urgent and (not out or size + len(self._urgent[0].texts) <= self.max_texts):
+        most = self.max_texts
+        while self._urgent and (not out or size + self._urgent[0].left <= most):
             job = self._urgent.popleft()
             assert job.deadline is not None
             if now >= job.deadline:
@@ -372,60 +420,85 @@ class BatchingEmbedder(Embedder):
             if not job.future.set_running_or_notify_cancel():  # its caller gave up
                 self.dropped += 1
                 continue
-            out.append(job)
+            if not out:  # the oldest job's deadline bounds what the pass may hold
+                cost = self._cost["lookup"]
+                most = cost.texts_within(job.deadline - now, self.max_texts, self.max_texts)
+            out.append((job, 0, len(job.texts)))
+            job.taken = len(job.texts)
             size += len(job.texts)
         return out
 
-    def _embed(self, jobs: list[_Job], kind: str) -> None:
-        texts = [t for job in jobs for t in job.texts]
-        t0 = time.monotonic()
-        try:
-            out = self.inner.embed(texts)
-        except BaseException as e:  # every caller gets the model's error, none hangs
-            for job in jobs:
-                _settle(job.future, exc=e)
-            return
-        self.batches += 1
+    def _embed(self, slices: list[Slice], kind: str) -> None:
+        with self._turn(kind):
+            if kind == "lookup":
+                slices = self._in_time(slices)
+            texts = [t for job, a, b in slices for t in job.texts[a:b]]
+            if not texts:
+                return
+            t0 = time.monotonic()
+            try:
+                out = self.inner.embed(texts)
+            except BaseException as e:  # every caller gets the model's error, none hangs
+                for job, _, _ in slices:
+                    if not job.future.done():
+                        settle(job.future, exc=e)
+                return
         done = time.monotonic()
+        with self._lock:
+            self.batches += 1
+        self._cost[kind].add(len(texts), done - t0)
         M.EMBED_BATCH_TEXTS.labels(kind=kind).observe(len(texts))
         M.EMBED_PASS_SECONDS.labels(kind=kind).observe(done - t0)
         at = 0
-        for job in jobs:
-            M.EMBED_SECONDS.labels(kind=kind).observe(done - job.queued_at)
-            _settle(job.future, result=out[at : at + len(job.texts)])
-            at += len(job.texts)
+        for job, a, b in slices:
+            job.parts.append(out[at : at + b - a])
+            at += b - a
+            if b == len(job.texts) and not job.future.done():
+                M.EMBED_SECONDS.labels(kind=kind).observe(done - job.queued_at)
+                whole = job.parts[0] if len(job.parts) == 1 else np.concatenate(job.parts)
+                settle(job.future, result=whole)
+
+    def _in_time(self, slices: list[Slice]) -> list[Slice]:
+        """The lookups not yet past their deadline; the others fail unrun (their callers gave
+        up while the model was busy)."""
+        now, out = time.monotonic(), []
+        for job, a, b in slices:
+            if job.deadline is not None and now >= job.deadline:
+                self.dropped += 1
+                settle(job.future, exc=EmbedDeadlinePassed("embedding dropped: past its deadline"))
+            else:
+                out.append((job, a, b))
+        return out
+
+    @contextlib.contextmanager
+    def _turn(self, kind: str) -> Iterator[None]:
+        """The model to this pass: at once if it runs passes side by side, else when no pass
+        runs and, for a background pass, no lookup waits."""
+        if self.inner.concurrent:
+            yield
+            return
+        with self._model_cv:
+            self._lookups_waiting += kind == "lookup"
+            while self._model_busy or (
+                kind != "lookup" and (self._lookups_waiting or self._urgent)
+            ):
+                self._model_cv.wait()
+            self._lookups_waiting -= kind == "lookup"
+            self._model_busy = True
+        try:
+            yield
+        finally:
+            with self._model_cv:
+                self._model_busy = False
+                self._model_cv.notify_all()
 
     def close(self) -> None:
-        with self._cv:
+        with self._lock:
             self._closed = True
-            self._cv.notify_all()
-        self._thread.join(5)
-
-
-def _texts(jobs: deque[_Job]) -> int:
-    return sum(len(j.texts) for j in jobs)
-
-
-def _take(q: deque[_Job], max_texts: int) -> list[_Job]:
-    out: list[_Job] = []
-    size = 0
-    while q and (not out or size + len(q[0].texts) <= max_texts):
-        job = q.popleft()
-        if job.future.set_running_or_notify_cancel():
-            out.append(job)
-            size += len(job.texts)
-    return out
-
-
-def _settle(
-    fut: Future[Vectors], *, result: Vectors | None = None, exc: BaseException | None = None
-) -> None:
-    """Set a running future's outcome (a caller that stopped waiting never reads it)."""
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        assert result is not None
-        fut.set_result(result)
+            self._urgent_cv.notify_all()
+            self._background_cv.notify_all()
+        for t in self._threads:
+            t.join(5)
 
 
 class CachedEmbedder:

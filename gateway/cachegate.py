@@ -109,6 +109,12 @@ class CacheGate:
         self.live = LiveVersionCache(ar, opts.default_model_version, opts.live_version_ttl_s)
         # What costs CPU or blocks: semantic searches, indexing, the embedding cache's reads.
         self.pool = ThreadPoolExecutor(opts.lookup_threads, thread_name_prefix="gateway-cache")
+        # Indexing a stored answer waits for the embedder's background passes, which lookups go
+        # before: on a pool of its own it never holds a lookup's thread (sharing one, 32
+        # clients' stores held all 16 and 843 of 906 lookups found none within the budget).
+        self.index_pool = ThreadPoolExecutor(
+            max(1, opts.lookup_threads // 4), thread_name_prefix="gateway-index"
+        )
         self._stores: set[asyncio.Task[None]] = set()  # in flight, bounded (see store_later)
 
     async def lookup(self, r: Resolved) -> Decision:
@@ -211,7 +217,7 @@ class CacheGate:
                     on_done()
             if refused_by is None and self.cache.semantic is not None:  # indexing embeds
                 loop = asyncio.get_running_loop()
-                out = await loop.run_in_executor(self.pool, self.cache.finish_store, w, None)
+                out = await loop.run_in_executor(self.index_pool, self.cache.finish_store, w, None)
             else:
                 out = self.cache.finish_store(w, refused_by)
             count_store(out)
@@ -245,3 +251,4 @@ class CacheGate:
             await asyncio.wait(set(self._stores), timeout=timeout_s)
         await self.exact.aclose()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.index_pool.shutdown(wait=False, cancel_futures=True)

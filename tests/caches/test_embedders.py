@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import numpy as np
@@ -196,49 +200,134 @@ def test_batching_embedder__a_model_error_reaches_every_waiting_caller():
     b.close()
 
 
-def test_batching_embedder__a_lookup_goes_before_background_and_a_late_one_is_dropped():
-    import threading
-    import time
-
-    from caches.embedders import BatchingEmbedder, EmbedDeadlinePassed, embed_deadline
+def test_batching_embedder__a_lookup_goes_before_waiting_background_and_a_late_one_is_dropped():
+    # a model that runs one pass at a time (torch): the lookup thread and the background
+    # thread take turns, lookups first
+    from caches.embedders import BatchingEmbedder, EmbedDeadlinePassed
 
     inner = CountingEmbedder()
-    gate = threading.Event()
-    slow = inner.embed
-
-    def held(texts: Sequence[str]) -> np.ndarray:
-        if texts == ["hold"]:
-            gate.wait(5)  # the model busy while the others queue up
-        return slow(texts)
-
-    inner.embed = held  # type: ignore[method-assign]
-    b = BatchingEmbedder(inner, background_patience_s=60)
-    threads = [threading.Thread(target=b.embed, args=(["hold"],))]
-    threads[0].start()
-    wait_for_queue = time.monotonic() + 5
-    while b.queued() and time.monotonic() < wait_for_queue:
-        time.sleep(0.005)
-    threads.append(threading.Thread(target=b.embed, args=(["background"],)))
-    threads[1].start()
-    got: list[np.ndarray] = []
-
-    def lookup(text: str, within_s: float) -> None:
-        with embed_deadline(time.monotonic() + within_s):
-            try:
-                got.append(b.embed([text]))
-            except EmbedDeadlinePassed:
-                got.append(np.zeros((0, 4)))
-
-    late = threading.Thread(target=lookup, args=("late", 0.05))
-    urgent = threading.Thread(target=lookup, args=("urgent", 5.0))
-    late.start()
-    urgent.start()
-    late.join(5)  # gave up at its deadline, the model still held
-    assert got and got[0].shape == (0, 4)
-    gate.set()
-    for t in [*threads, urgent]:
-        t.join(5)
+    go = threading.Event()
+    entered = _held_until(inner, "hold", go)
+    b = BatchingEmbedder(inner)
+    with ThreadPoolExecutor(4) as pool:
+        held = pool.submit(b.embed, ["hold"])
+        assert entered.wait(5)  # the model busy with a background pass
+        background = pool.submit(b.embed, ["background"])
+        late = pool.submit(_lookup, b, "late", 0.05)
+        with pytest.raises(EmbedDeadlinePassed):
+            late.result(5)  # gave up at its deadline, the model still held
+        urgent = pool.submit(_lookup, b, "urgent")
+        _wait_until(lambda: b.queued() == 2)  # "background" and "urgent" wait
+        go.set()
+        for f in (held, background, urgent):
+            f.result(5)
     # the urgent lookup's pass before the background one; the late one never computed
     assert inner.calls == [["hold"], ["urgent"], ["background"]]
     assert b.dropped == 1
     b.close()
+
+
+def test_batching_embedder__a_model_that_runs_passes_side_by_side_never_holds_a_lookup():
+    from caches.embedders import BatchingEmbedder
+
+    inner = CountingEmbedder()
+    inner.concurrent = True  # as ONNX Runtime's sessions are
+    go = threading.Event()
+    entered = _held_until(inner, "hold", go)
+    b = BatchingEmbedder(inner)
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(b.embed, ["hold", "more"])
+        assert entered.wait(5)
+        row = _lookup(b, "urgent", 5.0)  # served while the background pass still runs
+        assert not held.done() and row[0][0] == len("urgent")
+        go.set()
+        held.result(5)
+    b.close()
+
+
+def _held_until(inner: CountingEmbedder, text: str, go: threading.Event) -> threading.Event:
+    """Make `inner` block on `text` until `go` is set; the event returned is set once it does."""
+    entered = threading.Event()
+    plain = inner.embed
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        if text in texts:
+            entered.set()
+            go.wait(5)
+        return plain(texts)
+
+    inner.embed = embed  # type: ignore[method-assign]
+    return entered
+
+
+def _lookup(b: Any, text: str, within_s: float = 5.0) -> np.ndarray:
+    from caches.embedders import embed_deadline
+
+    with embed_deadline(time.monotonic() + within_s):
+        out: np.ndarray = b.embed([text])
+        return out
+
+
+def test_batching_embedder__serving_lookups_a_long_background_call_yields_between_passes():
+    from caches.embedders import BatchingEmbedder
+
+    inner = CountingEmbedder()
+    go = threading.Event()
+    entered = _held_until(inner, "b1", go)
+    b = BatchingEmbedder(inner, background_pass_s=0.0)  # one background text a pass
+    _lookup(b, "first")  # the process serves lookups
+    texts = ["b0", "b1", "b2", "b3"]
+    with ThreadPoolExecutor(2) as pool:
+        background = pool.submit(b.embed, texts)
+        assert entered.wait(5)  # the model holds b1
+        lookup = pool.submit(_lookup, b, "urgent")
+        _wait_until(lambda: b._lookups_waiting == 1)  # its turn asked for
+        go.set()
+        rows = background.result(5)
+        lookup.result(5)
+    # the lookup waited for one background text, not four
+    assert inner.calls == [["first"], ["b0"], ["b1"], ["urgent"], ["b2"], ["b3"]]
+    assert rows[:, 0].tolist() == [2.0] * 4 and rows.shape == (4, 4)
+    b.close()
+
+
+def test_batching_embedder__with_no_lookups_background_calls_batch_whole():
+    from caches.embedders import BatchingEmbedder
+
+    inner = CountingEmbedder()
+    b = BatchingEmbedder(inner, background_pass_s=0.0)
+    texts = [f"t{'x' * i}" for i in range(10)]
+    rows = b.embed(texts)
+    assert inner.calls == [texts]  # a worker: nobody waits behind it
+    assert rows[:, 0].tolist() == [len(t) for t in texts]
+    b.close()
+
+
+def test_batching_embedder__a_lookup_pass_holds_what_fits_before_the_oldest_deadline():
+    from caches.embedders import BatchingEmbedder
+
+    inner = CountingEmbedder()
+    go = threading.Event()
+    entered = _held_until(inner, "hold", go)
+    b = BatchingEmbedder(inner)
+    b._cost["lookup"].add(1, 1.9)  # as if a lookup text had cost 1.9 s a pass
+    with ThreadPoolExecutor(8) as pool:
+        held = pool.submit(_lookup, b, "hold")
+        assert entered.wait(5)
+        queued = [pool.submit(_lookup, b, f"q{i}") for i in range(6)]
+        _wait_until(lambda: b.queued() == 6)
+        go.set()
+        held.result(10)
+        for f in queued:
+            f.result(10)
+    # under 5 s left at the oldest deadline, at 1.5-2 s a text: 2 or 3 a pass, not all six
+    assert 2 <= len(inner.calls[1]) <= 3
+    assert sorted(t for c in inner.calls[1:] for t in c) == [f"q{i}" for i in range(6)]
+    b.close()
+
+
+def _wait_until(ready: Any, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not ready():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.002)

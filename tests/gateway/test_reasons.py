@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from caches.embedders import BatchingEmbedder
+from caches.embedders import BatchingEmbedder, embed_deadline
 from tests.gateway.conftest import FAST_SIM, GatewayFactory, client
 from tests.waiting import wait_for
 from warmers.backends.simhttp import SimulatorThread
@@ -80,10 +81,12 @@ def test_reasons__a_declined_look_alike_is_semantic_unsure_with_its_score(
 ) -> None:
     # no cold start: the ladder alone, whose strictest level wants three agreeing neighbours
     gw = make_gateway(model_sim.url, semantic_matcher="verified", semantic_cold_start=False)
+    landed = 'stoker_gateway_stores_total{result="landed"}'
+    before = metric(gw, landed)  # the process's counter: earlier tests' stores count too
     first = ask(gw, CACHED, temperature=0)
     assert first.headers["x-stoker-cache"] == "miss"
     assert first.headers["x-stoker-reason"].startswith("semantic_none: ")
-    wait_for(lambda: metric(gw, 'stoker_gateway_stores_total{result="landed"}') >= 1, 20)
+    wait_for(lambda: metric(gw, landed) > before, 20, "the answer to be stored and indexed")
     miss = ask(gw, PARAPHRASES[0], temperature=0)
     assert miss.headers["x-stoker-cache"] == "miss"
     reason = miss.headers["x-stoker-reason"]
@@ -116,11 +119,17 @@ def test_reasons__a_semantic_lookup_past_its_budget_is_semantic_deadline(
     gw = make_gateway(model_sim.url, gateway_lookup_budget_ms=300)
     emb = gw.parts.gate.cache.embedder.inner
     assert isinstance(emb, BatchingEmbedder)
-    # The embedder busy with a long background pass (64 texts of ~250 tokens: seconds on one
-    # thread): a lookup's embed cannot finish within 300 ms, and is dropped, not computed late.
-    hog = threading.Thread(target=emb.embed, args=([("word " * 250 + str(i)) for i in range(64)],))
+
+    # The embedder's lookup thread busy with a long pass (64 texts of ~250 tokens: seconds on
+    # one thread): a lookup's embed cannot finish within 300 ms, and is dropped, not computed
+    # late. (A background pass would not do: lookups have a thread of their own.)
+    def hog_lookups() -> None:
+        with embed_deadline(time.monotonic() + 60):
+            emb.embed([("word " * 250 + str(i)) for i in range(64)])
+
+    hog = threading.Thread(target=hog_lookups)
     hog.start()
-    wait_for(lambda: emb.queued() == 0, 10, "the background pass to start")
+    wait_for(lambda: emb.queued() == 0, 10, "the long pass to start")
     dropped = emb.dropped
     late = ask(gw, "a question nobody asked before", temperature=0)
     assert late.headers["x-stoker-cache"] == "miss"
