@@ -1,7 +1,7 @@
 """The semantic lookup under load: does it fit its budget (50 ms) with 32 concurrent clients?
 
 `stoker gateway` as shipped (verified matcher with its cold start, 50 ms lookup budget, the
-embedder on one torch thread behind its micro-batcher) on the embedded Redis and Qdrant Edge, in
+embedder on ONNX Runtime behind its micro-batcher) on the embedded Redis and Qdrant Edge, in
 front of `stoker sim-backend` (a miss costs ~5 ms a token), all on this machine's 2 cores with
 the load client. The questions are CLINC150's (stoker.data.CLINC): one utterance of each of
 --intents intents is cached first; then --clients closed-loop clients ask, half the time one of
@@ -9,19 +9,27 @@ those cached questions again (an exact hit, no embedding) and half the time anot
 of the same intents (a paraphrase: embedded on its first sight, then served by the semantic
 layer or, missed, cached as itself).
 
-The same load then runs against a baseline gateway in the same run: torch's default threads
-(one per core) and no batching (one text per forward pass), as before this benchmark.
+The same load then runs against a baseline gateway in the same run: the model on torch with
+torch's default threads (one per core) and no batching (one text per forward pass), as before
+this benchmark.
 
 Line gateway_semantic_load: semantic_lookups (responses that asked the semantic layer: not an
 exact hit, not a bypass), within_budget_share (those not cut by the budget: X-Stoker-Reason is
 not semantic_deadline; goal >= 0.99), embed_ms_p50/p99 (a lookup's embed as its caller waited:
 queue + forward pass, from the gateway's stoker_embed_seconds histogram, interpolated within
-buckets), batch_texts_mean, outcomes, rps and latency; the baseline's beside them.
+buckets), batch_texts_mean, outcomes, rps and latency; the baseline's beside them; and the
+machine's 1-minute load average before and after (other work on these 2 cores moves every
+figure: read them together).
+
+Line embed_batcher_passes: the micro-batcher alone on the real model (benchmarks/_batcher.py):
+lookups within their deadline as shipped (a lookup pass beside a background one), one pass at
+a time with background passes bounded in time (torch's case), and unbounded (as before).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import sys
@@ -29,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import _batcher
 import _load
 import httpx
 import orjson
@@ -36,6 +45,7 @@ from _common import emit, pct
 from bench_gateway import _BANNER, _env, _process
 
 from stoker.embedded import EmbeddedStack, free_port
+from stoker.modelserver import cache_root
 from stoker.semantic_eval import load_clinc
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
@@ -160,7 +170,14 @@ def main() -> None:
                     help="mean pause of a client between its answer and its next request (0: none)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-baseline", action="store_true", help="skip the baseline gateway")
+    ap.add_argument("--batcher-turns", type=int, default=3,
+                    help="turns of each policy in embed_batcher_passes (0: skip that line)")  # fmt: skip
+    ap.add_argument("--lookups-per-s", type=float, default=30.0)
+    ap.add_argument("--answers-per-s", type=float, default=30.0)
+    ap.add_argument("--deadline-ms", type=float, default=40.0, help="a lookup's embed deadline")
     args = ap.parse_args()
+    args.turn_s = args.seconds / 3
+    load_before = os.getloadavg()[0]
     sim_port = free_port()
     sim_args = [*STOKER, "sim-backend", "--port", str(sim_port), "--slots", "64", "--queue", "4096",
                 "--decode-ms-per-token", str(args.decode_ms_per_token), "--max-tokens", "32"]  # fmt: skip
@@ -172,8 +189,9 @@ def main() -> None:
         )  # fmt: skip
         ours = run(env, sim, args, "shipped")
         base = None
-        if not args.no_baseline:  # torch's default threads (one per core), one text a pass
+        if not args.no_baseline:  # torch with its default threads (one per core), one text a pass
             base_env = env | {
+                "STOKER_EMBEDDER_ENGINE": "torch",
                 "STOKER_EMBEDDER_THREADS": "2",
                 "STOKER_EMBEDDER_BATCH_MAX_TEXTS": "1",
             }
@@ -184,12 +202,24 @@ def main() -> None:
         "gateway_semantic_load",
         **ours,
         baseline={k: base[k] for k in keep} if base else None,
+        baseline_is="torch, 2 threads, 1 text a pass",
         clients=args.clients,
         think_ms=args.think_ms,
         seconds=args.seconds,
         lookup_budget_ms=50,
         goal_within_budget_share_min=0.99,
+        load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
     )
+    if args.batcher_turns:
+        load_before = os.getloadavg()[0]
+        prompts = [t for t, _ in load_clinc()["test"]]
+        row = _batcher.measure(prompts, args, cache_root())
+        emit(
+            "embed_batcher_passes", **row, turns=args.batcher_turns, turn_s=args.turn_s,
+            lookups_per_s=args.lookups_per_s, answers_per_s=args.answers_per_s,
+            deadline_ms=args.deadline_ms,
+            load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        )  # fmt: skip
 
 
 if __name__ == "__main__":
