@@ -168,10 +168,10 @@ class Probe:
 def probe(
     base_url: str, rows: list[dict[str, Any]], sc: LiveScenario, revisions: Any
 ) -> list[Probe]:
-    """The rows in order, `sc.concurrency` at a time, streamed; TTFT from this client."""
+    """The rows in order, `sc.probe_concurrency` at a time, streamed; TTFT from this client."""
 
     async def run() -> list[Probe]:
-        gate = asyncio.Semaphore(sc.concurrency)
+        gate = asyncio.Semaphore(sc.probe_concurrency)
         async with httpx.AsyncClient(timeout=_TIMEOUT) as http:
 
             async def one(row: dict[str, Any]) -> Probe:

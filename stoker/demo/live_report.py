@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from stoker.demo.live_client import Probe, Served
+from stoker.demo.live_client import Probe, Served, digest_of, request_of
 from stoker.demo.live_run import LiveResult
 from stoker.demo.live_score import Attributor, ServedHit
 from stoker.modelserver import DEFAULT_SERVE, MODEL_ALIAS
@@ -90,11 +90,12 @@ def false_semantic(res: LiveResult) -> dict[str, Any]:
     CLINC150's label here, in the scorer only) is not of the asker's intent, or the asker's
     question is out of scope."""
     sem = [s for s in res.served if s.outcome == "semantic"]
+    intents = intents_by_entry(res) if sem else {}
     false = unknown = 0
     examples: list[str] = []
     for s in sem:
         asker = str(res.traffic.day[s.index]["intent"])
-        theirs = res.intents.get(s.key)
+        theirs = intents.get(s.key)
         if theirs is None:
             unknown += 1
         elif asker == "oos" or asker not in theirs:
@@ -111,6 +112,16 @@ def false_semantic(res: LiveResult) -> dict[str, Any]:
         "unknown_entry": unknown,
         "examples": examples,
     }
+
+
+def intents_by_entry(res: LiveResult) -> dict[str, set[str]]:
+    """Entry key digest -> the CLINC150 intents of the questions it answers, built here, in
+    the scorer, with the gateway's own identity code; nothing that serves or warms sees it."""
+    out: dict[str, set[str]] = {}
+    for row in res.traffic.week1 + res.traffic.day:
+        body, headers = request_of(row, res.sc, {})
+        out.setdefault(digest_of(body, headers), set()).add(str(row["intent"]))
+    return out
 
 
 def correctness(res: LiveResult) -> dict[str, Any]:
@@ -154,7 +165,7 @@ def ttft(res: LiveResult) -> dict[str, Any]:
     }
     out["how"] = (
         f"The first {res.sc.probes} requests of hour {res.sc.deploy_h} (the deploy's), streamed "
-        f"{res.sc.concurrency} at a time straight to a freshly started llama-server, as the "
+        f"{res.sc.probe_concurrency} at a time straight to a freshly started llama-server, as the "
         "gateway forwards a miss; TTFT is the client's time to the first content token. "
         "'cold': the server's prompt cache empty; 'prefix_warmed': another fresh server after "
         "the prefix warm sent the tenants' hot system prompts (max_tokens 1). "

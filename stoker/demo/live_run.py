@@ -49,9 +49,7 @@ from stoker.demo.live_client import (
     LiveClient,
     Probe,
     Served,
-    digest_of,
     probe,
-    request_of,
 )
 from stoker.demo.live_ledger import Generation, Ledger
 from stoker.demo.live_log import publish_week1, read_request_log
@@ -103,7 +101,6 @@ class LiveResult:
     replacements: list[Replacement] = field(default_factory=list)
     cutover: Cutover | None = None
     log_events: list[dict[str, Any]] = field(default_factory=list)  # the gateway's request log
-    intents: dict[str, set[str]] = field(default_factory=dict)  # entry digest -> intents
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds per phase
     seconds: float = 0.0
     load: dict[str, list[float]] = field(default_factory=dict)  # load averages, start and end
@@ -209,7 +206,6 @@ class LiveDemo:
         self._begin("loading the sample log's slice")
         traffic = load_live_traffic(self.sc)
         res = LiveResult(self.sc, traffic, load=load)
-        res.intents = self._intents(traffic)
         self._begin("starting the embedded stack, llama-server and the gateway")
         with EmbeddedStack() as stack:
             self._port = free_port()
@@ -497,16 +493,6 @@ class LiveDemo:
         if self.deploy_window is None:
             raise StokerError("a deploy pre-warm ran before the demo's deploy")
         return self.deploy_window
-
-    # -- the scorer's labels --
-
-    def _intents(self, traffic: LiveTraffic) -> dict[str, set[str]]:
-        """Entry key digest -> the CLINC150 intents of its question: read by the scorer only."""
-        out: dict[str, set[str]] = {}
-        for row in traffic.week1 + traffic.day:
-            body, headers = request_of(row, self.sc, {})
-            out.setdefault(digest_of(body, headers), set()).add(str(row["intent"]))
-        return out
 
 
 def prefix_warmer(settings: StokerSettings) -> Any:

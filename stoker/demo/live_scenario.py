@@ -1,12 +1,12 @@
 """The live demo's scenario: which day of the sample log, scaled down how, and what happens when.
 
-A day of the sample log is ~5,900 requests of three tenants; on this 2-core box the real model
-answers a miss in 0.5-3 s, so the demo serves a slice of it: every request of one question in
+A day of the sample log is ~6,000 requests of three tenants; on this 2-core box the real model
+answers a miss in 0.5-5 s, so the demo serves a slice of it: every request of one question in
 `slice_n` (by a hash of the normalised question). Sampling every n-th request instead would
-thin the repeats n-fold (the whole day repeats 40% of its requests; every 20th request keeps
-6%), and a cache lives on repeats. Of `slice_candidates` salts of the hash, the slice whose
-share of repeated requests is nearest the whole day's is served; the same slice of week 1 is
-the request-log history the profile learns from.
+thin the repeats n-fold (29% of the day's requests repeat an earlier one of their tenant; of
+every 40th request, 2.6%), and a cache lives on repeats. Of `slice_candidates` salts of the
+hash, the slice whose share of repeated requests is nearest the whole day's is served; the
+same slice of week 1 is the request-log history the profile learns from.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ NEW_VERSION = "2026-11-10"  # deployed during the demo's day
 class LiveScenario:
     log: Path = SAMPLE_LOG
     day: int = 8  # days after the log's first (a Monday): the Tuesday of week 2
-    slice_n: int = 26  # serve every request of one question in slice_n
+    slice_n: int = 40  # serve every request of one question in slice_n
     slice_candidates: int = 8
     tenants: tuple[str, ...] = ()  # () = every tenant of the log
     kb_change_h: int = 10  # the help center changes two articles at 10:00 ...
@@ -46,12 +46,18 @@ class LiveScenario:
     deploy_budget: int = 16  # the deploy's hot-set pre-warm
     deploy_window_h: int = 3  # ... of the first hours after the cutover
     rewarm_budget: int = 4  # the re-warm after the KB change
-    prefix_top_n: int = 6  # prefixes the prefix warm sends: about two per tenant
-    probes: int = 12  # TTFT: the first requests after the deploy, with and without prefix warm
+    # prefixes the prefix warm sends: the tenants' system prompts. The next ones by count are a
+    # prompt with the hottest article, as week 1 logged it: after the KB change, its old text
+    prefix_top_n: int = 3
+    probes: int = 8  # TTFT: the first requests after the deploy, with and without prefix warm
     # Answers: greedy, one line or sentence (stoker.demo.live_texts), at most max_tokens.
     max_tokens: int = 48
     stop: tuple[str, ...] = ("\n", ". ")
     concurrency: int = 2  # requests in flight: the server's two slots
+    # The probes go one at a time: the day's first requests after a deploy arrive minutes apart
+    # (~4 a minute at the whole day's rate), so each meets an idle server; two at once made
+    # the second wait for the first's prefill, whatever the warm did.
+    probe_concurrency: int = 1
     grace_s: int = 3  # wall seconds before the old version is purged
     short_prompts: bool = False  # the tenants' opening lines alone (the test's run)
 
@@ -61,7 +67,7 @@ class LiveScenario:
         of minutes)."""
         return cls(
             slice_n=160, tenants=("acme", "globex"), warm_at_h=(0,), warm_budget=4,
-            deploy_budget=4, rewarm_budget=2, probes=4, prefix_top_n=4, kb_change_h=9,
+            deploy_budget=4, rewarm_budget=2, probes=4, prefix_top_n=2, kb_change_h=9,
             deploy_h=12, short_prompts=True,
         )  # fmt: skip
 

@@ -165,3 +165,45 @@ def test_ledger__reads_an_sse_stream_split_anywhere():
     assert "".join(r.parts) == "Freeze it"
     assert r.finish == "stop"
     assert r.timings == {"prompt_ms": 12.5, "predicted_ms": 30.0}
+
+
+# -- false semantic hits, by the served entry's question --
+
+
+def _row(prompt: str, intent: str, tenant: str = "acme") -> dict[str, Any]:
+    return {
+        "tenant": tenant, "prompt": prompt, "intent": intent, "context_docs": "[]",
+        "params": '{"temperature":0.0,"max_tokens":512}',
+    }  # fmt: skip
+
+
+def test_false_semantic__a_hit_from_another_intents_question_or_for_an_oos_asker_is_false():
+    from datetime import UTC, datetime
+
+    from stoker.demo.live_client import Served, digest_of, request_of
+    from stoker.demo.live_report import false_semantic
+    from stoker.demo.live_run import LiveResult
+    from stoker.demo.live_scenario import LiveScenario, LiveTraffic
+
+    sc = LiveScenario()
+    cached = [
+        _row("how long do i cook chicken", "cook_time"),
+        _row("is my card frozen", "freeze_account"),
+    ]
+    asked = [
+        _row("how long should chicken cook", "cook_time"),  # true: same intent
+        _row("how long should a turkey roast", "oos"),  # false: out of scope
+        _row("how long until my card thaws", "freeze_account"),  # false: served cook_time's
+    ]
+    digests = [digest_of(*request_of(r, sc, {})) for r in cached]
+    served_from = [digests[0], digests[0], digests[0]]
+    served = [
+        Served(i, "acme", 9, 200, "semantic", "x", 1.0, 5.0, 5.0, key, "v1")
+        for i, key in enumerate(served_from)
+    ]
+    traffic = LiveTraffic(
+        week1=cached, day=asked, start=datetime(2026, 11, 10, tzinfo=UTC), salt="s0"
+    )
+    res = LiveResult(sc, traffic, served=served)
+    got = false_semantic(res)
+    assert (got["semantic_hits"], got["false"], got["unknown_entry"]) == (3, 2, 0)
