@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from stoker.demo.live_client import Probe, Served, digest_of, request_of
+from stoker.demo.live_ledger import Generation
 from stoker.demo.live_run import LiveResult
 from stoker.demo.live_score import Attributor, ServedHit
 from stoker.modelserver import DEFAULT_SERVE, MODEL_ALIAS
@@ -185,6 +186,7 @@ def backend_seconds(res: LiveResult) -> dict[str, Any]:
     warming = sum(by_source[s] for s in WARMING)
     total = warming + by_source["live"]
     return {
+        "server_busy_s": round(busy_seconds(res.generations), 1),
         "request_log_gpu_s": round(logged, 1),
         "request_log_events": len(res.log_events),
         "by_source_s": {s: round(by_source[s], 1) for s in SOURCE_NAMES},
@@ -195,9 +197,25 @@ def backend_seconds(res: LiveResult) -> dict[str, Any]:
             "prompt_ms + predicted_ms of llama.cpp's own timings: the request log's gpu_ms for "
             "the gateway's misses, and the ledger relay's record of every call for the warms; "
             "the warming share is the warms' seconds over the warms' and the live misses' "
-            "(the TTFT probes are a measurement, left out)"
+            "(the TTFT probes are a measurement, left out). The server runs two requests at "
+            "once and times each whole, so the sums count shared seconds twice: server_busy_s "
+            "is the wall time it held at least one request"
         ),
     }
+
+
+def busy_seconds(gens: Iterable[Generation]) -> float:
+    """Wall seconds during which the server held at least one request (the union of the
+    generations' spans, as the relay saw them)."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted((g.started, g.ended) for g in gens):
+        if start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
 
 
 def build_live_report(res: LiveResult) -> dict[str, Any]:
@@ -323,7 +341,8 @@ def summary(report: dict[str, Any]) -> str:
         f"{t['prefix_warm'].get('seconds', 0)} s",
         f"backend seconds (llama.cpp's timings): live misses {b['by_source_s']['live']} s "
         f"(request log: {b['request_log_gpu_s']} s), warming {b['warming_s']} s "
-        f"({b['warming_share']:.0%} of the two), probes {b['by_source_s']['probe']} s",
+        f"({b['warming_share']:.0%} of the two), probes {b['by_source_s']['probe']} s; the "
+        f"server held a request {b['server_busy_s']} s of the run's wall time",
         f"run: {report['run']['seconds']:.0f} s, load average "
         f"{_load(report['run']['load_average'])}",
     ]

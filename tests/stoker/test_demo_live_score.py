@@ -207,3 +207,12 @@ def test_false_semantic__a_hit_from_another_intents_question_or_for_an_oos_asker
     res = LiveResult(sc, traffic, served=served)
     got = false_semantic(res)
     assert (got["semantic_hits"], got["false"], got["unknown_entry"]) == (3, 2, 0)
+
+
+def test_busy_seconds__overlapping_requests_count_once():
+    from stoker.demo.live_report import busy_seconds
+
+    spans = [gen("a", at=10.0), gen("b", at=10.5), gen("c", at=20.0)]  # each lasts 1 s
+    # 9-10 and 9.5-10.5 overlap: 1.5 s; then 19-20: 1 s
+    assert busy_seconds(spans) == pytest.approx(2.5)
+    assert busy_seconds([]) == 0.0
