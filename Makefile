@@ -27,7 +27,7 @@ lock:  ## refresh requirements.lock from pyproject.toml
 			"PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, git checkout requirements.lock" \
 			"and run make lock again" >&2; exit 1; }
 
-demo: setup  ## run the main job on the embedded stack
+demo: setup  ## run the main job on the embedded stack and the real model (llama-server)
 	$(BIN)/stoker demo
 
 test: setup  ## run the test suite against real Kafka (Tansu), redis-server and Qdrant
