@@ -7,7 +7,18 @@
 2. warm_backoff_on_halving: live at 40% plus the warmer at 20% of capacity, then the
    simulator's slots halve mid-run; figure = seconds until the warmer's first back-off after
    the halving (goal <= 5 s), with its rate before and after.
-The simulator runs in-process (its own thread and loop), talking over loopback HTTP.
+3. backend_protection_real, the twin of 1 on a real model server: llama-server serving
+   SmolLM2-135M-Instruct as stoker runs it (`stoker model serve`: one thread, 2 slots). One
+   answer (cut at `--real-max-tokens`) is timed alone first, and the live load is open-loop
+   Poisson at `--real-live-load` of one slot's time (0.3: a modest load, whatever the
+   machine's speed today); it runs in alternating segments without and with the shadow warmer
+   as shipped (streamed sends, engine_url set: it holds while live traffic holds a slot and
+   makes way when a request is deferred, warmers/engineguard.py; the warm's ramp ends at 20%
+   of the 2 slots' capacity); the first segment of each round alternates too. Ratio = live
+   p99 while warming / without (goal <= 1.10). Bounded: `--real-rounds` x 2 segments of
+   `--real-segment-s` plus the drains (~4 min by default).
+The simulator runs in-process (its own thread and loop), talking over loopback HTTP;
+llama-server is its own process (`make setup` builds it).
 """
 
 from __future__ import annotations
@@ -21,11 +32,14 @@ from collections.abc import Callable
 from _common import emit, pct
 
 from backends.base import GenerationRequest
-from backends.client import OpenAIBackend, RetryPolicy
+from backends.client import OpenAIBackend, RetryPolicy, Timeouts
+from backends.engine import EngineReader
 from caches.client import CacheClient
 from schemas.common import RequestParams
 from schemas.errors import BackendUnavailable
-from stoker.embedded import EmbeddedStack
+from stoker import modelserver
+from stoker.embedded import EmbeddedStack, LlamaServer
+from stoker.settings import StokerSettings
 from stoker.wiring import build_redis
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
@@ -42,6 +56,8 @@ SIM = SimConfig(
 )
 LIVE_FRAC = 0.4
 NO_RETRY = RetryPolicy(attempts=1)
+# A live answer on a loaded core can take tens of seconds when it waits behind others.
+REAL_TIMEOUTS = Timeouts(read_s=300.0)
 
 
 def capacity_qps(cfg: SimConfig) -> float:
@@ -55,17 +71,27 @@ def _req(prompt: str) -> GenerationRequest:
 
 
 async def live_traffic(
-    backend: OpenAIBackend, rate: float, seconds: float, rng: random.Random, tag: str
+    backend: OpenAIBackend,
+    rate: float,
+    seconds: float,
+    rng: random.Random,
+    tag: str,
+    make: Callable[[str], GenerationRequest] = _req,
 ) -> tuple[list[float], int]:
-    """Open loop: arrivals do not wait for answers, as users do not. Returns latencies, errors."""
+    """Open loop: arrivals do not wait for answers, as users do not. Returns latencies, errors.
+    The arrival times are drawn first, so the same rng state gives the same schedule."""
     latencies: list[float] = []
     errors = 0
+    at: list[float] = []
+    while (t_next := (at[-1] if at else 0.0) + rng.expovariate(rate)) < seconds:
+        at.append(t_next)
+    salt = rng.random()
 
     async def one(i: int) -> None:
         nonlocal errors
         t0 = time.perf_counter()
         try:
-            await backend.generate(_req(f"live {tag} {i} {rng.random()}"))
+            await backend.generate(make(f"live {tag} {i} {salt}"))
         except BackendUnavailable:
             errors += 1
             return
@@ -73,12 +99,8 @@ async def live_traffic(
 
     tasks: list[asyncio.Task[None]] = []
     start = time.perf_counter()
-    t_next = 0.0
-    while True:
-        t_next += rng.expovariate(rate)
-        if t_next >= seconds:
-            break
-        await asyncio.sleep(max(0.0, start + t_next - time.perf_counter()))
+    for t in at:
+        await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
         tasks.append(asyncio.create_task(one(len(tasks))))
     await asyncio.gather(*tasks)
     return latencies, errors
@@ -204,6 +226,145 @@ async def halving(sim: SimulatorThread, cache: CacheClient, args: argparse.Names
     await drain(sim)
 
 
+# -- the twin on a real model server --
+
+# Questions SmolLM2 answers at length (measured here: each runs to any max_tokens under ~80), so
+# every answer, live or warm, costs its prefill and max_tokens decode steps.
+REAL_ASKS = (
+    "Tell me a long story about {}.",
+    "Describe {} in as much detail as you can.",
+    "Write a long poem about {}.",
+    "Explain everything you know about {}.",
+)
+REAL_TOPICS = ("a dragon", "the sea", "a lighthouse", "winter", "a robot", "the moon", "trains",
+               "a library", "bees", "volcanoes", "a city at night", "coffee")  # fmt: skip
+
+
+def _real_maker(max_tokens: int, rng: random.Random) -> Callable[[str], GenerationRequest]:
+    def make(tag: str) -> GenerationRequest:
+        ask = rng.choice(REAL_ASKS).format(rng.choice(REAL_TOPICS))
+        return GenerationRequest(
+            "bench", modelserver.MODEL_ALIAS, "v1", "t1", f"{ask} ({tag})",
+            RequestParams(max_tokens=max_tokens),
+        )  # fmt: skip
+
+    return make
+
+
+async def real_drain(reader: EngineReader, timeout_s: float = 180.0) -> None:
+    """Until the engine runs and defers nothing (the last segment's answers are done)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = await reader.read()
+        if st is not None and not st.running and not st.waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("llama-server did not drain")
+        await asyncio.sleep(0.2)
+
+
+async def alone_s(backend: OpenAIBackend, make: Callable[[str], GenerationRequest]) -> float:
+    """The median of 3 answers timed one at a time (after one to load the model's pages)."""
+    times = []
+    for i in range(4):
+        t0 = time.perf_counter()
+        await backend.generate(make(f"alone {i}"))
+        times.append(time.perf_counter() - t0)
+    return sorted(times[1:])[1]
+
+
+async def real_ratio(url: str, cache: CacheClient, args: argparse.Namespace) -> None:
+    rng = random.Random(44)
+    make = _real_maker(args.real_max_tokens, rng)
+    lat: dict[str, list[float]] = {"off": [], "on": []}
+    errors = {"off": 0, "on": 0}
+    warm = {"sent": 0.0, "yielded": 0.0, "skipped_busy": 0.0, "held_s": 0.0, "backoffs": 0.0}
+    reader = EngineReader(url, timeout_s=5.0)
+    t_start = time.monotonic()
+    async with (
+        OpenAIBackend(url, retry=NO_RETRY, timeouts=REAL_TIMEOUTS) as live,
+        OpenAIBackend(url, retry=NO_RETRY, timeouts=REAL_TIMEOUTS, stream=True) as wb,
+    ):
+        alone = await alone_s(live, make)
+        rate = args.real_live_load / alone
+        cap = 2 / alone  # two slots, each an answer per `alone` seconds
+        cfg = WarmConfig(
+            target_qps=cap, capacity_qps=cap, ramp_s=5.0, concurrency=1, seed=7,
+            engine_url=None if args.real_unguarded else url,
+        )  # fmt: skip
+        await real_drain(reader)
+        for r in range(args.real_rounds):
+            for arm in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                # the same arrival times in both segments of a round: only the warm differs
+                arrivals = random.Random(1000 + r)
+                seg = live_traffic(live, rate, args.real_segment_s, arrivals, f"{arm}{r}", make)
+                if arm == "off":
+                    got, err = await seg
+                else:
+                    warmer = ShadowWarmer(wb, cache, cfg, progress=False)
+                    items = [WarmItem.of(make(f"warm r{r} {i}")) for i in range(400)]
+                    run = asyncio.create_task(warmer.run(items))
+                    try:
+                        got, err = await seg
+                    finally:
+                        run.cancel()
+                        await asyncio.gather(run, return_exceptions=True)
+                    for k, v in warmer_summary(warmer).items():
+                        warm[k] += v
+                lat[arm] += got
+                errors[arm] += err
+                await real_drain(reader)
+    await reader.aclose()
+    off, on = lat["off"], lat["on"]
+    emit(
+        "backend_protection_real",
+        twin="warm_live_p99",
+        server=f"llama-server {modelserver.LLAMA_CPP.version}, {modelserver.MODEL_ALIAS}, "
+        "-t 1 -np 2",
+        guarded=not args.real_unguarded,
+        answer_alone_ms=round(alone * 1000, 1),
+        live_qps=round(rate, 3),
+        live_load=args.real_live_load,
+        max_tokens=args.real_max_tokens,
+        live_p99_ms_no_warm=round(pct(off, 99), 1),
+        live_p99_ms_warm=round(pct(on, 99), 1),
+        live_p50_ms_no_warm=round(pct(off, 50), 1),
+        live_p50_ms_warm=round(pct(on, 50), 1),
+        samples=[len(off), len(on)],
+        live_errors=errors,
+        warm_sent=int(warm["sent"]),
+        warm_yielded=int(warm["yielded"]),
+        warm_held_s=round(warm["held_s"], 1),
+        warm_skipped_busy=int(warm["skipped_busy"]),
+        warm_backoffs=int(warm["backoffs"]),
+        seconds=round(time.monotonic() - t_start, 1),
+        ratio=round(pct(on, 99) / pct(off, 99), 3),
+        goal_ratio_max=1.10,
+    )
+
+
+def warmer_summary(w: ShadowWarmer) -> dict[str, float]:
+    """What a cancelled run did (its summary as it stood)."""
+    sm, aimd = w.summary, w.aimd
+    assert sm is not None and aimd is not None
+    return {"sent": sm.sent, "yielded": sm.yielded, "skipped_busy": sm.skipped_busy,
+            "held_s": sm.held_s, "backoffs": len(aimd.backoffs)}  # fmt: skip
+
+
+def run_real(cache: CacheClient, args: argparse.Namespace) -> None:
+    s = StokerSettings()
+    got = modelserver.installed(
+        modelserver.cache_root(s.model_cache_dir), server=s.llama_server_bin,
+        model=s.llama_model_path,
+    )  # fmt: skip
+    server = LlamaServer(got.server, got.model, modelserver.serve_options(s))
+    server.start()
+    try:
+        asyncio.run(real_ratio(server.base_url, cache, args))
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
@@ -211,11 +372,24 @@ def main() -> None:
     ap.add_argument("--ramp-s", type=float, default=3.0)
     ap.add_argument("--halve-after-s", type=float, default=8.0)
     ap.add_argument("--after-s", type=float, default=6.0)
+    ap.add_argument("--no-sim", action="store_true", help="only the real model server's row")
+    ap.add_argument("--no-real", action="store_true", help="only the simulator's rows")
+    ap.add_argument("--real-rounds", type=int, default=8)
+    ap.add_argument("--real-segment-s", type=float, default=12.0)
+    ap.add_argument("--real-live-load", type=float, default=0.3,
+                    help="live arrivals x an answer's time alone (of one slot's time)")  # fmt: skip
+    ap.add_argument("--real-max-tokens", type=int, default=12)
+    ap.add_argument("--real-unguarded", action="store_true",
+                    help="the warmer without the engine's gauges (its answers alone pace it)")  # fmt: skip
     args = ap.parse_args()
-    with EmbeddedStack(kafka=False) as stack, SimulatorThread(SIM) as sim:
+    with EmbeddedStack(kafka=False) as stack:
         cache = CacheClient(build_redis(stack.settings()))
-        asyncio.run(p99_ratio(sim, cache, args))
-        asyncio.run(halving(sim, cache, args))
+        if not args.no_sim:
+            with SimulatorThread(SIM) as sim:
+                asyncio.run(p99_ratio(sim, cache, args))
+                asyncio.run(halving(sim, cache, args))
+        if not args.no_real:
+            run_real(cache, args)
 
 
 if __name__ == "__main__":

@@ -253,9 +253,11 @@ class StokerSettings(BaseSettings):
     warm_value_model: Literal["prevented", "hits"] = "prevented"
     # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
     warm_idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
-    # Price each send at the load the backend's engine reports on <warm backend>/metrics too
-    # (vLLM: requests waiting, KV cache in use; warmers/engineload.py), not only at what its
-    # answers' latency and 429s show. A backend without those gauges is priced by its answers.
+    # Read the backend's engine on <warm backend>/metrics (backends/engine.py: vLLM's requests
+    # waiting and KV cache in use, llama.cpp's busy and deferred slots): each send is priced at
+    # that load too, waits for room the live traffic leaves, and makes way when it comes back
+    # (warmers/engineguard.py). Off, or a backend without those gauges: its answers' latency and
+    # 429s alone pace and price the warm.
     warm_load_from_metrics: bool = True
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
     # the latency is what the query's misses took, as the request log says (warmers/value.py).

@@ -329,7 +329,9 @@ def build_runner(
     source = None if backend_url else "STOKER_WARM_BACKEND_URL"  # named when it cannot connect
 
     def backend() -> Backend:
-        return OpenAIBackend(url or s.warm_url(), model=model, source=source)
+        # streamed: a warm cancelled mid-answer (the engine guard making way, a SIGTERM) stops
+        # llama-server's work at its next token, not ~1 s later (backends/client.py)
+        return OpenAIBackend(url or s.warm_url(), model=model, source=source, stream=True)
 
     warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)

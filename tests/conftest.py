@@ -136,6 +136,27 @@ def llama() -> Iterator[LlamaServer]:
         server.stop()
 
 
+@pytest.fixture
+def restartable_llama() -> Iterator[tuple[Any, int]]:
+    """(a starter of llama-servers on one fixed port, the port): for a test that restarts the
+    server where its clients already point; every one started is stopped at the end."""
+    from stoker.embedded import free_port, installed_llama
+    from stoker.settings import StokerSettings
+
+    s, port = StokerSettings(), free_port()
+    started: list[LlamaServer] = []
+
+    def start() -> LlamaServer:
+        srv = installed_llama(s, port=port)
+        started.append(srv)
+        srv.start()
+        return srv
+
+    yield start, port
+    for srv in started:
+        srv.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(stack: EmbeddedStack) -> str:
     return stack.kafka_bootstrap

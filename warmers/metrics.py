@@ -17,19 +17,21 @@ from prometheus_client import Counter, Gauge, Histogram
 # Seconds. A generation is prefill + decode: ~50 ms for a short answer, seconds for a long one.
 BACKEND_BUCKETS: Final = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-ErrorKind = Literal["overloaded", "unavailable", "rejected"]
+ErrorKind = Literal["overloaded", "unavailable", "rejected", "yielded"]
 StoreResult = Literal["landed", "stale", "refused"]
 
 SENT = Counter("stoker_warm_requests_sent", "Warm requests sent to the backend")
 ERRORS = Counter(
     "stoker_warm_errors",
-    "Warm requests that failed: overloaded (429), unavailable (5xx, timeouts), rejected (4xx)",
+    "Warm requests that failed: overloaded (429), unavailable (5xx, timeouts), rejected (4xx), "
+    "yielded (cancelled in flight to make way for live traffic on the engine)",
     ["kind"],
 )
 SKIPPED = Counter(
     "stoker_warm_skipped",
     "Warm items not sent: cached (fresh entry), uncacheable, negative (failed recently), "
-    "priced (worth less than its send at the backend's load then)",
+    "priced (worth less than its send at the backend's load then), busy (no room on the "
+    "engine: live traffic held its slots)",
     ["reason"],
 )
 STORED = Counter(

@@ -12,6 +12,8 @@ For each item, in the order given (the hot set's ranking):
    load (`skipped_priced`). The load is the higher of what its answers show (Aimd.load:
    latency per token over baseline, 429s) and what its engine reports on /metrics
    (backends/engine.py: requests queued, KV cache or slots in use), when `engine_url` is set;
+   with it, the send also waits for room the live traffic leaves, and the sends in flight make
+   way when a request waits for a slot (engineguard.py: llama.cpp's busy and deferred slots);
 3. generate; congestion (429, 5xx, timeouts, a retried call, latency over 1.5x baseline)
    halves the AIMD rate, success grows it back additively; a backend whose connections are
    refused (the client's circuit opens: BackendUnreachable) ends the run: nothing more is sent,
@@ -47,12 +49,13 @@ from schemas.errors import (
     RequestRejected,
 )
 from warmers import metrics as M
+from warmers.engineguard import EngineGuard, GuardConfig
 from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from warmers.value import Worth, price_at
 
 log = logging.getLogger(__name__)
 
-Skip = Literal["cached", "uncacheable", "negative", "priced"]
+Skip = Literal["cached", "uncacheable", "negative", "priced", "busy"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,9 @@ class WarmConfig:
     # The backend's base URL, whose engine's gauges on /metrics add to the load a send is priced
     # at (backends/engine.py); None: only the answers' latency and 429s show the load.
     engine_url: str | None = None
+    # With engine_url: wait for room the live traffic leaves, and make way when a request waits
+    # for a slot (engineguard.py); None: the engine's gauges only price sends.
+    engine_guard: GuardConfig | None = field(default_factory=GuardConfig)
 
     def __post_init__(self) -> None:
         if self.target_qps <= 0 or self.concurrency < 1:
@@ -124,6 +130,9 @@ class WarmSummary:
     skipped_uncacheable: int = 0
     skipped_negative: int = 0
     skipped_priced: int = 0  # worth less than its send at the load the backend showed then
+    skipped_busy: int = 0  # found no room on the engine within its hold (engineguard.py)
+    yielded: int = 0  # sends cancelled in flight to make way for live traffic (engineguard.py)
+    held_s: float = 0.0  # time sends waited for room on the engine
     failed: int = 0
     overloaded: int = 0  # of the failed, how many were 429s
     refused_stale: int = 0  # generation moved or namespace retired while computing
@@ -139,9 +148,12 @@ class WarmSummary:
 
     @property
     def skipped(self) -> int:
-        """Items not sent: cached, uncacheable, recently failed or priced out."""
+        """Items not sent: cached, uncacheable, recently failed, priced out or held out."""
         s = self
-        return s.skipped_cached + s.skipped_uncacheable + s.skipped_negative + s.skipped_priced
+        return (
+            s.skipped_cached + s.skipped_uncacheable + s.skipped_negative + s.skipped_priced
+            + s.skipped_busy
+        )  # fmt: skip
 
     @property
     def backoffs(self) -> int:
@@ -171,10 +183,11 @@ class ShadowWarmer:
         self._console = console or Console(stderr=True)
         self._progress = self._console.is_terminal if progress is None else progress
         self.aimd: Aimd | None = None  # the live controller of the current run (benchmarks read it)
+        self.summary: WarmSummary | None = None  # the current run's, as it goes (the same)
 
     async def run(self, items: Iterable[WarmItem]) -> WarmSummary:
         todo = list(items)
-        s = WarmSummary()
+        s = self.summary = WarmSummary()
         bar = Progress(console=self._console, disable=not self._progress, transient=True)
         with bar:
             task_id = bar.add_task("warming", total=len(todo))
@@ -225,10 +238,21 @@ class _Run:
         self.error: BaseException | None = None
         self.rng = random.Random(w.cfg.seed)
         self.t0 = self.clock.now()
-        url, priced = w.cfg.engine_url, w.cfg.idle_price is not None
-        self.engine = EngineReader(url, clock=self.clock.now) if url and priced else None
+        self.on_air: set[asyncio.Task[None]] = set()  # sends the backend is computing
+        self.room = asyncio.Lock()  # one send at a time asks the guard for room
+        url, guarded = w.cfg.engine_url, w.cfg.engine_guard
+        self.engine: EngineReader | None = None
+        self.guard: EngineGuard | None = None
+        if url and (guarded is not None or w.cfg.idle_price is not None):
+            every = guarded.interval_s if guarded is not None else 1.0
+            self.engine = EngineReader(url, interval_s=every, clock=self.clock.now)
+        if self.engine is not None and guarded is not None:
+            self.guard = EngineGuard(self.engine, guarded, self.clock, lambda: len(self.on_air))
 
     async def go(self, todo: list[WarmItem]) -> None:
+        watch = None
+        if self.guard is not None:
+            watch = asyncio.create_task(self.guard.watch(self._make_way, self._deferred))
         try:
             for item in todo:
                 self._raise_if_failed()
@@ -254,10 +278,13 @@ class _Run:
                 await asyncio.wait(set(self.tasks))
             self._raise_if_failed()
         finally:
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
             await self._cancel_all()
             self._finish()
 
-    def _skip(self, why: Skip) -> None:
+    def _skip(self, why: Skip, *, advance: bool = True) -> None:
         M.SKIPPED.labels(why).inc()
         if why == "cached":
             self.s.skipped_cached += 1
@@ -265,9 +292,12 @@ class _Run:
             self.s.skipped_uncacheable += 1
         elif why == "priced":
             self.s.skipped_priced += 1
+        elif why == "busy":
+            self.s.skipped_busy += 1
         else:
             self.s.skipped_negative += 1
-        self._advance()
+        if advance:
+            self._advance()
 
     async def _priced_out(self, item: WarmItem) -> bool:
         """Step 2's price check, once every earlier send has its slot (and with one slot, its
@@ -285,6 +315,18 @@ class _Run:
 
     def _advance(self) -> None:
         self.tick()
+
+    def _make_way(self) -> int:
+        """Cancel the sends the backend is computing (engineguard.py, step 2); how many."""
+        on_air = list(self.on_air)
+        for t in on_air:
+            t.cancel()
+            M.failed("yielded")
+        self.s.yielded += len(on_air)
+        return len(on_air)
+
+    def _deferred(self) -> None:
+        self.aimd.on_congestion("engine_deferred")
 
     async def _pace(self) -> None:
         elapsed = self.clock.now() - self.t0
@@ -313,6 +355,7 @@ class _Run:
     def _finish(self) -> None:
         s = self.s
         s.elapsed_s = self.clock.now() - self.t0
+        s.held_s = self.guard.held_s if self.guard is not None else 0.0
         s.final_rate_qps = self.aimd.rate
         M.QPS.set(0)  # the run is over: nothing is sent until the next one
         s.backoff_events = list(self.aimd.backoffs)
@@ -325,6 +368,12 @@ class _Run:
 
     async def _warm_one(self, item: WarmItem, miss: LookupResult) -> None:
         try:
+            jitter = self.w.cfg.jitter_frac
+            if jitter:
+                await self.clock.sleep(self.rng.uniform(0.0, jitter / self.bucket.rate))
+            if not await self._on_air():
+                self._skip("busy", advance=False)  # the finally below advances
+                return
             self.s.sent_keys.append(miss.key)
             gen = await self._send(item.request)
             if gen is not None:
@@ -333,10 +382,21 @@ class _Run:
             self.sem.release()
             self._advance()
 
+    async def _on_air(self) -> bool:
+        """Count this task among the sends the backend computes, once the guard (if any) finds
+        room for it: one task at a time, so the next one counts this one as the warm's own."""
+        task = asyncio.current_task()
+        assert task is not None
+        if self.guard is None:
+            self.on_air.add(task)
+            return True
+        async with self.room:
+            if not await self.guard.room():
+                return False
+            self.on_air.add(task)
+            return True
+
     async def _send(self, req: GenerationRequest) -> Generation | None:
-        jitter = self.w.cfg.jitter_frac
-        if jitter:
-            await self.clock.sleep(self.rng.uniform(0.0, jitter / self.bucket.rate))
         self.s.sent += 1
         M.SENT.inc()
         self.s.send_times.append(self.clock.now())
@@ -366,6 +426,8 @@ class _Run:
             M.failed("rejected")
             log.warning("backend rejected a warm request: %s", e)
             return None
+        finally:
+            self.on_air.discard(asyncio.current_task())
         self.s.gpu_seconds += gen.gpu_ms / 1000.0
         M.generated(gen.latency_ms, gen.gpu_ms)
         if gen.retries:

@@ -1,6 +1,6 @@
 """Fixtures for the backend client and the engine reader: a scripted OpenAI-compatible server
-on loopback (real HTTP, answers given in order), the simulated backend, and llama-servers of
-the test's own on one fixed port (for restarts)."""
+on loopback (real HTTP, answers given in order) and the simulated backend (llama-servers:
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from stoker import modelserver
-from stoker.embedded import LlamaServer, free_port
-from stoker.settings import StokerSettings
 from tests.gateway.upstreams import Served
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
@@ -81,25 +78,3 @@ def scripted() -> Iterator[Callable[..., tuple[str, Scripted]]]:
 def sim() -> Iterator[SimulatorThread]:
     with SimulatorThread(FAST_SIM) as s:
         yield s
-
-
-@pytest.fixture
-def own_llama() -> Iterator[tuple[Callable[[], LlamaServer], int]]:
-    """(a factory of llama-servers on one fixed port, the port): for a test that restarts the
-    server where its clients already point; every one stopped at the end."""
-    s = StokerSettings()
-    got = modelserver.installed(
-        modelserver.cache_root(s.model_cache_dir), server=s.llama_server_bin,
-        model=s.llama_model_path)  # fmt: skip
-    port = free_port()
-    started: list[LlamaServer] = []
-
-    def start() -> LlamaServer:
-        srv = LlamaServer(got.server, got.model, modelserver.serve_options(s, port=port))
-        started.append(srv)
-        srv.start()
-        return srv
-
-    yield start, port
-    for srv in started:
-        srv.stop()

@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
@@ -313,3 +314,58 @@ def test_list_models__from_code_without_a_loop(sim: SimulatorThread, scripted: S
         list_models(url, 5.0)
     with pytest.raises(BackendUnavailable, match="ConnectError"):
         list_models(f"http://127.0.0.1:{free_port()}", 5.0)
+
+
+@pytest.mark.parametrize("mode", ["chat", "completions"])
+def test_client__a_streamed_generation_is_the_plain_one(sim: SimulatorThread, mode: str) -> None:
+    """stream=True (warm runs: a cancelled warm stops the server's work) assembles the same
+    answer, tokens and cost as the plain call."""
+    plain = _generate(sim.url, _req(max_tokens=12), mode=mode)
+    streamed = _generate(sim.url, _req(max_tokens=12), mode=mode, stream=True)
+    assert streamed.text and streamed.retries == 0
+    fields = ("text", "tokens_in", "tokens_out", "gpu_ms", "finish_reason")
+    assert [getattr(streamed, f) for f in fields] == [getattr(plain, f) for f in fields]
+
+
+def test_client__a_streamed_answer_costs_its_timings_and_a_broken_one_is_an_error() -> None:
+    timings = {"prompt_ms": 10.0, "predicted_ms": 5.5}
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Par"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "is."}, "finish_reason": "stop"}],
+         "timings": timings},
+        {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}},
+    ]  # fmt: skip
+    framed = b"".join(b"data: " + orjson.dumps(c) + b"\r\n\r\n" for c in chunks)
+
+    async def whole() -> Any:
+        for i in range(0, len(framed), 7):  # split anywhere, as the network does
+            yield framed[i : i + 7]
+        yield b"data: [DONE]\r\n\r\n"
+
+    async def cut() -> Any:
+        yield framed[:40]
+
+    async def chat(request: Any) -> StreamingResponse:
+        body = orjson.loads(await request.body())
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        gen = whole() if body["messages"][0]["content"] == "say hi" else cut()
+        return StreamingResponse(gen, media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    broken = GenerationRequest("acme", "llama", "v1", "t1", "cut me", RequestParams())
+    with Served(app) as s:
+        g = _generate(s.url, stream=True)
+        with pytest.raises(BackendUnavailable, match="broke off"):
+            _generate(s.url, broken, stream=True, retry=RetryPolicy(attempts=1))
+    assert (g.text, g.tokens_in, g.tokens_out, g.gpu_ms, g.finish_reason) == (
+        "Paris.", 9, 2, 15.5, "stop",
+    )  # fmt: skip
+
+
+def test_client__a_refused_stream_is_the_same_error_as_a_plain_one(scripted: Start) -> None:
+    url, _ = scripted(Answer(400, {"error": "too long"}), Answer(429, {}, {"retry-after": "1"}))
+    with pytest.raises(BackendRejected, match="too long"):
+        _generate(url, stream=True)
+    with pytest.raises(BackendOverloaded):
+        _generate(url, stream=True)

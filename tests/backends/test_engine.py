@@ -223,9 +223,9 @@ def test_engine_reader__llama_server_load_prefix_cache_and_a_queue(llama: LlamaS
 
 
 def test_engine_reader__a_restarted_llama_server_shows_its_counters_gone_back(
-    own_llama: tuple[Callable[[], LlamaServer], int],
+    restartable_llama: tuple[Callable[[], LlamaServer], int],
 ) -> None:
-    start, port = own_llama
+    start, port = restartable_llama
     url = f"http://127.0.0.1:{port}/v1"
     first = start()
     _chat(url, "Name one fruit.", 4)
