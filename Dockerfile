@@ -21,6 +21,7 @@ RUN pip install --require-hashes --no-deps --extra-index-url "$TORCH_INDEX_URL" 
 COPY pyproject.toml README.md ./
 COPY schemas schemas
 COPY streams streams
+COPY backends backends
 COPY gateway gateway
 COPY warmers warmers
 COPY invalidators invalidators

@@ -387,9 +387,16 @@ def prefix_warm_options(
     backend_url: str | None = None,
     qps: float | None = None,
     top_n: int | None = None,
+    dry_run: bool = False,
 ) -> PrefixWarmOptions:
+    """dry_run: a plan needs no backend; one configured still sizes the budget."""
+    url = backend_url or s.prefix_warm_backend_url
+    if not dry_run:
+        url = url or s.warm_url()
+    elif url is None:
+        url = s.warm_backend_url or s.gateway_upstream_url
     return PrefixWarmOptions(
-        backend_url=backend_url or s.prefix_warm_backend_url or s.warm_url(),
+        backend_url=url,
         qps=qps or s.prefix_warm_qps,
         top_n=top_n or s.prefix_warm_top_n,
         token_budget=s.prefix_warm_token_budget,
@@ -403,7 +410,7 @@ def prefix_warm_options(
 
 def build_prefix_warmer(s: StokerSettings, **overrides: Any) -> PrefixWarmer:
     """The prefix warmer on the settings' Redis and backend (overrides: backend_url, qps,
-    top_n, as `stoker warm-prefixes` takes them)."""
+    top_n, dry_run, as `stoker warm-prefixes` takes them)."""
     return PrefixWarmer(build_hot_prefixes(s), prefix_warm_options(s, **overrides))
 
 

@@ -34,3 +34,8 @@ def request(i: int = 0, **fields: Any) -> dict[str, Any]:
 
 def encode(obj: dict[str, Any]) -> bytes:
     return orjson.dumps(obj)
+
+
+# A model server's URL that workers built in a test need named (a warm runner, a deploy's
+# pre-warm) but that the test never calls: nothing listens on port 9 of loopback.
+UNUSED_BACKEND = "http://127.0.0.1:9/v1"

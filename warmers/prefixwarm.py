@@ -36,7 +36,13 @@ from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy, Timeouts
 from backends.engine import EngineReader
 from schemas.baseurl import BaseURL
-from schemas.errors import BackendRejected, BackendUnavailable, BackendUnreachable, StokerError
+from schemas.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    BackendUnreachable,
+    ConfigError,
+    StokerError,
+)
 from warmers.prefixes import HotPrefix, HotPrefixes
 from warmers.throttle import MonotonicClock, TokenBucket
 
@@ -64,7 +70,7 @@ def warm_request(h: HotPrefix, model: str | None = None) -> GenerationRequest:
 
 @dataclass(frozen=True)
 class PrefixWarmOptions:
-    backend_url: str
+    backend_url: str | None  # None: plans only (a dry run), on the fixed token budget
     qps: float = 2.0
     top_n: int = 200
     token_budget: int = 65_536  # when the backend does not report its KV cache
@@ -117,7 +123,7 @@ class PrefixWarmer:
         """ConfigError for a malformed backend URL (any form schemas/baseurl.py takes)."""
         self.store = store
         self.options = options
-        self.base = BaseURL.parse(options.backend_url)
+        self.base = BaseURL.parse(options.backend_url) if options.backend_url else None
 
     def budget(self) -> tuple[int, str]:
         """budget_async, from code that runs no event loop (the CLI's dry run)."""
@@ -129,7 +135,7 @@ class PrefixWarmer:
         that does not answer it in time gets the fixed budget, not a stalled run)."""
         o = self.options
         fixed = (o.token_budget, f"the fixed budget of {o.token_budget:,} tokens")
-        if o.kv_share <= 0:
+        if o.kv_share <= 0 or o.backend_url is None:
             return fixed
         reader = EngineReader(o.backend_url, timeout_s=min(o.timeout_s, PROBE_TIMEOUT_S))
         try:
@@ -177,6 +183,8 @@ class PrefixWarmer:
         self, model_id: str, tenants: Sequence[str] | None = None
     ) -> PrefixWarmReport:
         o = self.options
+        if o.backend_url is None:
+            raise ConfigError("prefix warming needs the backend's URL; without one it only plans")
         t0 = time.monotonic()
         budget, source = await self.budget_async()
         plan = self.plan(model_id, tenants, budget=budget)

@@ -49,7 +49,7 @@ def warm_prefixes(
     from stoker.wiring import build_prefix_warmer
 
     s = connected(console, redis_url=redis_url)
-    warmer = build_prefix_warmer(s, backend_url=backend, qps=qps, top_n=top)
+    warmer = build_prefix_warmer(s, backend_url=backend, qps=qps, top_n=top, dry_run=dry_run)
     if dry_run:
         budget, source = warmer.budget()
         plan = warmer.plan(model, tenant or None, budget=budget)

@@ -29,6 +29,7 @@ from stoker.wiring import build_status_sink
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker, WorkerConfig
 from tests.cli import run_stoker
+from tests.events import UNUSED_BACKEND
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
@@ -239,6 +240,7 @@ def settings(kafka_bootstrap: str, redis_url: str, unique: str) -> StokerSetting
         kafka_broker="tansu",
         topic_prefix=f"dep{unique}.",
         redis_url=redis_url,
+        warm_backend_url=UNUSED_BACKEND,  # the pre-warm needs one named; none of these call it
     )
     # Created up front, as in a deployment: a reader subscribed to a topic that does not exist
     # yet would not see it until librdkafka's next metadata refresh (minutes).

@@ -121,11 +121,12 @@ def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -
 
     s = StokerSettings(warm_qps=3.0, warm_idle_price=0.4)
     cfg = warm_config(s, "http://gpu-0:8000/")
-    assert (cfg.metrics_url, cfg.target_qps, cfg.idle_price) == (
-        "http://gpu-0:8000/metrics", 3.0, 0.4)  # fmt: skip
+    assert (cfg.engine_url, cfg.target_qps, cfg.idle_price) == (
+        "http://gpu-0:8000/", 3.0, 0.4)  # fmt: skip
+    assert cfg.engine_guard is not None  # it waits for room the live traffic leaves
     assert warm_config(s, "http://gpu-0:8000", qps=9.0).target_qps == 9.0
     off = StokerSettings(warm_load_from_metrics=False)
-    assert warm_config(off, "http://gpu-0:8000").metrics_url is None
+    assert warm_config(off, "http://gpu-0:8000").engine_url is None
 
 
 @pytest.mark.parametrize(
@@ -134,6 +135,9 @@ def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -
 def test_wiring__the_engines_metrics_are_read_at_the_servers_root_whatever_the_url_form(
     written: str,
 ) -> None:
+    from backends.engine import EngineReader
     from stoker.wiring import warm_config
 
-    assert warm_config(StokerSettings(), written).metrics_url == "http://gpu:8000/metrics"
+    url = warm_config(StokerSettings(), written).engine_url
+    assert url is not None
+    assert EngineReader(url).metrics_url == "http://gpu:8000/metrics"

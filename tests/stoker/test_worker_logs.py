@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 
 from tests.cli import running_stoker, stop
+from tests.events import UNUSED_BACKEND
 from tests.waiting import wait_for
 from warmers.scheduler import DEFAULT_LOCK_KEY
 
@@ -35,7 +36,8 @@ def test_worker_scheduler_cli__routine_ticks_log_at_debug(
     471 lines of a `worker all` run. Ten renewals and an empty warm run now log none."""
     env = {"STOKER_KAFKA_BOOTSTRAP": kafka_bootstrap, "STOKER_KAFKA_BROKER": "tansu",
            "STOKER_REDIS_URL": redis_url, "STOKER_TOPIC_PREFIX": f"l{unique}.",
-           "STOKER_SCHEDULER_LOCK_TTL_S": "0.6", "STOKER_SEMANTIC_ENABLED": "false"}  # fmt: skip
+           "STOKER_SCHEDULER_LOCK_TTL_S": "0.6", "STOKER_SEMANTIC_ENABLED": "false",
+           "STOKER_WARM_BACKEND_URL": UNUSED_BACKEND}  # fmt: skip
     lines = _run_scheduler(env, redis_client, renewals=10)
     text = "".join(lines)
     assert "apscheduler" not in text and "Running job" not in text, text

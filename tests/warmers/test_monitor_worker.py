@@ -32,7 +32,7 @@ from stoker.settings import StokerSettings
 from stoker.wiring import build_publisher, worker_config
 from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
-from tests.events import encode, request
+from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce, read_topic
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
@@ -65,7 +65,7 @@ def settings(kafka_bootstrap: str, redis_url: str, unique: str) -> StokerSetting
     return StokerSettings(
         kafka_bootstrap=kafka_bootstrap, redis_url=redis_url, kafka_broker="tansu",
         topic_prefix=f"m{unique}.", worker_batch_size=100, worker_backoff_base_s=0.01,
-        worker_backoff_max_s=0.05,
+        worker_backoff_max_s=0.05, gateway_upstream_url=UNUSED_BACKEND,
     )  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from stoker.wiring import build_deploy_prewarmer, worker_config
 from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
 from tests.cli import run_stoker
-from tests.events import encode, request
+from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce
 from warmers.backends.simhttp import SimulatorThread
 from warmers.backends.simulator import SimConfig
@@ -180,11 +180,10 @@ def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
 
 
 def test_wiring__deploy_prewarmer_has_prefix_warming_unless_turned_off(redis_url: str) -> None:
-    on = build_deploy_prewarmer(StokerSettings(redis_url=redis_url, semantic_enabled=False))
+    s = StokerSettings(redis_url=redis_url, semantic_enabled=False, warm_backend_url=UNUSED_BACKEND)
+    on = build_deploy_prewarmer(s)
     assert isinstance(on, PrefixWarmingPrewarmer)
-    off = build_deploy_prewarmer(
-        StokerSettings(redis_url=redis_url, semantic_enabled=False, prefix_warm_on_deploy=False)
-    )
+    off = build_deploy_prewarmer(s.model_copy(update={"prefix_warm_on_deploy": False}))
     assert not isinstance(off, PrefixWarmingPrewarmer)
 
 
