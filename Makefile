@@ -31,7 +31,7 @@ demo: setup  ## run the main job on the embedded stack and the real model (llama
 	$(BIN)/stoker demo
 
 test: setup  ## run the test suite against real Kafka (Tansu), redis-server and Qdrant
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 bench: setup  ## run benchmarks/, one JSON object per line
 	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
