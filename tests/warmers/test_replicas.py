@@ -1,8 +1,14 @@
 """The prefix warm of a replica that restarted or is new, found by reading each replica's
-/metrics: two simulated replicas over HTTP, the prefix store on the real redis-server."""
+/metrics: simulated replicas over HTTP and a real llama-server restarted, the prefix store on
+the real redis-server."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
 import pytest
 import redis
 from starlette.applications import Starlette
@@ -12,11 +18,13 @@ from starlette.routing import Route
 
 from backends.engine import read_engine
 from schemas.errors import UsageError
-from stoker.embedded import free_port
+from stoker.embedded import LlamaServer, free_port
+from stoker.modelserver import MODEL_ALIAS as MODEL
 from stoker.settings import StokerSettings
 from tests.gateway.upstreams import Served
 from tests.warmers.test_prefix_warm import SIM, _live_gpu_ms, _store
 from warmers.backends.simhttp import SimulatorThread
+from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
 from warmers.replicas import CAME_BACK, ReplicaWatch
 
@@ -91,3 +99,77 @@ def test_replicas__bad_replica_settings_fail_naming_them(
     monkeypatch.setenv("STOKER_PREFIX_WARM_REPLICAS", value)
     with pytest.raises(UsageError, match="bad setting STOKER_PREFIX_WARM_REPLICAS="):
         StokerSettings()
+
+
+SYSTEM = "You answer questions about our invoices and refunds. " * 30  # ~300 tokens
+
+
+def test_replicas__a_restarted_llama_server_is_found_and_its_hot_prompts_held_again(
+    redis_client: redis.Redis, restartable_llama: tuple[Callable[[], LlamaServer], int]
+) -> None:
+    """llama-server exports no process start time: the watch finds its restart by its counters
+    gone back, and warms its hot system prompt, which the next live request then finds in the
+    server's prompt cache (its prefill starts after the system prompt)."""
+    start, port = restartable_llama
+    url = f"http://127.0.0.1:{port}/v1"
+    sent: list[str] = []
+    watch = ReplicaWatch({MODEL: [url]}, _warmer(redis_client, sent), timeout_s=5.0)
+    first = start()
+    _chat(url, SYSTEM, "What is a refund?")  # traffic: counters above zero
+    assert watch() == []  # seen with traffic behind it
+    first.stop()
+    start()
+    assert watch() == [
+        (MODEL, url, "restarted: its llamacpp:prompt_tokens_total counter went back")
+    ]
+    assert sent == [url]
+    # the warm reached the new process: its own counters show the system prompt prefilled
+    warmed = read_engine(url)
+    assert warmed is not None and warmed.prompt_tokens is not None
+    assert warmed.prompt_tokens >= 300, warmed
+    answer = _chat(url, SYSTEM, "How long does a refund take?")
+    held = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert held >= 0.9 * (answer["usage"]["prompt_tokens"] - 20), answer["usage"]
+
+
+def test_replicas__a_llama_server_busier_than_before_when_checked_again_is_warmed_as_come_back(
+    redis_client: redis.Redis, restartable_llama: tuple[Callable[[], LlamaServer], int]
+) -> None:
+    """Traffic in the seconds after a restart can carry llama-server's counters past where
+    they were by the next check: the watch saw it silent in between, and warms it."""
+    start, port = restartable_llama
+    url = f"http://127.0.0.1:{port}/v1"
+    sent: list[str] = []
+    watch = ReplicaWatch({MODEL: [url]}, _warmer(redis_client, sent), timeout_s=2.0)
+    first = start()
+    _chat(url, "Be brief.", "Name one fruit.")
+    assert watch() == []
+    first.stop()
+    assert watch() == [] and watch.silent == {url}  # down: nothing to warm yet
+    start()
+    # the same request (temperature 0: the same counters) and a longer one: every counter
+    # is at or past where it was, so only the silence says the process is new
+    _chat(url, "Be brief.", "Name one fruit.")
+    _chat(url, SYSTEM, "What is a refund?")
+    assert watch() == [(MODEL, url, CAME_BACK)]
+    assert sent == [url] and watch.silent == set()
+
+
+def _warmer(r: redis.Redis, sent: list[str]) -> Callable[[str, str], object]:
+    """The scheduler's warm of one replica (stoker/registry.py), SYSTEM hot in the store."""
+    store = HotPrefixes(r)
+    store.add("acme", MODEL, [(Prefix(MODEL, (("system", SYSTEM),), 270), 10)], now=time.time())
+
+    def warm(model: str, replica: str) -> object:
+        sent.append(replica)
+        return PrefixWarmer(store, PrefixWarmOptions(replica, timeout_s=120)).warm(model)
+
+    return warm
+
+
+def _chat(url: str, system: str, question: str) -> dict[str, Any]:
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    body = {"model": MODEL, "messages": msgs, "max_tokens": 2, "temperature": 0}
+    r = httpx.post(f"{url}/chat/completions", json=body, timeout=300)
+    r.raise_for_status()
+    return dict(r.json())
