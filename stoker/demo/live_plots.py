@@ -105,7 +105,7 @@ def backend(report: dict[str, Any], out: Path) -> Path:
     ys = range(len(names))
     ax.barh(ys, secs, color=colors)
     for y, (n, s) in enumerate(zip(names, secs, strict=True)):
-        ax.annotate(f"{s:.1f} s, {b['calls'][n]} calls", (s, y), va="center", fontsize=8,
+        ax.annotate(f"{s:.1f} s, {b['calls'][n]} call{'s' * (b['calls'][n] != 1)}", (s, y), va="center", fontsize=8,
                     xytext=(4, 0), textcoords="offset points")  # fmt: skip
     ax.set_yticks(list(ys), [SOURCE_NAMES[n] for n in names])
     ax.invert_yaxis()
