@@ -34,8 +34,8 @@ def demo(
     hot set). It writes report.json, summary.txt and plots to --out: hit rates, false semantic
     hits, stale and cross-tenant hits scored from the text served, TTFT after the deploy with
     and without prefix warming, and the model's seconds from its own timings. Its time is the
-    model's: measured on 2 cores shared with other work, 18 min at a load of 9-10 (the model
-    decoding ~3 tokens/s), and about a third of that at a load of 3-5.
+    model's: on 2 cores, 5.5 min at a load of 1-4, and 18 min when other work held them (a
+    load of 9-10: the model decoded ~3 tokens/s).
 
     --simulated: two weeks of traffic, with and without warming, in two TTL regimes, against the
     simulated GPU backend (about 40 min at a load of 7-8; --fast, which implies it, 5-7 min).
