@@ -29,6 +29,24 @@ Figures: ttft_p50_ratio, ttft_p99_ratio (with / without), p50/p99 ms of each, th
 prompt tokens the prefix cache held (vllm:prefix_cache_hits / queries of each backend), and
 the warm's sends, tokens and seconds. They depend on the simulator's prefix-cache model
 (warmers/backends/prefixcache.py): a held block prefix costs no prefill, nothing else changes.
+
+prefix_warm_real, the twin on a real prefix cache: llama-server serving SmolLM2-135M-Instruct
+as stoker runs it (one thread, 2 slots of 4,096 tokens, a 256 MiB host-memory prompt cache).
+`--real-templates` system prompts of 500 to 2,000 tokens (counted by the server's tokenizer;
+Zipf popularity, sizes shuffled over it) are hot in yesterday's log (the same learn step, into
+the same store). The server is restarted on one port, twice:
+- without: the first `--real-requests` live requests after the restart (a 10-40-word question
+  each, one at a time: the first requests after a restart arrive apart), TTFT as above, each
+  answer read to its end (llama-server keeps nothing of a request cut short);
+- with: the scheduler's replica watch (warmers/replicas.py), which read the server before the
+  restart, finds it restarted from what llama.cpp exports (it has no start time: its counters
+  went back) and sends the hot system prompts (the prefix warm, max_tokens=1, its budget 0.8 of
+  the slots' context, what llama.cpp reports); then the same requests.
+The first requests come once the warm is done (its seconds are reported): as after a deploy's
+pre-warm, or a replica whose warm ends before the load balancer sends it traffic. One at a
+time, a prompt's second request finds it held either way: `first_of_their_prompt` says how
+many pay a prefill without the warm. Bounded by `--real-max-seconds` per arm and for the warm
+(~3 min at a load average of 2-3). The load average before and after is in the line.
 """
 
 from __future__ import annotations
@@ -51,12 +69,16 @@ from typing import Any
 import httpx
 from _common import ROOT, emit, pct
 
+from backends.engine import EngineState, read_engine
 from schemas.events import RequestLogged
-from stoker.embedded import EmbeddedStack, free_port
+from stoker import modelserver
+from stoker.embedded import EmbeddedStack, LlamaServer, free_port, installed_llama
 from stoker.redisconn import connect
+from stoker.settings import StokerSettings
 from warmers.prefixes import HotPrefixes
 from warmers.prefixlog import PrefixLogHandler
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
+from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions, PrefixWarmReport
+from warmers.replicas import ReplicaWatch
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
 MODEL = "sim-model"
@@ -83,7 +105,7 @@ class Traffic:
     def messages(self) -> tuple[int, list[dict[str, str]]]:
         t = self.rng.choices(range(len(self.templates)), cum_weights=self.weights)[0]
         user = f"Question: {self.text(10, 40)}?"
-        if self.rng.random() < 0.4:
+        if self.passages and self.rng.random() < 0.4:
             user = f"Context: {self.rng.choice(self.passages)}\n{user}"
         return t, [
             {"role": "system", "content": self.templates[t]},
@@ -105,13 +127,13 @@ def traffic(n_templates: int, seed: int) -> Traffic:
     return Traffic(templates, weights, passages, rng)
 
 
-def learn(store: HotPrefixes, tr: Traffic, n: int) -> None:
+def learn(store: HotPrefixes, tr: Traffic, n: int, model: str = MODEL) -> None:
     """Step 1: yesterday's log, as the gateway publishes it, through the prefixes handler."""
     handler = PrefixLogHandler(store)
     events = []
     for i in range(n):
         _, msgs = tr.messages()
-        body = {"model": MODEL, "messages": msgs, "temperature": 0, "max_tokens": 16}
+        body = {"model": model, "messages": msgs, "temperature": 0, "max_tokens": 16}
         events.append(
             RequestLogged.model_validate(
                 {
@@ -120,7 +142,7 @@ def learn(store: HotPrefixes, tr: Traffic, n: int) -> None:
                     "request_id": f"r{i}",
                     "ts": "2026-11-30T03:00:00Z",
                     "tenant": "acme",
-                    "model_id": MODEL,
+                    "model_id": model,
                     "model_version": "v1",
                     "template_version": "t",
                     "prompt": "q",
@@ -166,21 +188,35 @@ def sim_backend() -> Iterator[str]:
             proc.wait()
 
 
-async def ttft(client: httpx.AsyncClient, msgs: list[dict[str, str]]) -> float | None:
-    """Seconds to the first content chunk; None if the request failed."""
-    body = {"model": MODEL, "messages": msgs, "stream": True, "max_tokens": 16, "temperature": 0}
+async def ttft(
+    client: httpx.AsyncClient, msgs: list[dict[str, str]], model: str = MODEL, whole: bool = False
+) -> float | None:
+    """Seconds to the first content chunk; None if the request failed. `whole`: read the
+    answer to its end, as a client does; llama-server keeps nothing of a request whose client
+    went away (cut at the first chunk, a prompt's second request found 0.2% of its tokens
+    held), so a cut stream would leave each request cold."""
+    body = {"model": model, "messages": msgs, "stream": True, "max_tokens": 16, "temperature": 0}
     t0 = time.perf_counter()
+    first = None
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         if r.status_code != 200:
             return None
         async for line in r.aiter_lines():
-            if '"content":"' in line and '"content":""' not in line:
-                return time.perf_counter() - t0
-    return None
+            if first is None and '"content":"' in line and '"content":""' not in line:
+                first = time.perf_counter() - t0
+                if not whole:
+                    return first
+    return first
 
 
 async def replay(
-    url: str, hour: list[list[dict[str, str]]], concurrency: int, deadline: float
+    url: str,
+    hour: list[list[dict[str, str]]],
+    concurrency: int,
+    deadline: float,
+    model: str = MODEL,
+    timeout_s: float = 30.0,
+    whole: bool = False,
 ) -> tuple[list[float], int]:
     """Step 3 on one backend: closed loop, `concurrency` in flight, requests in order."""
     out: list[float] = []
@@ -194,7 +230,7 @@ async def replay(
             if msgs is None:
                 return
             try:
-                t = await ttft(client, msgs)
+                t = await ttft(client, msgs, model, whole)
             except httpx.HTTPError:
                 t = None
             if t is None:
@@ -203,7 +239,7 @@ async def replay(
                 out.append(t)
 
     limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return out, failed
 
@@ -262,6 +298,149 @@ async def _both(
     )
 
 
+# -- the twin on a real prefix cache --
+
+REAL = modelserver.MODEL_ALIAS
+
+
+def count_tokens(root: str, text: str) -> int:
+    """Tokens of `text` as the server's own tokenizer counts them (llama-server /tokenize)."""
+    r = httpx.post(root + "/tokenize", json={"content": text}, timeout=30)
+    r.raise_for_status()
+    return len(r.json()["tokens"])
+
+
+def sized_templates(root: str, sizes: list[int], rng: random.Random) -> list[tuple[str, int]]:
+    """A system prompt of each size, within 2% as the server counts it: (text, tokens)."""
+    out = []
+    for i, size in enumerate(sizes):
+        words = [rng.choice(WORDS) for _ in range(size)]
+        for _ in range(4):  # a word is a token or two: two or three rounds get within 2%
+            text = " ".join([f"You are assistant {i} of product {i}. Follow these rules.", *words])
+            got = count_tokens(root, text)
+            if abs(got - size) <= size * 0.02:
+                break
+            keep = int(len(words) * size / got)
+            words = words[:keep] + [rng.choice(WORDS) for _ in range(keep - len(words))]
+        out.append((text, got))
+    return out
+
+
+class Restarts:
+    """llama-server as stoker runs it, stopped and started again on one port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.servers: list[LlamaServer] = []
+
+    def restart(self) -> float:
+        """Stop the server (if up), start it on the same port; seconds until it answers."""
+        t0 = time.monotonic()
+        if self.servers:
+            self.servers[-1].stop()
+        self.servers.append(installed_llama(StokerSettings(), port=self.port))
+        self.servers[-1].start()
+        return time.monotonic() - t0
+
+    def stop(self) -> None:
+        for srv in self.servers:
+            srv.stop()
+
+
+def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed + 1)
+    n = args.real_templates
+    sizes = [round(500 + 1500 * i / max(1, n - 1)) for i in range(n)]
+    rng.shuffle(sizes)  # the hottest prompt is not always the shortest
+    load_before = os.getloadavg()[0]
+    server = Restarts()
+    url = server.root + "/v1"
+    warms: list[PrefixWarmReport] = []
+
+    def warm(model: str, replica: str) -> PrefixWarmReport:
+        """The scheduler's warm of one replica (stoker/registry.py), one prompt at a time: two
+        at once share the one thread, and neither is held sooner."""
+        opts = PrefixWarmOptions(replica, qps=args.warm_qps, concurrency=1,
+                                 timeout_s=args.real_max_seconds,
+                                 deadline_s=args.real_max_seconds)  # fmt: skip
+        warms.append(PrefixWarmer(store, opts).warm(model))
+        return warms[-1]
+
+    def measure(first: list[list[dict[str, str]]]) -> tuple[list[float], int]:
+        deadline = time.monotonic() + args.real_max_seconds
+        return asyncio.run(
+            replay(server.root, first, 1, deadline, REAL, args.real_max_seconds, whole=True)
+        )
+
+    try:
+        server.restart()
+        templates = sized_templates(server.root, sizes, rng)
+        zipf = list(accumulate(1.0 / (i + 1) for i in range(n)))
+        tr = Traffic([t for t, _ in templates], zipf, [], rng)
+        learn(store, tr, args.real_learn_requests, REAL)
+        first = [tr.messages()[1] for _ in range(args.real_requests)]
+        # without: restarted, and nothing tells stoker
+        server.restart()
+        without, without_failed = measure(first)
+        held_without = _held(url)
+        # with: the watch read the server (the traffic above behind it), then it restarts
+        watch = ReplicaWatch({REAL: [url]}, warm, timeout_s=10.0)
+        seen_busy = watch() == []
+        restart_s = server.restart()
+        t0 = time.monotonic()
+        found = watch()
+        detect_warm_s = time.monotonic() - t0
+        before = read_engine(url)
+        with_s, with_failed = measure(first)
+        held_with = _held(url, before)
+    finally:
+        server.stop()
+    if not with_s or not without:
+        raise SystemExit(f"prefix_warm_real: no request answered ({with_failed} failed with the "
+                         f"warm, {without_failed} without)")  # fmt: skip
+    p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
+    w = warms[-1] if warms else PrefixWarmReport(REAL)
+    heads = [m[0]["content"] for m in first]
+    emit(
+        "prefix_warm_real",
+        twin="prefix_warm",
+        server=f"llama-server (llama-cpp-python {modelserver.LLAMA_CPP.version}), {REAL}, "
+        "-t 1 -np 2 -c 8192 --cache-ram 256",
+        ttft_p50_ratio=round(p50w / p50o, 3),
+        ttft_p99_ratio=round(p99w / p99o, 3),
+        with_p50_ms=round(p50w, 1), with_p99_ms=round(p99w, 1),
+        without_p50_ms=round(p50o, 1), without_p99_ms=round(p99o, 1),
+        requests=len(first), measured=[len(with_s), len(without)],
+        failed=with_failed + without_failed,
+        # requests that were their system prompt's first since the restart: what pays a
+        # prefill without the warm (one at a time, a later one finds it held)
+        first_of_their_prompt=len(set(heads)),
+        template_tokens=[t for _, t in templates],
+        prompt_tokens_held_with=held_with, prompt_tokens_held_without=held_without,
+        watch_left_busy_replica=seen_busy,
+        detected=found[0][2] if found else None,
+        restart_s=round(restart_s, 1),
+        detect_and_warm_s=round(detect_warm_s, 1),
+        warmed=w.warmed, warm_failed=w.failed, warm_words=w.tokens,
+        warm_budget=f"{w.budget_tokens} ({w.budget_from})",
+        load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        goal_ttft_p50_ratio_max=0.2,
+    )  # fmt: skip
+
+
+def _held(url: str, before: EngineState | None = None) -> float | None:
+    """The share of prompt tokens llama-server's prompt cache held since `before` (else since
+    the process started), from its own counters."""
+    now = read_engine(url)
+    if now is None or now.prompt_tokens is None or now.held_tokens is None:
+        return None
+    asked, held = now.prompt_tokens, now.held_tokens
+    if before is not None and before.prompt_tokens is not None:
+        asked, held = asked - before.prompt_tokens, held - (before.held_tokens or 0.0)
+    return round(held / asked, 3) if asked else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--templates", type=int, default=80)
@@ -273,17 +452,29 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-seconds", type=float, default=240.0, help="per regime, both arms")
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--no-sim", action="store_true", help="only the real prefix cache's row")
+    ap.add_argument("--no-real", action="store_true", help="only the simulator's rows")
+    ap.add_argument("--real-templates", type=int, default=5, help="500 to 2,000 tokens each")
+    ap.add_argument("--real-requests", type=int, default=5, help="first requests measured")
+    ap.add_argument("--real-learn-requests", type=int, default=400)
+    ap.add_argument("--real-max-seconds", type=float, default=240.0,
+                    help="per arm, and for the warm")  # fmt: skip
     args = ap.parse_args()
     if min(args.templates, args.quiet_requests, args.busy_requests, args.concurrency) < 1:
         ap.error("--templates, --*-requests and --concurrency must be >= 1")
+    if min(args.real_templates, args.real_requests, args.real_learn_requests) < 1:
+        ap.error("--real-templates and --real-*-requests must be >= 1")
     with EmbeddedStack(kafka=False) as stack:
         assert stack.redis_url is not None
         r = connect(stack.redis_url)
         store = HotPrefixes(r)
-        tr = traffic(args.templates, args.seed)
-        learn(store, tr, args.learn_requests)
-        regime("prefix_warm", args.quiet_requests, store, tr, args)
-        regime("prefix_warm_busy", args.busy_requests, store, tr, args)
+        if not args.no_sim:
+            tr = traffic(args.templates, args.seed)
+            learn(store, tr, args.learn_requests)
+            regime("prefix_warm", args.quiet_requests, store, tr, args)
+            regime("prefix_warm_busy", args.busy_requests, store, tr, args)
+        if not args.no_real:
+            real_regime(store, args)
         r.close()
 
 
