@@ -165,7 +165,11 @@ def _tenant(headers: Mapping[str, str], ext: Extension, opts: GatewayOptions) ->
     tenant = headers.get(TENANT_HEADER) or (ext.tenant if opts.tenant_from_body else None)
     tenant = tenant or opts.default_tenant
     if tenant is None:
-        raise BadRequest(f"no tenant: send the {TENANT_HEADER} header", param=TENANT_HEADER)
+        raise BadRequest(
+            f"no tenant: send the {TENANT_HEADER} header (each tenant's answers are cached apart), "
+            "or set STOKER_GATEWAY_DEFAULT_TENANT for requests that carry none",
+            param=TENANT_HEADER,
+        )
     return _valid_tenant(tenant)
 
 

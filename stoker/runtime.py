@@ -34,6 +34,10 @@ class Runnable(Protocol):
     def stop(self) -> None: ...
 
 
+# The tenant of requests without a header on an embedded stack (a trial on one machine).
+EMBEDDED_TENANT = "default"
+
+
 @contextlib.contextmanager
 def embedded_settings(
     settings: StokerSettings, console: Console, *, what: str = "this process", model: bool = True
@@ -63,6 +67,10 @@ def embedded_settings(
             fields["qdrant_path"] = stack.qdrant_path  # one store for every part, removed at stop
         if llama is not None:
             fields["gateway_upstream_url"] = fields["warm_backend_url"] = llama.base_url
+        if settings.gateway_default_tenant is None and not settings.gateway_api_keys:
+            # a stack on this machine alone is a trial: its first request needs no header (one
+            # configured with Kafka asks every request for its tenant)
+            fields["gateway_default_tenant"] = EMBEDDED_TENANT
         s = settings.model_copy(update=fields)
         addresses = {"kafka_bootstrap": s.kafka_bootstrap, "redis_url": s.redis_url,
                      "qdrant_path": s.qdrant_path}  # fmt: skip

@@ -109,6 +109,11 @@ def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
             f"gateway on {server.url} -> {parts.upstream.base.api}; "
             f"OpenAI base URL: {server.url}/v1"
         )
+        if settings.gateway_default_tenant and not settings.gateway_api_keys:
+            console.print(
+                f"requests without an x-stoker-tenant header are tenant "
+                f"{settings.gateway_default_tenant!r} (STOKER_GATEWAY_DEFAULT_TENANT)"
+            )
         server.serve()
     finally:
         if workers is not None:

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import redis
@@ -108,10 +109,25 @@ def test_cli__with_nothing_set_it_serves_the_embedded_real_model(running: Any) -
     assert model_url, said
     listed = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0).models.list()
     assert [m.id for m in listed] == ["smollm2-135m-instruct"]  # the upstream's own list
-    first = _ask(gw.url, [{"role": "user", "content": "Say hello."}], max_tokens=24)
+    assert "requests without an x-stoker-tenant header are tenant 'default'" in said
+    # a newcomer's first request carries no tenant header: on a stack of its own it is served
+    newcomer = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    # a one-word answer ends by itself: one cut at max_tokens would not be stored
+    hello = [{"role": "user", "content": "Answer with one word: what is the capital of France?"}]
+    ask = newcomer.chat.completions.with_raw_response.create
+    first = ask(model="m", messages=hello, temperature=0, max_tokens=32)  # type: ignore[arg-type]
     answer = first.parse()
     assert first.headers["x-stoker-cache"] == "miss" and answer.choices[0].message.content
     assert (answer.model_extra or {}).get("timings"), "not llama-server's answer"
+    assert answer.choices[0].finish_reason == "stop", answer
+    stored = re.compile(r'^stoker_gateway_stores_total\{result="landed"\} [1-9]', re.M)
+    wait_for(lambda: stored.search(httpx.get(gw.url + "/metrics").text), 10, "the answer to land")
+    again = ask(model="m", messages=hello, temperature=0, max_tokens=32)  # type: ignore[arg-type]
+    assert again.headers["x-stoker-cache"] == "exact"
+    assert again.parse().choices[0].message.content == answer.choices[0].message.content
+    # a named tenant's cache is its own: the default tenant's answer is not served to it
+    other = _ask(gw.url, hello, max_tokens=32)
+    assert other.headers["x-stoker-cache"] != "exact"
     assert gw.stop() == 0
     port = int(model_url.group(1).rsplit(":", 1)[1].split("/")[0])
     with socket.socket() as sock:  # the model server stopped with the gateway
