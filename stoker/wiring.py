@@ -90,10 +90,17 @@ def policy_from(s: StokerSettings) -> CachePolicy:
 # -- stores and clients --
 
 
+# Without Redis: what to set, or how to get the embedded stack a verb would use.
+NO_REDIS = (
+    "no Redis: set STOKER_REDIS_URL or --redis-url, or run this beside `stoker worker all` or "
+    "`stoker gateway`, which start an embedded stack when nothing is configured"
+)
+
+
 def build_redis(s: StokerSettings) -> redis.Redis:
     """One server, or a Redis Cluster for a redis+cluster:// URL (see redisconn.py)."""
     if not s.redis_url:
-        raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
+        raise ConfigError(NO_REDIS)
     return connect(s.redis_url, socket_timeout=5, socket_connect_timeout=5)
 
 
@@ -103,7 +110,7 @@ GATEWAY_CLIENT_NAME = "stoker-gateway"  # in CLIENT LIST, so operators see whose
 def build_async_redis(s: StokerSettings) -> Any:
     """redis.asyncio on the settings' Redis (the gateway's event loop; its own connections)."""
     if not s.redis_url:
-        raise ConfigError("redis_url is not set (STOKER_REDIS_URL), and no embedded stack runs")
+        raise ConfigError(NO_REDIS)
     return connect_async(
         s.redis_url, socket_timeout=5, socket_connect_timeout=5, client_name=GATEWAY_CLIENT_NAME
     )

@@ -29,8 +29,9 @@ class EventPublisher:
     ) -> None:
         if not bootstrap:
             raise ConfigError(
-                "kafka_bootstrap is not set: export STOKER_KAFKA_BOOTSTRAP=host:port "
-                "(the broker the stoker workers read)"
+                "no Kafka: set STOKER_KAFKA_BOOTSTRAP=host:port or --kafka-bootstrap (the broker "
+                "the stoker workers read), or run this beside `stoker worker all` or `stoker "
+                "gateway`, which start an embedded stack when nothing is configured"
             )
         self._bootstrap = bootstrap
         self._prefix = topic_prefix
