@@ -137,6 +137,8 @@ class Shadow:
     members: int
     tenant: str
     route: str
+    # answers the live one should agree with (calibration.py's near check; Shadowed.near)
+    near: tuple[Vector, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -405,8 +407,9 @@ class CacheClient:
         a = shadow_of(q, cands)
         if a is None:
             return miss
-        key = cands[a.index].entry_key
-        shadow = Shadow(key, a.strength, a.reference, a.members, q.tenant, q.route)
+        key = cands[a.index].entry_key if a.index >= 0 else ""
+        near = getattr(a, "near", ())
+        shadow = Shadow(key, a.strength, a.reference, a.members, q.tenant, q.route, near)
         return msgspec.structs.replace(miss, shadow=shadow)
 
     # -- write path --
@@ -537,7 +540,7 @@ class CacheClient:
         ttl = min(self.policy.semantic_ttl_s, self.policy.exact_ttl_s)
         try:
             vec = self.embedder.embed_one(t.key.ns.tenant, t.key.prompt_norm)
-            answer = self._answer_vector(w)
+            answer = self._answer_vector(w, vec)
             point = SemanticPoint(
                 entry_key=t.key.exact(),
                 vector=vec,
@@ -556,13 +559,20 @@ class CacheClient:
             return False
         return True
 
-    def _answer_vector(self, w: PreparedWrite) -> Vector | None:
+    def _answer_vector(self, w: PreparedWrite, prompt: Vector) -> Vector | None:
         """The answer, embedded (not through the embedding cache: answers rarely repeat), when
-        the matcher weighs answers; then the shadow check, if the lookup left one."""
+        the matcher weighs answers; then the shadow check, if the lookup left one, and the
+        matcher's answer checks (caches/matching/calibration.py), if it keeps them."""
         if not self.matcher.needs_answers or self.embedder is None:
             return None
         vec: Vector = self.embedder.inner.embed([w.response])[0]
         s = w.shadow
+        checks = getattr(self.matcher, "checks", None)
+        if checks is not None:
+            try:
+                checks.live(w.ticket.key.ns.tenant, prompt, vec, s.near if s is not None else ())
+            except CacheUnavailable as e:  # a check lost; the entry is still indexed
+                log.debug("answer check not recorded: %s", e)
         if s is not None and self.budget is not None and self._rng.random() < self.shadow_share:
             same = self.judge.agree(vec, s.reference, s.members)
             try:

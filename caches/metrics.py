@@ -32,6 +32,8 @@ from prometheus_client.registry import Collector
 
 from caches.matching.base import MATCH_TOTALS
 from caches.matching.budget import ServingLevels, min_evidence
+from caches.matching.calibration import ROUTE as CHECKS_ROUTE
+from caches.matching.calibration import AnswerSignal
 
 OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Seconds. An exact hit sits near 0.1-0.5 ms, a semantic lookup (embed + search + MGET) near
@@ -196,12 +198,19 @@ class _BudgetGauges(Collector):
       min_evidence): with fewer, the matcher serves at its strictest level and a bound of
       3/n says "not yet shown", not "wrong above budget", which StokerServedWrongAboveBudget
       must not page about;
-    - stoker_served_wrong_budget: the operator's maximum (STOKER_MAX_WRONG_HIT_RATE)."""
+    - stoker_served_wrong_budget: the operator's maximum (STOKER_MAX_WRONG_HIT_RATE);
+    - stoker_semantic_prompt_fallback{tenant}: 1 while the tenant's answer checks have not shown
+      that the backend's answers tell meanings apart (caches/matching/calibration.py: blind or
+      unknown), so the prompt-only rule serves instead of the ladder; 0 once they have."""
 
     NAMES: Final = (
         ("stoker_served_wrong_ratio", "Share of budget verdicts judged wrong, serving level"),
         ("stoker_served_wrong_ratio_bound", "95% upper bound of the served wrong-hit rate"),
         ("stoker_served_wrong_budget", "Maximum wrong-hit rate served (the error budget)"),
+    )
+    FALLBACK: Final = (
+        "stoker_semantic_prompt_fallback",
+        "1 while the backend's answers are not shown to tell meanings apart (prompt-only rule)",
     )
 
     def __init__(self) -> None:
@@ -214,12 +223,16 @@ class _BudgetGauges(Collector):
         ratio, bound, budget = (
             GaugeMetricFamily(n, doc, labels=["tenant", "route"]) for n, doc in self.NAMES
         )
+        fallback = GaugeMetricFamily(*self.FALLBACK, labels=["tenant"])
         seen: set[tuple[str, str]] = set()
         for levels in list(self._watched):
             for s in levels.serving():
                 if (s.tenant, s.route) in seen:  # two clients of one process: the same counts
                     continue
                 seen.add((s.tenant, s.route))
+                if s.route == CHECKS_ROUTE:  # the answer checks are kept per tenant
+                    state = AnswerSignal(s.near, s.unrelated).state
+                    fallback.add_metric([s.tenant], float(state != "separates"))
                 ev, labels = s.evidence, [s.tenant, s.route]
                 ratio.add_metric(labels, ev.wrong / ev.checked if ev.checked else 0.0)
                 if ev.checked >= min_evidence(s.delta):
@@ -228,10 +241,12 @@ class _BudgetGauges(Collector):
         yield ratio
         yield bound
         yield budget
+        yield fallback
 
     def describe(self) -> Iterator[Metric]:
         for name, _ in self.NAMES:
             yield GaugeMetricFamily(name, "", labels=["tenant", "route"])
+        yield GaugeMetricFamily(self.FALLBACK[0], "", labels=["tenant"])
 
 
 BUDGET_GAUGES: Final = _BudgetGauges()

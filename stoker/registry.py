@@ -193,7 +193,9 @@ def monitor_handler(s: StokerSettings) -> Handler:
         share=s.monitor_share, qps=s.monitor_qps, stale_share=s.monitor_stale_share,
         stale_window_s=s.monitor_stale_window_s, busy_load=s.monitor_busy_load,
     )  # fmt: skip
-    auditor = Auditor(cache.judge)  # its verdicts reach the budget once each, by the handler
+    # its verdicts reach the budget once each, by the handler; its audits of near look-alikes
+    # are answer checks (caches/matching/calibration.py)
+    auditor = Auditor(cache.judge, checks=getattr(cache.matcher, "checks", None))
     return MonitorHandler(cache, backend, W.build_publisher(s), auditor, cache.budget, levels, opts)
 
 

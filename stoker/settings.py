@@ -111,6 +111,12 @@ class StokerSettings(BaseSettings):
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
     # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
     semantic_cold_start: bool = True
+    # Verified only: check on the backend's own traffic that its answers tell meanings apart
+    # (answers to near look-alikes agree, to unrelated prompts do not), and serve the prompt-only
+    # rule (cosine >= 0.90, no lexical guard firing) until they are shown to, and while they are
+    # shown not to (caches/matching/calibration.py; SmolLM2-135M's never are). Off: the answers
+    # are trusted whatever the backend, as the simulator's could be.
+    semantic_answer_checks: bool = True
     # The error budget (verified only): the largest wrong-hit rate served, per tenant and route;
     # the serving level is the loosest whose 95% upper bound is at or under it.
     max_wrong_hit_rate: float = Field(default=0.01, gt=0.0, lt=1.0)

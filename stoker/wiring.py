@@ -32,8 +32,10 @@ from caches.l1 import L1Cache
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.budget import ErrorBudget, ServingLevels
+from caches.matching.calibration import AnswerChecks
 from caches.matching.cold import DEFAULT_COLD
 from caches.matching.counts import RedisCounts
+from caches.matching.fallback import DEFAULT_FALLBACK
 from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES
 from caches.policy import CachePolicy
@@ -229,7 +231,15 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
     levels = ServingLevels(budget, s.budget_refresh_s)
     BUDGET_GAUGES.watch(levels)
     cold = DEFAULT_COLD if s.semantic_cold_start else None
-    return VerifiedMatcher(levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open), budget
+    if not s.semantic_answer_checks:
+        matcher = VerifiedMatcher(levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open)
+        return matcher, budget
+    checks = AnswerChecks(budget, build_judge(s).agree)
+    matcher = VerifiedMatcher(
+        levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open,
+        fallback=DEFAULT_FALLBACK, signal_of=lambda q: checks.signal(levels, q), checks=checks,
+    )  # fmt: skip
+    return matcher, budget
 
 
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:

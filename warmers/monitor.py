@@ -22,6 +22,7 @@ from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge, Judgement
 from caches.matching.base import Vector
 from caches.matching.budget import ErrorBudget, upper_bound
+from caches.matching.calibration import AnswerChecks
 from caches.semantic.base import SemanticPoint
 
 
@@ -58,6 +59,9 @@ class Auditor:
     budget: ErrorBudget | None = None
     probe_ttl_s: float = 86_400.0
     tallies: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    # The matcher's answer checks: an audit of a near look-alike (prompt cosine >= 0.85) is one
+    # (caches/matching/calibration.py), whatever its rule.
+    checks: AnswerChecks | None = None
 
     def audit(
         self,
@@ -74,6 +78,8 @@ class Auditor:
         t.wrong += not j.same
         if self.budget is not None and hit.strength is not None:
             self.budget.record(hit.ns.tenant, hit.route, hit.strength, wrong=not j.same)
+        if self.checks is not None:
+            self.checks.audited(hit.ns.tenant, hit.score, j.same)
         audit = Audit(
             hit.ns.tenant, hit.route, hit.query, hit.entry_key, hit.score, hit.rule,
             j.verdict, round(j.cosine, 4), j.reason,

@@ -145,16 +145,21 @@ class LevelBound:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One route's verdicts: per ladder level (loosest first), and the cold rule's own."""
+    """One route's verdicts: per ladder level (loosest first), the cold rule's own, and the
+    answer checks' (calibration.py: near pairs (checked, disagreed), unrelated pairs
+    (checked, agreed))."""
 
     ladder: list[LevelBound]
     cold: LevelBound
+    near: LevelBound = LevelBound(-1, 0, 0)
+    unrelated: LevelBound = LevelBound(-1, 0, 0)
 
 
 class ErrorBudget:
     """Verdicts per strength 0..levels-1 (the ladder's, nested), and one more slot, `cold`
     (= levels), for the cold rule (cold.py), which is no ladder level: its verdicts are its own
-    and count for no level."""
+    and count for no level. Two slots past it hold the answer checks (calibration.py), in the
+    same counts: `near` (a pair disagreeing counts as wrong) and `unrelated` (agreeing does)."""
 
     def __init__(self, counts: VerdictCounts, levels: int, max_wrong_rate: float) -> None:
         if not 0.0 < max_wrong_rate < 1.0:
@@ -164,6 +169,8 @@ class ErrorBudget:
         self.counts = counts
         self.levels = levels
         self.cold = levels
+        self.near = levels + 1
+        self.unrelated = levels + 2
         self.delta = max_wrong_rate
 
     def record(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
@@ -176,16 +183,26 @@ class ErrorBudget:
             return False
         return self.counts.add_once(tenant, route, strength, wrong, once)
 
+    def record_check(self, tenant: str, route: str, near: bool, counted: bool) -> None:
+        """One answer check (calibration.py): a near pair (`counted`: its answers disagreed)
+        or an unrelated pair (`counted`: its answers agreed)."""
+        self.counts.add(tenant, route, self.near if near else self.unrelated, counted)
+
     def evidence(self, tenant: str, route: str) -> Evidence:
-        """Per level: the pairs it would have served (and the bound of their wrong rate); and
-        the cold rule's verdicts. One read."""
-        per = self.counts.read(tenant, route, self.levels + 1)
+        """Per level: the pairs it would have served (and the bound of their wrong rate); the
+        cold rule's verdicts; the answer checks. One read."""
+        per = self.counts.read(tenant, route, self.levels + 3)
         out, checked, wrong = [], 0, 0
         for level in reversed(range(self.levels)):  # strongest pairs count for every level
             checked += per[level][0]
             wrong += per[level][1]
             out.append(LevelBound(level, checked, wrong))
-        return Evidence(out[::-1], LevelBound(self.cold, *per[self.cold]))
+        return Evidence(
+            out[::-1],
+            LevelBound(self.cold, *per[self.cold]),
+            LevelBound(self.near, *per[self.near]),
+            LevelBound(self.unrelated, *per[self.unrelated]),
+        )
 
     def bounds(self, tenant: str, route: str) -> list[LevelBound]:
         return self.evidence(tenant, route).ladder
@@ -230,6 +247,8 @@ class Serving:
     level: int
     evidence: LevelBound
     delta: float
+    near: LevelBound = LevelBound(-1, 0, 0)  # the answer checks (calibration.py)
+    unrelated: LevelBound = LevelBound(-1, 0, 0)
 
 
 class ServingLevels:
@@ -268,6 +287,10 @@ class ServingLevels:
         ev = self._evidence(q.tenant, q.route)
         return ev is not None and cold_open(ev, self.budget.delta)
 
+    def evidence_of(self, q: Query) -> Evidence | None:
+        """The query's route's evidence as last read (None: never read, Redis silent)."""
+        return self._evidence(q.tenant, q.route)
+
     def _evidence(self, tenant: str, route: str) -> Evidence | None:
         pair, now = (tenant, route), self.clock()
         with self._lock:
@@ -304,5 +327,10 @@ class ServingLevels:
             if ev is None:
                 continue
             level = choose_level(ev.ladder, self.budget.delta)
-            out.append(Serving(tenant, route, level, ev.ladder[level], self.budget.delta))
+            out.append(
+                Serving(
+                    tenant, route, level, ev.ladder[level], self.budget.delta, ev.near,
+                    ev.unrelated,
+                )
+            )  # fmt: skip
         return out

@@ -19,6 +19,11 @@ Nothing here reads a label: prompts, vectors and what the backend answered.
 A young cache has no neighbours to vouch: the cold rule (cold.py) serves its clearly safe
 look-alikes on trial until verdicts come in.
 
+All of this rests on the backend's answers telling meanings apart, which the matcher checks
+on the backend's own traffic (calibration.py). Until they are shown to, and for as long as
+they are shown not to, it serves the prompt-only rule (fallback.py) instead, and its rules and
+reasons say so ("verified:fallback:<state>:...").
+
 Levels form a ladder, loosest first; each accepts a subset of what the one before accepts
 (score, agree and margin never fall along it), so a hit's `strength` (the strictest level it
 passes) says which levels would have served it. The error budget (caches/matching/budget.py)
@@ -36,7 +41,9 @@ import numpy.typing as npt
 
 from caches.matching.answers import ANSWER_GUARDS, DEFAULT_ANSWER_BAR
 from caches.matching.base import Accepted, Candidate, Matcher, Query, Vector, best_score
+from caches.matching.calibration import NEAR, AnswerChecks, AnswerSignal
 from caches.matching.cold import ColdRule
+from caches.matching.fallback import PromptRule
 from caches.matching.lexical import first_violation
 
 
@@ -73,9 +80,12 @@ class Shadowed:
     the cold slot), against `reference`, the centroid of `members` answers."""
 
     index: int
-    strength: int
+    strength: int  # -1: no budget verdict, only the answer checks
     reference: Vector
     members: int
+    # The answers of points at prompt cosine >= NEAR with no guard firing: the live answer
+    # should agree with each (calibration.py's near check).
+    near: tuple[Vector, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,10 +128,20 @@ class VerifiedMatcher(Matcher):
         neighbours: int = 8,
         cold: ColdRule | None = None,
         cold_open: Callable[[Query], bool] = lambda q: False,
+        fallback: PromptRule | None = None,
+        signal_of: Callable[[Query], AnswerSignal | None] = lambda q: None,
+        checks: AnswerChecks | None = None,
     ) -> None:
         """`cold`, `cold_open`: the cold-start rule (cold.py) and whether a query's route may
-        be served by it now (ServingLevels.cold_open); None: the ladder alone."""
+        be served by it now (ServingLevels.cold_open); None: the ladder alone. `fallback`,
+        `signal_of`: the prompt-only rule (fallback.py) and the route's answer checks
+        (calibration.py); the fallback serves instead of the ladder and the cold rule while
+        the answers are not shown to separate (None: the checks were never read, so the
+        ladder serves as configured)."""
         super().__init__()
+        self.fallback = fallback
+        self.signal_of = signal_of
+        self.needs_vectors = fallback is not None and fallback.needs_vectors
         check_ladder(ladder)
         self.ladder = tuple(ladder)
         self.level_of = level_of
@@ -168,8 +188,24 @@ class VerifiedMatcher(Matcher):
                 s = k
         return s
 
+    def falling_back(self, q: Query) -> AnswerSignal | None:
+        """The route's answer checks when they put it on the prompt-only rule, else None."""
+        if self.fallback is None:
+            return None
+        sig = self.signal_of(q)
+        return sig if sig is not None and sig.state != "separates" else None
+
     def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
-        """The ladder at the serving level; else the cold rule, while its route's is open."""
+        """The prompt-only rule while the answers cannot vouch; else the ladder at the serving
+        level, then the cold rule, while its route's is open."""
+        sig = self.falling_back(q)
+        if sig is not None:
+            assert self.fallback is not None
+            i = self.fallback.pick(q, cands)
+            self.stats.verified("fallback" if i >= 0 else "fallback_none")
+            if i < 0:
+                return None
+            return Accepted(i, f"verified:fallback:{sig.state}:{self.fallback}")
         a = self.assess(q, cands)
         level = self._level(q)
         if a.index >= 0 and a.strength >= level:
@@ -187,6 +223,12 @@ class VerifiedMatcher(Matcher):
         return min(max(self.level_of(q), 0), len(self.ladder) - 1)
 
     def why_not(self, q: Query, cands: Sequence[Candidate]) -> str:
+        sig = self.falling_back(q)
+        if sig is not None:
+            return (
+                f"{best_score(cands)}; prompt-only fallback ({self.fallback}) found none: "
+                f"{sig.describe()}"
+            )
         a = self.assess(q, cands)
         level = self._level(q)
         got = "no candidate vouched" if a.index < 0 else f"best vouched to L{a.strength}"
@@ -200,14 +242,28 @@ class VerifiedMatcher(Matcher):
         candidate (its strength, its reference); else, when there is none, the entry the cold
         rule would have served (its own answer, the cold slot): a closed cold rule earns its
         way back from these. None: nothing to check."""
+        near = self.near_answers(q, cands)
         a = self.assess(q, cands)
         if a.index >= 0 and a.reference is not None:
-            return Shadowed(a.index, a.strength, a.reference, a.members)
-        if self.cold is None:
-            return None
-        i = self.cold.pick(q, cands, self.bar)
+            return Shadowed(a.index, a.strength, a.reference, a.members, near)
+        i = -1 if self.cold is None else self.cold.pick(q, cands, self.bar)
         answer = cands[i].answer if i >= 0 else None
-        return None if answer is None else Shadowed(i, self.cold_slot, answer, 1)
+        if answer is not None:
+            return Shadowed(i, self.cold_slot, answer, 1, near)
+        if near:  # no verdict for the budget, only the near check
+            return Shadowed(-1, -1, near[0], 1, near)
+        return None
+
+    def near_answers(self, q: Query, cands: Sequence[Candidate]) -> tuple[Vector, ...]:
+        """Answers of points (entries and probes) at prompt cosine >= NEAR to the query whose
+        prompts no guard tells apart from it: the live answer should agree with them."""
+        return tuple(
+            c.answer
+            for c in cands
+            if c.answer is not None
+            and c.score >= NEAR
+            and first_violation(q.prompt, c.prompt) is None
+        )
 
 
 def _centroid(
@@ -220,7 +276,7 @@ def _centroid(
 
 def strength_of(rule: str) -> int | None:
     """The strength a verified hit's rule records ("verified:L2:...:s4" -> 4; a cold hit's is
-    the cold slot, len(LADDER)), else None."""
-    if not rule.startswith(("verified:", "conservative:verified:")):
+    the cold slot, len(LADDER)), else None (a prompt-only fallback hit is no ladder evidence)."""
+    if not rule.startswith(("verified:", "conservative:verified:")) or ":fallback:" in rule:
         return None
     return int(rule.rsplit(":s", 1)[1])

@@ -79,8 +79,12 @@ def test_reasons__no_temperature_is_temperature_unset_and_says_what_to_send(
 def test_reasons__a_declined_look_alike_is_semantic_unsure_with_its_score(
     make_gateway: GatewayFactory, model_sim: SimulatorThread
 ) -> None:
-    # no cold start: the ladder alone, whose strictest level wants three agreeing neighbours
-    gw = make_gateway(model_sim.url, semantic_matcher="verified", semantic_cold_start=False)
+    # no cold start and no answer checks: the ladder alone, whose strictest level wants three
+    # agreeing neighbours
+    gw = make_gateway(
+        model_sim.url, semantic_matcher="verified", semantic_cold_start=False,
+        semantic_answer_checks=False,
+    )  # fmt: skip
     landed = 'stoker_gateway_stores_total{result="landed"}'
     before = metric(gw, landed)  # the process's counter: earlier tests' stores count too
     first = ask(gw, CACHED, temperature=0)
@@ -99,7 +103,9 @@ def test_reasons__a_declined_look_alike_is_semantic_unsure_with_its_score(
 def test_reasons__a_young_cache_serves_the_four_paraphrases_by_the_cold_rule(
     make_gateway: GatewayFactory, model_sim: SimulatorThread
 ) -> None:
-    gw = make_gateway(model_sim.url)  # as shipped: verified, with the cold start
+    # the cold start, without the answer checks (as shipped, they put a young cache on the
+    # prompt-only fallback first: the next test)
+    gw = make_gateway(model_sim.url, semantic_answer_checks=False)
     store(gw, CACHED)
     for p in PARAPHRASES:
         hit = ask(gw, p, temperature=0)
@@ -111,6 +117,27 @@ def test_reasons__a_young_cache_serves_the_four_paraphrases_by_the_cold_rule(
     other = ask(gw, "how do i reset my password in 3 steps", tenant="globex", temperature=0)
     assert other.headers["x-stoker-cache"] == "miss"
     assert other.headers["x-stoker-reason"].startswith("semantic_unsure: score=")
+
+
+def test_reasons__answers_not_shown_to_separate_put_it_on_the_prompt_only_fallback(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    # As shipped: until the backend's own traffic shows its answers tell meanings apart, the
+    # verified matcher serves the prompt-only rule and says so in the rule, the reason of a
+    # miss and a gauge.
+    gw = make_gateway(model_sim.url, budget_refresh_s=0)
+    store(gw, CACHED, tenant="initech")
+    hit = ask(gw, PARAPHRASES[0], tenant="initech", temperature=0)
+    assert hit.headers["x-stoker-cache"] == "semantic", hit.headers
+    assert hit.headers["x-stoker-rule"] == "verified:fallback:unknown:cos>=0.90,guards"
+    gauge = 'stoker_semantic_prompt_fallback{tenant="initech"}'
+    assert metric(gw, gauge) == 1.0
+    store(gw, "how do i reset my password in 2 steps", tenant="initech")
+    other = ask(gw, "how do i reset my password in 3 steps", tenant="initech", temperature=0)
+    assert other.headers["x-stoker-cache"] == "miss"
+    reason = other.headers["x-stoker-reason"]
+    assert reason.startswith("semantic_unsure: score=0.9"), reason
+    assert "prompt-only fallback (cos>=0.90,guards) found none: answers unknown" in reason
 
 
 def test_reasons__a_semantic_lookup_past_its_budget_is_semantic_deadline(

@@ -61,8 +61,10 @@ def landed(gw: Any) -> float:
 def verified(make_gateway: GatewayFactory, url: str, **kw: Any) -> Any:
     # refresh 0: every lookup reads the shared counts, so a test sees new evidence at once;
     # shadow checks off: no verdict but the test's own moves the budget; a budget no embedding
-    # on a loaded machine runs out of; the ladder alone (test_reasons has the cold start)
+    # on a loaded machine runs out of; the ladder alone (test_reasons has the cold start and
+    # the answer checks' prompt-only fallback)
     kw.setdefault("semantic_cold_start", False)
+    kw.setdefault("semantic_answer_checks", False)
     return make_gateway(
         url, semantic_matcher="verified", budget_refresh_s=0, budget_shadow_share=0.0,
         gateway_lookup_budget_ms=5000, **kw,
