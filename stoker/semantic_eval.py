@@ -1,11 +1,11 @@
 """The served-answer correctness protocol (issue 15): any labelled data set, streamed through
-the semantic store and matcher that production uses, with a simulated backend that answers
-like a model.
+the semantic store and matcher that production uses, with a backend's answers: the simulated
+backend's, or a real model server's (stoker/semantic_eval_answers.py).
 
 Protocol, per configuration (one fresh Qdrant Edge store each):
 1. the queries (default: CLINC150 test + oos_test), shuffled with a fixed seed, are embedded in
-   one batch, with two answers of the simulated backend to each (the live answer a miss gets,
-   and the monitor's re-ask of a hit), both embedded as production embeds answers;
+   one batch, with two answers of the backend to each (the live answer a miss gets, and the
+   monitor's re-ask of a hit), both embedded as production embeds answers;
 2. each query searches the store as CacheClient._semantic_lookup does (entries only for a
    static threshold; entries and probes with their answer vectors for the verified matcher);
 3. a hit is wrong when the cached prompt has another label (out-of-scope queries are wrong
@@ -13,25 +13,25 @@ Protocol, per configuration (one fresh Qdrant Edge store each):
    stores what it computed; so the bank is exactly the stream's earlier misses plus probes;
 4. verified only: at `monitor_share`, a hit is audited (warmers/monitor.py: re-asked, judged by
    meaning, a probe left in the store, a verdict for the error budget) and a miss that nearly
-   hit is shadow-checked (its live answer judged against the candidate's); the budget picks the
-   serving level per query from those verdicts alone;
-5. labels are read only by `_Scorer`, after the decision.
+   hit is shadow-checked (its live answer judged against the candidate's); each stored miss
+   and each audit of a near look-alike feeds the answer checks (caches/matching/calibration.py)
+   that decide whether the answers may vouch at all, else the prompt-only rule serves; the
+   budget picks the serving level per query from those verdicts alone;
+5. labels are read only by the Scorer (semantic_eval_score.py), after the decision.
 
 Earlier traffic. A service's error budget keeps its verdicts for a week (in Redis, per tenant and
 route), so a cache that starts empty (a deploy, a purge) still serves at the level last week's
 evidence allows. The protocol does the same: the verified matcher first serves the earlier
 traffic (default: CLINC150 val + oos_val, utterances the stream never repeats) through a store of
-its own, and only the budget's verdict counts carry over; the stream then starts on an empty
-store. The same matcher with no earlier evidence is reported beside it (`stoker_cold`): the
-budget then starts at the strictest level and must earn every loosening within the stream.
-Shadow checks and monitor audits run at the production defaults (STOKER_BUDGET_SHADOW_SHARE,
-STOKER_MONITOR_SHARE).
+its own, and only the budget's counts (verdicts and answer checks) carry over; the stream then
+starts on an empty store. The same matcher with no earlier evidence is reported beside it
+(`stoker_cold`). Shadow checks and monitor audits run at the production defaults
+(STOKER_BUDGET_SHADOW_SHARE, STOKER_MONITOR_SHARE).
 
-The simulated backend is told which queries share a meaning: the label (each oos query is its
-own meaning), as a model that understands every question perfectly would answer them. It words
-each answer anew (warmers/backends/phrasing.py), so answer texts never match by identity; how
-far apart answer embeddings of different meanings fall is the simulator's convenience, and
-every figure from this protocol depends on it. Run it on your own backend's answers to judge.
+The simulated backend is told which queries share a meaning (the label; each oos query is its
+own meaning), as a model that understands every question perfectly would answer them, and words
+each answer anew: its figures depend on that convenience, and its rows say so. A real backend
+(`--backend`, or the embedded SmolLM2-135M) is told nothing but the prompt.
 """
 
 from __future__ import annotations
@@ -40,17 +40,16 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from caches.embedders import Embedder
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
-from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
+from caches.matching.base import Accepted, Candidate, Matcher, Query, StaticThreshold, Vector
 from caches.matching.budget import (
     ErrorBudget,
     MemoryCounts,
@@ -58,153 +57,61 @@ from caches.matching.budget import (
     cold_open,
     upper_bound,
 )
+from caches.matching.calibration import AnswerChecks, AnswerSignal, signal_of
 from caches.matching.cold import DEFAULT_COLD, ColdRule
+from caches.matching.fallback import DEFAULT_FALLBACK, PromptRule
 from caches.matching.guards import Guarded
 from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
 from caches.semantic.base import SemanticMatch, SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
-from schemas.errors import UsageError
-from stoker.data import CLINC
+from stoker.semantic_eval_data import (
+    OOS,
+    Pairs,
+    history_stream,
+    load_clinc,
+    load_csv,
+    query_stream,
+    split_history,
+)
+from stoker.semantic_eval_report import BASELINE, PROMPT_ONLY, Evaluation
+from stoker.semantic_eval_score import FIRST, QualityRow, Scorer, percentiles
 from warmers.monitor import Auditor, ServedHit
 
-OOS = "oos"
+__all__ = [
+    "FIRST",
+    "OOS",
+    "Evaluation",
+    "Pairs",
+    "QualityRow",
+    "history_stream",
+    "load_clinc",
+    "load_csv",
+    "query_stream",
+    "split_history",
+]
+
 STATIC_CURVE = (0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98)
-BASELINE = 0.92  # the static threshold every other figure is compared with (DESIGN.md default)
-FIRST = 500  # a young cache: the cold start's figures are over the stream's first queries
-# The cold rule's prompt half alone: its cosine and every lexical guard, no answer consulted.
-PROMPT_ONLY = f"prompt_only_{DEFAULT_COLD.score:.2f}"
 _NS = Namespace("eval", "sim-model", "v1", "t1")
 _FAR = 10 * 365 * 86_400.0  # entries never expire during a run
 
-AnswerFn = Callable[[str], str]
-Pairs = list[tuple[str, str]]
+# Each query's two answers (live, re-ask) for (text, label) rows; only the simulator reads
+# the label.
+AnswerSource = Callable[[Pairs], tuple[list[str], list[str]]]
 
 
-def load_clinc(path: Path = CLINC) -> dict[str, Pairs]:
-    if not path.is_file():
-        raise UsageError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
-    try:
-        raw: dict[str, list[list[str]]] = orjson.loads(path.read_bytes())
-        return {k: [(u, i) for u, i in v] for k, v in raw.items()}
-    except (OSError, orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
-        raise UsageError(f"{path} is not CLINC150's data_full.json: {type(e).__name__}: {e}") from e
+def simulated(oos_label: str = OOS) -> AnswerSource:
+    """The simulated backend's two answers to each query, told each query's meaning."""
 
+    def answers(rows: Pairs) -> tuple[list[str], list[str]]:
+        from warmers.backends.simulator import SimConfig, Simulator
 
-def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) -> Pairs:
-    rows = data["test"] + data["oos_test"]
-    random.Random(seed).shuffle(rows)
-    return rows[:limit] if limit else rows
+        meanings = {t: (t if lab == oos_label else f"label:{lab}") for t, lab in rows}
+        sim = Simulator(SimConfig(meanings=meanings, vary_wording=True))
+        live = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
+        again = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
+        return live, again
 
-
-def history_stream(data: dict[str, Pairs], seed: int) -> Pairs:
-    """The earlier traffic of the default protocol: CLINC150's val + oos_val, shuffled."""
-    rows = data["val"] + data["oos_val"]
-    random.Random(seed).shuffle(rows)
-    return rows
-
-
-def load_csv(path: Path, text_col: str, label_col: str) -> Pairs:
-    """(text, label) rows of a labelled CSV; a clear error for a missing file or column."""
-    import pandas as pd
-
-    if not path.exists():
-        raise UsageError(f"{path}: no such file")
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (ValueError, OSError) as e:  # pandas' ParserError is a ValueError
-        raise UsageError(f"{path}: not a readable CSV ({e})") from e
-    missing = [c for c in (text_col, label_col) if c not in df.columns]
-    if missing:
-        raise UsageError(f"{path}: no column {missing[0]!r} (columns: {', '.join(df.columns)})")
-    rows = [(t, lab) for t, lab in zip(df[text_col], df[label_col], strict=True) if t.strip()]
-    if not rows:
-        raise UsageError(f"{path}: no row with text in column {text_col!r}")
-    return rows
-
-
-def split_history(rows: Pairs, share: float, seed: int) -> tuple[Pairs, Pairs | None]:
-    """(stream, earlier traffic): the first `share` of the rows, shuffled by `seed`, become the
-    earlier traffic (None when share is 0: a cold start)."""
-    if not share:
-        return rows, None
-    rows = list(rows)
-    random.Random(seed ^ 0x5EED).shuffle(rows)
-    k = int(len(rows) * share)
-    if k == 0 or k == len(rows):
-        raise UsageError(f"--history-share {share} leaves no earlier traffic or no stream")
-    return rows[k:], rows[:k]
-
-
-def answer_pairs(rows: Pairs, oos_label: str) -> tuple[list[str], list[str]]:
-    """The simulated backend's two answers to each query (live, then a re-ask)."""
-    from warmers.backends.simulator import SimConfig, Simulator
-
-    meanings = {t: (t if lab == oos_label else f"label:{lab}") for t, lab in rows}
-    sim = Simulator(SimConfig(meanings=meanings, vary_wording=True))
-    live = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
-    again = [sim.answer_for("sim-model", t, None).text for t, _ in rows]
-    return live, again
-
-
-@dataclass
-class QualityRow:
-    name: str
-    queries: int = 0
-    hits: int = 0
-    wrong: int = 0
-    oos_queries: int = 0
-    oos_hits: int = 0
-    reachable: int = 0
-    seconds: float = 0.0
-    stats: dict[str, Any] = field(default_factory=dict)
-    first_hits: int = 0  # over the first FIRST queries: a young cache
-    first_wrong: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        first = min(self.queries, FIRST)
-        return {
-            "name": self.name,
-            "hit_rate": self.hits / max(self.queries, 1),
-            "wrong_share": self.wrong / max(self.hits, 1),
-            f"first{FIRST}_hit_rate": self.first_hits / max(first, 1),
-            f"first{FIRST}_wrong_share": self.first_wrong / max(self.first_hits, 1),
-            f"first{FIRST}_hits": self.first_hits,
-            "oos_hit_rate": self.oos_hits / max(self.oos_queries, 1),
-            "ceiling": self.reachable / max(self.queries, 1),
-            "queries": self.queries,
-            "hits": self.hits,
-            "wrong_hits": self.wrong,
-            "seconds": round(self.seconds, 2),
-            **{k: v for k, v in self.stats.items() if k != "lookups"},
-        }
-
-
-class _Scorer:
-    """The only reader of labels, called after each decision."""
-
-    def __init__(self, row: QualityRow, labels: Sequence[str], oos_label: str) -> None:
-        self.row = row
-        self.labels = labels
-        self.oos = oos_label
-        self.cached: set[str] = set()
-
-    def record(self, i: int, hit: int | None) -> bool:
-        """Tally query i's outcome; True when it was a wrong hit."""
-        r, label = self.row, self.labels[i]
-        r.queries += 1
-        r.oos_queries += label == self.oos
-        r.reachable += label != self.oos and label in self.cached
-        if hit is None:
-            self.cached.add(label)
-            return False
-        wrong = label == self.oos or self.labels[hit] != label
-        r.hits += 1
-        r.oos_hits += label == self.oos
-        r.wrong += wrong
-        if r.queries <= FIRST:
-            r.first_hits += 1
-            r.first_wrong += wrong
-        return wrong
+    return answers
 
 
 @dataclass(frozen=True)
@@ -229,9 +136,9 @@ def _search(
 
 
 def run_stream(name: str, matcher: Matcher, st: Stream, threshold: float = BASELINE) -> QualityRow:
-    """Steps 2, 3 and 5 for a matcher that reads no answers (the static curve)."""
+    """Steps 2, 3 and 5 for a matcher that reads no answers (the static curve, prompt rules)."""
     row = QualityRow(name)
-    scorer = _Scorer(row, st.labels, st.oos_label)
+    scorer = Scorer(row, st.labels, st.oos_label)
     lookup_ms: list[float] = []
     t0 = time.perf_counter()
     with _fresh_store(st.qv.shape[1]) as store:
@@ -250,16 +157,8 @@ def run_stream(name: str, matcher: Matcher, st: Stream, threshold: float = BASEL
                 exp = time.time() + _FAR
                 store.upsert([SemanticPoint(str(i), vec, _NS, "ctx", "par", exp, text)])
     row.seconds = time.perf_counter() - t0
-    row.stats = {**matcher.stats.as_dict(), **_percentiles(lookup_ms)}
+    row.stats = {**matcher.stats.as_dict(), **percentiles("lookup", lookup_ms)}
     return row
-
-
-def _percentiles(lookup_ms: list[float]) -> dict[str, float]:
-    """Search + decision per query (the store's search and the matcher; no embedding)."""
-    if not lookup_ms:
-        return {"lookup_ms_p50": 0.0, "lookup_ms_p99": 0.0}
-    p50, p99 = np.percentile(lookup_ms, [50, 99])
-    return {"lookup_ms_p50": float(p50), "lookup_ms_p99": float(p99)}
 
 
 def _default(field: str) -> float:
@@ -270,6 +169,17 @@ def _default(field: str) -> float:
 
 MONITOR_SHARE = _default("monitor_share")
 SHADOW_SHARE = _default("budget_shadow_share")
+
+
+@dataclass(frozen=True)
+class VerifiedSetup:
+    """How run_verified's matcher is built: `fallback` (the prompt-only rule, None: never) and
+    `checked` (the answer checks decide whether it serves; False: the answers are trusted
+    as the simulator's were, the matcher before calibration)."""
+
+    fallback: PromptRule | None = DEFAULT_FALLBACK
+    checked: bool = True
+    cold: ColdRule | None = DEFAULT_COLD
 
 
 def run_verified(
@@ -283,57 +193,56 @@ def run_verified(
     judge: AnswerJudge | None = None,
     fixed_level: int | None = None,
     counts: MemoryCounts | None = None,
-    cold: ColdRule | None = DEFAULT_COLD,
+    setup: VerifiedSetup = VerifiedSetup(),
 ) -> QualityRow:
     """Steps 2-5 for the verified matcher under an error budget fed by the monitor's audits and
     the shadow checks alone, or held at `fixed_level` of the ladder (the monitor still audits:
-    its bound is reported). `counts`: the verdicts so far (earlier traffic's), counted on.
-    `cold`: the cold-start rule, open while the budget's evidence allows (budget.cold_open);
-    never with a fixed level."""
+    its bound is reported). `counts`: the budget's counts so far (earlier traffic's), counted
+    on. The cold rule opens while the budget's evidence allows (budget.cold_open), never with a
+    fixed level; the fallback serves while the answer checks do not show the answers separate
+    (never with a fixed level either)."""
     judge = judge or AnswerJudge()
     rng = random.Random(seed)
     budget = ErrorBudget(counts or MemoryCounts(), len(LADDER), max_wrong_rate)
-    auditor = Auditor(judge, budget)
+    checks = AnswerChecks(budget, lambda a, b: judge.agree(a, b)) if setup.checked else None
+    auditor = Auditor(judge, budget, checks=checks)
     state = _State(budget, fixed_level)
+    fixed = fixed_level is not None
     matcher = VerifiedMatcher(
-        lambda q: state.level, bar=judge.bar, cold=None if fixed_level is not None else cold,
-        cold_open=lambda q: state.cold_open,
+        lambda q: state.level, bar=judge.bar, cold=None if fixed else setup.cold,
+        cold_open=lambda q: state.cold_open, fallback=None if fixed else setup.fallback,
+        signal_of=lambda q: state.signal if checks is not None else None, checks=checks,
     )  # fmt: skip
     row = QualityRow(name)
-    scorer = _Scorer(row, st.labels, st.oos_label)
+    scorer = Scorer(row, st.labels, st.oos_label)
     audited = _Tally()
-    verify_ms: list[float] = []
+    lookup_ms: list[float] = []
+    decide_ms: list[float] = []
+    at = {t: i for i, t in enumerate(st.texts)} if matcher.needs_vectors else None
     t0 = time.perf_counter()
     with _fresh_store(st.qv.shape[1]) as store:
         for i, (text, vec) in enumerate(zip(st.texts, st.qv, strict=True)):
             q = Query(text, vec, BASELINE, tenant=_NS.tenant)
             t1 = time.perf_counter()
             found = _search(store, vec, matcher.floor_for(q), matcher.limit, True)
-            cands = [
-                Candidate(m.entry_key, m.prompt, m.score, answer=m.answer_vector, kind=m.kind)
-                for m in found
-            ]
+            cands = [_candidate(m, st, at) for m in found]
+            t2 = time.perf_counter()
             got = matcher.decide(q, cands)
-            verify_ms.append((time.perf_counter() - t1) * 1000)
+            t3 = time.perf_counter()
+            lookup_ms.append((t3 - t1) * 1000)
+            decide_ms.append((t3 - t2) * 1000)
             if got is None:
                 scorer.record(i, None)
                 _shadow_check(matcher, q, cands, st.live_v[i], budget, judge, rng, shadow_share)
+                if checks is not None:
+                    checks.live(q.tenant, vec, st.live_v[i], matcher.near_answers(q, cands))
                 exp = time.time() + _FAR
                 store.upsert([SemanticPoint(str(i), vec, _NS, "ctx", "par", exp, text,
                                             answer_vector=st.live_v[i])])  # fmt: skip
             else:
-                c = cands[got.index]
-                j = int(c.entry_key)
-                truly_wrong = scorer.record(i, j)
+                truly_wrong = scorer.record(i, int(cands[got.index].entry_key))
                 if rng.random() < monitor_share:
-                    a = matcher.assess(q, cands)  # the evidence the hit was served on
-                    ref, members = st.live_v[j], 1  # a cold hit: its own answer, the pair bar
-                    if a.index == got.index and a.reference is not None:
-                        ref, members = a.reference, a.members
-                    hit = ServedHit(
-                        _NS, "", "ctx", "par", text, vec, c.entry_key, c.score, got.rule,
-                        strength_of(got.rule), st.live[j], ref, members,
-                    )  # fmt: skip
+                    hit = _served(matcher, q, cands, got.index, got.rule, st)
                     _, verdict, probe = auditor.audit(hit, st.again[i], st.again_v[i], time.time())
                     audited.add(not verdict.same, truly_wrong)
                     store.upsert([probe])
@@ -343,23 +252,51 @@ def run_verified(
     row.stats = {
         **matcher.stats.as_dict(),
         "budget_verdicts": sum(c for c, _ in per),
-        "monitor_checked": audited.checked,
-        "monitor_judged_wrong": audited.judged_wrong,
-        "monitor_truly_wrong": audited.truly_wrong,
-        "monitor_bound": upper_bound(audited.judged_wrong, audited.checked),
+        **audited.as_dict(),
         "final_level": state.level,
         "final_cold_open": state.cold_open,
-        **_percentiles(verify_ms),
+        **({} if state.signal is None else _signal_stats(state.signal)),
+        **percentiles("lookup", lookup_ms),
+        **percentiles("verification", decide_ms),
     }
     return row
 
 
+def _candidate(m: SemanticMatch, st: Stream, at: dict[str, int] | None) -> Candidate:
+    """A search result as the client builds it; `at` (prompt -> query index): the prompt
+    vectors, for a matcher that needs them (entries and probes are the stream's prompts)."""
+    vec = None if at is None else st.qv[at[m.prompt]]
+    return Candidate(m.entry_key, m.prompt, m.score, vec, m.answer_vector, m.kind)
+
+
+def _served(
+    matcher: VerifiedMatcher, q: Query, cands: list[Candidate], index: int, rule: str, st: Stream
+) -> ServedHit:
+    """What the monitor checks a hit against: the evidence it was served on (a cold or
+    fallback hit: its own answer, the pair bar)."""
+    c = cands[index]
+    j = int(c.entry_key)
+    ref, members = st.live_v[j], 1
+    a = matcher.assess(q, cands)
+    if a.index == index and a.reference is not None and strength_of(rule) is not None:
+        ref, members = a.reference, a.members
+    return ServedHit(
+        _NS, "", "ctx", "par", q.prompt, q.vector, c.entry_key, c.score, rule,
+        strength_of(rule), st.live[j], ref, members,
+    )  # fmt: skip
+
+
+def _signal_stats(sig: AnswerSignal) -> dict[str, Any]:
+    return {"answers": sig.state, **{f"answers_{k}": v for k, v in sig.rates().items()}}
+
+
 class _State:
-    """The serving level and whether the cold rule is open, read from the budget after each
-    query (what ServingLevels reads from Redis, with no refresh delay)."""
+    """The serving level, whether the cold rule is open, and the answer checks, read from the
+    budget after each query (what ServingLevels reads from Redis, with no refresh delay)."""
 
     def __init__(self, budget: ErrorBudget, fixed_level: int | None) -> None:
         self.budget, self.fixed = budget, fixed_level
+        self.signal: AnswerSignal | None = None
         self.read()
 
     def read(self) -> None:
@@ -368,6 +305,7 @@ class _State:
             choose_level(ev.ladder, self.budget.delta) if self.fixed is None else self.fixed
         )
         self.cold_open = cold_open(ev, self.budget.delta)
+        self.signal = signal_of(ev)
 
 
 @dataclass
@@ -380,6 +318,14 @@ class _Tally:
         self.checked += 1
         self.judged_wrong += judged
         self.truly_wrong += truly
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "monitor_checked": self.checked,
+            "monitor_judged_wrong": self.judged_wrong,
+            "monitor_truly_wrong": self.truly_wrong,
+            "monitor_bound": upper_bound(self.judged_wrong, self.checked),
+        }
 
 
 def _shadow_check(
@@ -394,7 +340,7 @@ def _shadow_check(
 ) -> None:
     """As CacheClient does at store time: the near-miss's live answer against its candidate's."""
     a = matcher.shadow_of(q, cands)
-    if a is not None and rng.random() < share:
+    if a is not None and a.strength >= 0 and rng.random() < share:
         same = judge.agree(live_vec, a.reference, a.members)
         budget.record(q.tenant, q.route, a.strength, wrong=not same)
 
@@ -412,99 +358,30 @@ class _fresh_store:
         self._tmp.cleanup()
 
 
-@dataclass
-class Evaluation:
-    rows: list[QualityRow]
-    embed_seconds: float
-    stream: Stream
-    evidence: MemoryCounts | None = None  # the budget's verdicts after the earlier traffic
-
-    def row(self, name: str) -> QualityRow:
-        return next(r for r in self.rows if r.name == name)
-
-    def summary(self) -> dict[str, Any]:
-        """The issue's headline line: verified beside static 0.92, with the monitor's bound of
-        the wrong rate beside the true one."""
-        ours = self.row("stoker").as_dict()
-        base = self.row(f"static_{BASELINE:.2f}").as_dict()
-        names = {r.name for r in self.rows}
-        cold = self.row("stoker_cold").as_dict() if "stoker_cold" in names else ours
-        history = self.row("history").as_dict() if "history" in names else None
-        return {
-            "name": "semantic_quality_clinc",
-            "hit_rate": ours["hit_rate"],
-            "wrong_share": ours["wrong_share"],
-            "oos_hit_rate": ours["oos_hit_rate"],
-            "ceiling": ours["ceiling"],
-            "static092_hit_rate": base["hit_rate"],
-            "static092_wrong_share": base["wrong_share"],
-            "ratio": ours["hit_rate"] / max(base["hit_rate"], 1e-9),
-            "monitor_bound": ours["monitor_bound"],
-            "true_wrong": ours["wrong_share"],
-            "bound_covers": ours["monitor_bound"] >= ours["wrong_share"],
-            # What verification adds to a semantic lookup, against static 0.92 in the same run
-            # (a wider search returning answer vectors, and the agreement checks).
-            "verification_ms_p50": ours["lookup_ms_p50"] - base["lookup_ms_p50"],
-            "verification_ms_p99": ours["lookup_ms_p99"] - base["lookup_ms_p99"],
-            "queries": ours["queries"],
-            "final_level": ours["final_level"],
-            # Earlier traffic's verdicts carried into the stream (0: a cold start), and the same
-            # matcher started cold beside it.
-            "history_queries": history["queries"] if history else 0,
-            "cold_hit_rate": cold["hit_rate"],
-            "cold_wrong_share": cold["wrong_share"],
-            "cold_ratio": cold["hit_rate"] / max(base["hit_rate"], 1e-9),
-            "cold_final_level": cold["final_level"],
-        }
-
-    def cold_summary(self) -> dict[str, Any]:
-        """A young cache: the verified matcher started with no earlier verdicts, over the
-        stream's first FIRST queries, beside static 0.92 and the cold rule's prompt-only bound
-        over the same queries."""
-        names = {r.name for r in self.rows}
-        cold = self.row("stoker_cold" if "stoker_cold" in names else "stoker").as_dict()
-        base = self.row(f"static_{BASELINE:.2f}").as_dict()
-        bound = self.row(PROMPT_ONLY).as_dict() if PROMPT_ONLY in names else None
-        f = f"first{FIRST}"
-        return {
-            "name": f"semantic_quality_clinc_cold_{f}",
-            "queries": min(cold["queries"], FIRST),
-            "hits": cold[f"{f}_hits"],
-            "hit_rate": cold[f"{f}_hit_rate"],
-            "wrong_share": cold[f"{f}_wrong_share"],
-            "static092_hits": base[f"{f}_hits"],
-            "static092_hit_rate": base[f"{f}_hit_rate"],
-            "static092_wrong_share": base[f"{f}_wrong_share"],
-            "ratio": cold[f"{f}_hit_rate"] / max(base[f"{f}_hit_rate"], 1e-9),
-            # The cold rule served on the prompts alone (no answer vetoes, never closed): what
-            # it serves whatever the backend's answers say; no simulated answer enters it.
-            "prompt_only_hits": bound[f"{f}_hits"] if bound else None,
-            "prompt_only_wrong_share": bound[f"{f}_wrong_share"] if bound else None,
-            # The same runs over the whole stream.
-            "stream_queries": cold["queries"],
-            "stream_hit_rate": cold["hit_rate"],
-            "stream_wrong_share": cold["wrong_share"],
-            "stream_static092_hit_rate": base["hit_rate"],
-            "stream_static092_wrong_share": base["wrong_share"],
-            "hits_by_rule": cold["hits_by_rule"],
-            "final_level": cold["final_level"],
-            "final_cold_open": cold["final_cold_open"],
-            "goal_ratio_min": 1.0,
-            "goal_wrong_share_max": 0.01,
-        }
-
-
-def embed_stream(embedder: Embedder, rows: Pairs, oos_label: str) -> Stream:
-    live, again = answer_pairs(rows, oos_label)
+def embed_stream(
+    embedder: Embedder, rows: Pairs, oos_label: str, answers: AnswerSource | None = None
+) -> Stream:
+    live, again = (answers or simulated(oos_label))(rows)
     texts = [t for t, _ in rows]
     from caches.keys import normalise_prompt
 
-    vecs = embedder.embed([normalise_prompt(t) for t in texts] + live + again)
+    # Each distinct text once: at temperature 0 a re-ask is the live answer's text.
+    every = [normalise_prompt(t) for t in texts] + live + again
+    uniq = list(dict.fromkeys(every))
+    at = {t: i for i, t in enumerate(uniq)}
+    vecs = embedder.embed(uniq)[[at[t] for t in every]]
     n = len(rows)
     return Stream(
         texts, [lab for _, lab in rows], oos_label,
         vecs[:n], live, vecs[n : 2 * n], again, vecs[2 * n :],
     )  # fmt: skip
+
+
+# The verified matcher as it was before its answer checks: it trusts answer agreement at the
+# configured bar whatever the backend (measured beside the default on real answers).
+TRUSTING = "verified_trusting"
+# The prompt-only rule alone (fallback.py), never closed.
+PROMPT_RULE = "prompt_rule"
 
 
 def evaluate(
@@ -519,61 +396,120 @@ def evaluate(
     max_wrong_rate: float = 0.01,
     monitor_share: float = MONITOR_SHARE,
     progress: Callable[[str], None] = lambda _: None,
+    answers: AnswerSource | None = None,
+    answers_from: str = "simulated: told each query's intent",
+    shuffle: bool = True,
 ) -> Evaluation:
     """Run the protocol: the static curve, then the verified matcher (name "stoker"), its
-    budget carrying the verdicts of `history` (earlier traffic; none: a cold start only), and
-    the same started cold ("stoker_cold") when there is a history.
+    budget carrying the counts of `history` (earlier traffic; none: a cold start only), and
+    the same started cold ("stoker_cold") when there is a history. `answers`: where the two
+    answers to each query come from (default: the simulated backend), `answers_from` says so
+    in every summary.
 
     Default data: CLINC150 test + oos_test, with val + oos_val as the earlier traffic (both cut
-    to `limit`)."""
-    if rows is None:
-        data = load_clinc()
-        rows = query_stream(data, seed, limit)
-        history = history_stream(data, seed)[:limit] if history is None else history
-    else:
-        rows = list(rows)
-        random.Random(seed).shuffle(rows)
-        rows = rows[:limit] if limit else rows
-    wants_verified = not names or "stoker" in names
+    to `limit`). `shuffle`: given rows are shuffled by the seed (False: they are already)."""
+    rows, history = _rows(rows, history, seed, limit, shuffle)
+
+    def wants(name: str) -> bool:
+        return not names or name in names
+
+    wants_verified = wants("stoker")
     t0 = time.perf_counter()
-    progress(f"embedding {len(rows)} queries and {2 * len(rows)} simulated answers")
-    st = embed_stream(embedder, rows, oos_label)
+    progress(f"embedding {len(rows)} queries and their answers")
+    st = embed_stream(embedder, rows, oos_label, answers)
     hist = None
     if history and wants_verified:
         progress(f"embedding {len(history)} earlier queries and their answers")
-        hist = embed_stream(embedder, history, oos_label)
+        hist = embed_stream(embedder, history, oos_label, answers)
     embed_s = time.perf_counter() - t0
     out = []
     for t in STATIC_CURVE:
         name = f"static_{t:.2f}"
-        if not names or name in names:
+        if wants(name):
             progress(name)
             out.append(run_stream(name, StaticThreshold(t), st))
+
+    def run(name: str, s: Stream, **kw: Any) -> QualityRow:
+        return run_verified(
+            name, s, max_wrong_rate=max_wrong_rate, seed=seed, monitor_share=monitor_share, **kw
+        )
+
     for k, lvl in enumerate(LADDER):
         name = f"verified_L{k}"
         if names and name in names:  # the ladder's own curve: asked for by name only
             progress(f"{name} ({lvl})")
-            out.append(run_verified(name, st, monitor_share=monitor_share, seed=seed,
-                                    fixed_level=k))  # fmt: skip
+            out.append(run(name, st, fixed_level=k))
     evidence = None
     if wants_verified:
-        progress(PROMPT_ONLY)
-        out.append(run_stream(PROMPT_ONLY, Guarded(StaticThreshold(DEFAULT_COLD.score)), st))
-
-        def budgeted(name: str, s: Stream, counts: MemoryCounts | None) -> QualityRow:
-            return run_verified(name, s, max_wrong_rate=max_wrong_rate, seed=seed,
-                                monitor_share=monitor_share, counts=counts)  # fmt: skip
-
+        evidence = _verified_rows(out, run, st, hist, progress)
+    if names and TRUSTING in names:
+        progress(f"{TRUSTING} (the matcher before its answer checks)")
+        trusting = VerifiedSetup(fallback=None, checked=False)
+        counts = None
         if hist is not None:
-            progress(f"history: {len(hist.texts)} earlier queries, for the budget's verdicts")
-            evidence = MemoryCounts()
-            out.append(budgeted("history", hist, evidence))
-        progress("stoker (verified, error budget)")
-        out.append(budgeted("stoker", st, None if evidence is None else evidence.copy()))
-        if evidence is not None:
-            progress("stoker_cold (verified, error budget, no earlier verdicts)")
-            out.append(budgeted("stoker_cold", st, None))
-    return Evaluation(out, embed_s, st, evidence)
+            counts = MemoryCounts()
+            run("history_trusting", hist, counts=counts, setup=trusting)
+        out.append(run(TRUSTING, st, counts=counts, setup=trusting))
+    return Evaluation(out, embed_s, st, evidence, answers_from)
+
+
+def _rows(
+    rows: Pairs | None, history: Pairs | None, seed: int, limit: int | None, shuffle: bool
+) -> tuple[Pairs, Pairs | None]:
+    """The stream and its earlier traffic (module docstring: the defaults)."""
+    if rows is None:
+        data = load_clinc()
+        rows = query_stream(data, seed, limit)
+        return rows, history_stream(data, seed)[:limit] if history is None else history
+    rows = list(rows)
+    if shuffle:
+        random.Random(seed).shuffle(rows)
+    return (rows[:limit] if limit else rows), history
+
+
+def _verified_rows(
+    out: list[QualityRow],
+    run: Callable[..., QualityRow],
+    st: Stream,
+    hist: Stream | None,
+    progress: Callable[[str], None],
+) -> MemoryCounts | None:
+    """The prompt-only rows, then the verified matcher after the earlier traffic ("stoker")
+    and started cold ("stoker_cold"); the earlier traffic's counts, if any."""
+    progress(PROMPT_ONLY)
+    out.append(run_stream(PROMPT_ONLY, Guarded(StaticThreshold(DEFAULT_COLD.score)), st))
+    progress(PROMPT_RULE)
+    out.append(run_stream(PROMPT_RULE, _RuleMatcher(DEFAULT_FALLBACK), st))
+    evidence = None
+    if hist is not None:
+        progress(f"history: {len(hist.texts)} earlier queries, for the budget's counts")
+        evidence = MemoryCounts()
+        out.append(run("history", hist, counts=evidence))
+    progress("stoker (verified, error budget, answer checks)")
+    out.append(run("stoker", st, counts=None if evidence is None else evidence.copy()))
+    if evidence is not None:
+        progress("stoker_cold (verified, error budget, no earlier counts)")
+        out.append(run("stoker_cold", st))
+    return evidence
+
+
+class _RuleMatcher(Matcher):
+    """A prompt rule (fallback.py) on its own, never closed: what the fallback serves."""
+
+    name = PROMPT_RULE
+    limit = 10
+
+    def __init__(self, rule: PromptRule) -> None:
+        super().__init__()
+        self.rule = rule
+        self.needs_vectors = rule.needs_vectors
+
+    def floor_for(self, q: Query) -> float:
+        return min(self.rule.score, 0.55)
+
+    def choose(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
+        i = self.rule.pick(q, cands)
+        return None if i < 0 else Accepted(i, f"prompt:{self.rule}")
 
 
 def reordered(st: Stream, seed: int) -> Stream:
@@ -591,7 +527,7 @@ def coverage(
     st: Stream, seeds: Sequence[int], evidence: MemoryCounts | None = None, **kw: Any
 ) -> dict[str, Any]:
     """Does the monitor's bound cover the true wrong share? One budgeted run per seed, each
-    from the same earlier verdicts (`evidence`) when there are some."""
+    from the same earlier counts (`evidence`) when there are some."""
     runs = []
     for s in seeds:
         counts = None if evidence is None else evidence.copy()

@@ -1,8 +1,11 @@
 """`stoker eval-semantic`: served-answer correctness of the static curve and the verified matcher,
-on CLINC150 or any labelled CSV (issue 15; protocol in stoker/semantic_eval.py)."""
+on CLINC150 or any labelled CSV, with a real model's answers (the embedded SmolLM2-135M, or any
+OpenAI-compatible server) or the simulator's (protocol in stoker/semantic_eval.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,18 +15,48 @@ from rich.table import Table
 
 from schemas.errors import UsageError
 from stoker.app import app, console, examples
+from stoker.semantic_eval_data import Pairs
 
 
 @app.command(
     "eval-semantic",
     short_help="How often semantic hits are right: static threshold vs verified.",
     epilog=examples(
-        "stoker eval-semantic --limit 2000",
-        "stoker eval-semantic --data mine.csv --text-col question --label-col intent",
+        "stoker eval-semantic   (the embedded real model, a sample: <= 15 min cold)",
+        "stoker eval-semantic --backend http://gpu-0:8000/v1 --limit 2000",
+        "stoker eval-semantic --simulated --data mine.csv --label-col intent",
     ),
 )
 def eval_semantic(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="an OpenAI base URL whose answers to use; default: the embedded model "
+            "(make setup), started for the run"
+        ),
+    ] = None,
+    simulated: Annotated[
+        bool,
+        typer.Option("--simulated", help="the simulated backend's answers (told each intent)"),
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option(help="the model to ask; default: the one the server lists")
+    ] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, max=2.0, help="of every answer")] = 0.0,
+    max_tokens: Annotated[int, typer.Option(min=1, max=4096, help="of every answer")] = 40,
+    ask_budget: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="seconds to ask the backend for answers the answer cache lacks; the sample "
+            "is cut to what was answered (0: no limit)",
+        ),
+    ] = 600.0,
+    answer_cache: Annotated[
+        Path | None,
+        typer.Option(help="SQLite file of kept answers; default: under the model cache dir"),
+    ] = None,
     data: Annotated[
         Path | None, typer.Option(help="a labelled CSV; default CLINC150 test + oos_test")
     ] = None,
@@ -33,7 +66,7 @@ def eval_semantic(
     history: Annotated[
         Path | None,
         typer.Option(
-            help="earlier traffic (a CSV with the same columns): the budget's verdicts carry "
+            help="earlier traffic (a CSV with the same columns): the budget's counts carry "
             "over from it; default for CLINC150: val + oos_val"
         ),
     ] = None,
@@ -49,7 +82,12 @@ def eval_semantic(
     cold: Annotated[
         bool, typer.Option("--cold", help="no earlier traffic: the budget starts with no verdict")
     ] = False,
-    limit: Annotated[int, typer.Option(min=0, help="queries to stream; 0 = all")] = 0,
+    limit: Annotated[
+        int, typer.Option(min=0, help="queries to stream; 0 = all (a real model: 600)")
+    ] = 0,
+    history_limit: Annotated[
+        int, typer.Option(min=0, help="a real model: earlier queries to answer (0 = 300)")
+    ] = 0,
     seed: Annotated[int, typer.Option(help="shuffle seed of the queries")] = 7,
     max_wrong_rate: Annotated[
         float, typer.Option(min=0.0001, max=0.5, help="the error budget's delta")
@@ -59,11 +97,13 @@ def eval_semantic(
     ] = "",
 ) -> None:
     """Stream labelled queries through the semantic cache (Qdrant Edge, all-MiniLM-L6-v2) under
-    the static curve and the verified matcher, with a simulated backend that words every answer
-    anew. Labels only score; matchers see prompts, vectors and the backend's answers."""
-    from caches.embedders import SentenceTransformerEmbedder
-    from stoker.semantic_eval import Pairs, evaluate, load_clinc, load_csv, split_history
+    the static curve and the verified matcher, with a model server's answers (kept on disk, so
+    a rerun asks for nothing) or the simulator's. Labels only score; matchers see prompts,
+    vectors and the backend's answers."""
+    from stoker.semantic_eval_data import load_clinc, load_csv, split_history
 
+    if simulated and (backend or model):
+        raise UsageError("--simulated takes no --backend or --model: its answers are its own")
     if cold and (history is not None or history_share):
         raise UsageError("--cold takes no --history or --history-share")
     if history is not None and history_share:
@@ -80,18 +120,139 @@ def eval_semantic(
     if history is not None:
         earlier = load_csv(history, text_col, label_col)
     names = [n for n in only.split(",") if n] or None
+    common: dict[str, Any] = dict(seed=seed, max_wrong_rate=max_wrong_rate, oos_label=oos_label)
+    if simulated:
+        _simulated(json_out, rows, earlier, names, limit, cold, common)
+        return
+    _real(json_out, rows, earlier, names, common, _Ask(
+        backend, model, temperature, max_tokens, ask_budget, answer_cache,
+        limit, history_limit,
+    ))  # fmt: skip
+
+
+class _Ask:
+    def __init__(
+        self,
+        backend: str | None,
+        model: str | None,
+        temperature: float,
+        max_tokens: int,
+        budget_s: float,
+        cache: Path | None,
+        limit: int,
+        history: int,
+    ) -> None:
+        self.backend, self.model = backend, model
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.budget_s, self.cache = budget_s, cache
+        self.limit, self.history = limit, history
+
+
+@contextmanager
+def _model_url(backend: str | None) -> Iterator[str]:
+    """`backend`, checked; else the embedded model, started for the block."""
+    from schemas.baseurl import BaseURL
+
+    if backend is not None:
+        BaseURL.parse(backend)  # ConfigError (exit 2) for a malformed URL
+        yield backend
+        return
+    from stoker.embedded import installed_llama
+    from stoker.settings import StokerSettings
+
+    server = installed_llama(StokerSettings())
+    console.print("starting the embedded model server (llama-server, SmolLM2-135M) ...")
+    server.start()
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+def _real(
+    json_out: bool,
+    rows: Pairs | None,
+    earlier: Pairs | None,
+    names: list[str] | None,
+    common: dict[str, Any],
+    ask: _Ask,
+) -> None:
+    from caches.embedders import SentenceTransformerEmbedder
+    from stoker import modelserver
+    from stoker.semantic_eval_answers import (
+        AnswerCache,
+        AskParams,
+        BackendAnswers,
+        default_cache_path,
+        served_model,
+    )
+    from stoker.semantic_eval_real import (
+        HISTORY,
+        LIMIT,
+        REAL_NAMES,
+        Sample,
+        evaluate_real,
+        report_fields,
+        sample,
+    )
+    from stoker.settings import StokerSettings
+
+    limit, hist_n = ask.limit or LIMIT, ask.history or HISTORY
+    if rows is None:
+        s = sample(common["seed"], limit, 0 if earlier == [] else hist_n)
+    else:
+        s = Sample(rows[:limit], (earlier or [])[:hist_n])
+    path = ask.cache or default_cache_path(modelserver.cache_root(StokerSettings().model_cache_dir))
+    cache = AnswerCache(path)
+    try:
+        with _model_url(ask.backend) as url, console.status("evaluating") as status:
+            params = AskParams(ask.model or served_model(url), max_tokens=ask.max_tokens,
+                               temperature=ask.temperature)  # fmt: skip
+            answers = BackendAnswers(url, params, cache)
+            ev, report, got = evaluate_real(
+                SentenceTransformerEmbedder(), answers, s, seed=common["seed"],
+                budget_s=ask.budget_s or None, max_wrong_rate=common["max_wrong_rate"],
+                names=names or REAL_NAMES, progress=lambda m: status.update(m),
+            )  # fmt: skip
+    finally:
+        cache.close()
+    console.print(f"{report.line()} (kept in {path})", soft_wrap=True)
+    rows_out = [r.as_dict() for r in ev.rows]
+    summary = None
+    if {"stoker", "static_0.92"} <= {r.name for r in ev.rows}:
+        summary = ev.real_summary(report_fields(report, s, got))
+    if json_out:
+        for line in [*rows_out, *([summary] if summary else [])]:
+            typer.echo(orjson.dumps(line).decode())
+        return
+    _table(rows_out, ev.answers_from)
+    if summary:
+        console.print(
+            f"{summary['queries']} queries after {summary['history_queries']} earlier ones "
+            f"(answers: {summary['answers_from']}); the backend's answers {summary['answers']}"
+            f" (the answer checks)",
+            soft_wrap=True,
+        )
+        _headline(summary, ev.embed_seconds)
+
+
+def _simulated(
+    json_out: bool,
+    rows: Pairs | None,
+    earlier: Pairs | None,
+    names: list[str] | None,
+    limit: int,
+    cold: bool,
+    common: dict[str, Any],
+) -> None:
+    from caches.embedders import SentenceTransformerEmbedder
+    from stoker.semantic_eval import evaluate
+
     with console.status("evaluating") as status:
         ev = evaluate(
-            SentenceTransformerEmbedder(),
-            seed=seed,
-            limit=limit or None,
-            names=names,
-            rows=rows,
-            history=earlier,
-            oos_label=oos_label,
-            max_wrong_rate=max_wrong_rate,
-            progress=lambda m: status.update(m),
-        )
+            SentenceTransformerEmbedder(), limit=limit or None, names=names, rows=rows,
+            history=earlier, progress=lambda m: status.update(m), **common,
+        )  # fmt: skip
     rows_out = [r.as_dict() for r in ev.rows]
     summary = ev.summary() if {"stoker", "static_0.92"} <= {r.name for r in ev.rows} else None
     young = ev.cold_summary() if summary and (cold or summary["history_queries"]) else None
@@ -99,34 +260,37 @@ def eval_semantic(
         for line in [*rows_out, *([summary] if summary else []), *([young] if young else [])]:
             typer.echo(orjson.dumps(line).decode())
         return
-    _table(rows_out)
+    _table(rows_out, ev.answers_from)
     if young:
         console.print(
             f"started cold, first {young['queries']} queries: {young['hits']} hits "
             f"({young['hit_rate']:.1%}) at {young['wrong_share']:.2%} wrong against static "
             f"0.92's {young['static092_hits']} at {young['static092_wrong_share']:.2%} "
-            f"({young['ratio']:.2f}x); the answers are the simulator's (it knows each query's "
-            f"intent), the prompt-only bound served {young['prompt_only_hits']}"
+            f"({young['ratio']:.2f}x); the prompt-only bound served {young['prompt_only_hits']}"
         )
     if summary:
-        warm = summary["history_queries"]
-        if warm:
+        if summary["history_queries"]:
             console.print(
-                f"budget verdicts carried over from {warm} earlier queries; started cold "
-                f"instead: {summary['cold_ratio']:.2f}x static 0.92's hits at "
+                f"budget counts carried over from {summary['history_queries']} earlier queries;"
+                f" started cold instead: {summary['cold_ratio']:.2f}x static 0.92's hits at "
                 f"{summary['cold_wrong_share']:.2%} wrong"
             )
-        console.print(
-            f"verified: {summary['ratio']:.2f}x the hit rate of static 0.92, wrong share "
-            f"{summary['wrong_share']:.2%} vs {summary['static092_wrong_share']:.2%}; monitor "
-            f"bound {summary['monitor_bound']:.2%} (true {summary['true_wrong']:.2%}); "
-            f"verification adds p50 {summary['verification_ms_p50']:.2f} ms, "
-            f"p99 {summary['verification_ms_p99']:.2f} ms; embedding {ev.embed_seconds:.0f} s"
-        )
+        _headline(summary, ev.embed_seconds)
 
 
-def _table(rows: list[dict[str, Any]]) -> None:
-    t = Table(title="semantic cache: hit rate and wrong share per configuration")
+def _headline(summary: dict[str, Any], embed_s: float) -> None:
+    console.print(
+        f"verified: {summary['ratio']:.2f}x the hit rate of static 0.92, wrong share "
+        f"{summary['wrong_share']:.2%} vs {summary['static092_wrong_share']:.2%}; monitor "
+        f"bound {summary['monitor_bound']:.2%} (true {summary['true_wrong']:.2%}); the "
+        f"matcher's decision p50 {summary['verification_ms_p50']:.2f} ms, "
+        f"p99 {summary['verification_ms_p99']:.2f} ms; embedding {embed_s:.0f} s",
+        soft_wrap=True,
+    )
+
+
+def _table(rows: list[dict[str, Any]], answers_from: str) -> None:
+    t = Table(title=f"semantic cache: hit rate and wrong share (answers: {answers_from})")
     for col in ("configuration", "hit rate", "wrong share", "oos hit rate", "ceiling", "guarded"):
         t.add_column(col, justify="left" if col == "configuration" else "right")
     for r in rows:
