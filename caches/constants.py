@@ -20,9 +20,15 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:tenants                                                set of tenants that ever wrote (for retirement)
     stk:retired:<model>@<version>                              global marker of a retired version
     stk:live:{deploy}:<model>                                  hash "*" | tenant -> live version (JSON), set at READY
-    stk:{t:<tenant>}:p:<model>                                 zset prefix digest -> requests that reached the GPU
+    stk:{t:<tenant>}:pc:<model>                                zset prefix digest -> requests that reached the GPU
     stk:{t:<tenant>}:pm:<model>                                hash prefix digest -> the prefix (messages JSON)
     stk:pi:{prefixes}:<model>                                  set of tenants with hot prefixes of the model
+    stk:{t:<tenant>}:p:<part>:...                              the traffic profile (warmers/profile.py)
+    stk:p:tenants                                              set of tenants with a traffic profile
+
+Kinds never overlap: a kind is one or two fixed segments, and no kind's segments begin another
+kind's (the profile's parts are the only keys under "p"), so two keys of different kinds differ
+in a fixed segment, whatever the encoded components after it hold (tests/caches/test_key_kinds.py).
 
 Every component is percent-encoded (only [A-Za-z0-9._~-] stay), so ``:``, ``@``, ``{``, ``}`` and
 the glob characters ``*?[]`` never appear inside a component: SCAN MATCH patterns built from a
@@ -73,12 +79,23 @@ LIVE_PREFIX: Final = f"{KEY_ROOT}:live:{{deploy}}:"
 # Hot prompt prefixes (warmers/prefixes.py): per tenant and model, the system prompts (with
 # their template) of the requests that reached the backend, for KV prefix warming. Kept two
 # weeks after their last write: a template retired that long ago is not worth a warm.
-KIND_PREFIX_COUNTS: Final = "p"
+KIND_PREFIX_COUNTS: Final = "pc"
 KIND_PREFIX_META: Final = "pm"
+# Where prefix counts lived until they shared the kind "p" with the profile, and a model named
+# "ns" or "wm" was the profile's namespace set or watermarks (WRONGTYPE for one of the two
+# workers). HotPrefixes moves a sorted set found there to the key above on first touch.
+KIND_PREFIX_COUNTS_BEFORE: Final = "p"
 # Which tenants have prefixes of a model: the warmer's way to every tenant without a SCAN on
 # every primary; one small set per model in its own slot.
 PREFIX_INDEX_PREFIX: Final = f"{KEY_ROOT}:pi:{{prefixes}}:"
 PREFIX_TTL_S: Final = 14 * 86_400
+
+# The traffic profile (warmers/profile.py): every key of kind "p" is the profile's, each of its
+# parts one fixed segment: per week "n" (hourly counts), "h" (hourly totals), "s" (summary),
+# "k" (costs), "r" (representatives); per namespace "w" (weeks); per tenant "ns" (namespaces
+# seen) and "wm" (watermarks).
+KIND_PROFILE: Final = "p"
+PROFILE_TENANTS: Final = f"{KEY_ROOT}:{KIND_PROFILE}:tenants"
 
 # A generation key holding this value marks a retired namespace: no write for it lands again.
 RETIRED: Final = b"retired"

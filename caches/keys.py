@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import quote, unquote
 
 import orjson
@@ -293,6 +293,56 @@ def prefix_meta_key(tenant: str, model_id: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_PREFIX_META}:{enc(model_id)}"
 
 
+def prefix_counts_key_before(tenant: str, model_id: str) -> str:
+    """Where prefix counts were kept until they had a kind of their own (constants.py)."""
+    return f"{tenant_tag(tenant)}:{C.KIND_PREFIX_COUNTS_BEFORE}:{enc(model_id)}"
+
+
 def prefix_index_key(model_id: str) -> str:
     """The tenants with hot prefixes of a model (one set per model, its own slot)."""
     return f"{C.PREFIX_INDEX_PREFIX}{enc(model_id)}"
+
+
+# -- the traffic profile (warmers/profile.py documents each part) --
+# A week's parts: "n" hourly counts (one key per hour), "h" hourly totals, "s" summary,
+# "k" costs, "r" representatives.
+ProfileWeekPart = Literal["h", "s", "k", "r"]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _profile_root(tenant: str) -> str:
+    return f"{tenant_tag(tenant)}:{C.KIND_PROFILE}"
+
+
+@functools.lru_cache(maxsize=65_536)  # the ingest path builds a few keys per namespace a batch
+def _profile_ns(model_id: str, template_version: str) -> str:
+    return f"{enc(model_id)}:{enc(template_version)}"
+
+
+def profile_namespaces_key(tenant: str) -> str:
+    """Set of "<model>\\x1f<template>" the tenant's profile has seen."""
+    return f"{_profile_root(tenant)}:ns"
+
+
+def profile_watermarks_key(tenant: str) -> str:
+    """Hash "<topic>:<partition>" -> the last offset applied to the tenant's profile."""
+    return f"{_profile_root(tenant)}:wm"
+
+
+def profile_weeks_key(tenant: str, model_id: str, template_version: str) -> str:
+    """Zset of the weeks with data (member = score = week number)."""
+    return f"{_profile_root(tenant)}:w:{_profile_ns(model_id, template_version)}"
+
+
+def profile_week_key(
+    tenant: str, part: ProfileWeekPart, model_id: str, template_version: str, week: int
+) -> str:
+    return f"{_profile_root(tenant)}:{part}:{_profile_ns(model_id, template_version)}:{int(week)}"
+
+
+def profile_hour_key(
+    tenant: str, model_id: str, template_version: str, week: int, hour_of_week: int
+) -> str:
+    """Hash query key -> warmable requests in one hour of one week."""
+    ns = _profile_ns(model_id, template_version)
+    return f"{_profile_root(tenant)}:n:{ns}:{int(week)}:{int(hour_of_week)}"

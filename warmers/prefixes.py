@@ -16,6 +16,12 @@ tenant and model is atomic on Redis Cluster):
   the warmer reaches every tenant without a SCAN on every primary.
 Counts are approximate by design: a batch delivered twice counts twice (they rank, nothing
 bills by them); the keys expire PREFIX_TTL_S after their last write.
+
+Counts kept by an older stoker under `prefix_counts_key_before` (the kind the profile owns,
+where a model named "ns" or "wm" was one of the profile's keys) are moved, not lost: the first
+read or write of a tenant and model in a process runs MOVE_LUA, which renames a sorted set
+found there (a set or hash there is the profile's) or adds it into the new one. Both keys
+carry the tenant's tag: one slot, one atomic script, on Redis Cluster too.
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ import redis
 
 from caches import constants as C
 from caches.boundary import as_bytes, redis_boundary
-from caches.keys import prefix_counts_key, prefix_index_key, prefix_meta_key
+from caches.keys import (
+    prefix_counts_key,
+    prefix_counts_key_before,
+    prefix_index_key,
+    prefix_meta_key,
+)
 from schemas.events import RequestLogged
 
 # Roles whose leading run is the prefix (OpenAI's "developer" is the newer name of "system").
@@ -61,6 +72,32 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 return redis.call('ZCARD', KEYS[1])
 """
+
+# KEYS = [counts, meta, counts before]; ARGV = [capacity]. Moves counts of the old layout:
+# a rename keeps their TTL; beside counts of the new layout they add up (an old writer ran on
+# during a rolling upgrade), keep the longer TTL, and the least counted beyond capacity go.
+MOVE_LUA = """
+if redis.call('TYPE', KEYS[3]).ok ~= 'zset' then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('RENAME', KEYS[3], KEYS[1])
+  return 1
+end
+local ttl = math.max(redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[3]))
+redis.call('ZUNIONSTORE', KEYS[1], 2, KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[3])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1])
+if over > 0 then
+  for _, d in ipairs(redis.call('ZRANGE', KEYS[1], 0, over - 1)) do
+    redis.call('HDEL', KEYS[2], d)
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
+end
+return 1
+"""
+# (tenant, model) pairs a process has moved, at most this many (then it forgets and moves
+# again: a no-op costing one round trip per pair).
+_MOVED_MAX: Final = 100_000
 
 
 @dataclass(frozen=True)
@@ -123,6 +160,22 @@ class HotPrefixes:
         self.capacity = capacity
         self.ttl_s = ttl_s
         self._add = r.register_script(ADD_LUA)
+        self._move = r.register_script(MOVE_LUA)
+        self._moved: set[tuple[str, str]] = set()
+
+    def _move_before(self, tenant: str, model_id: str) -> None:
+        """Counts of the old layout into the new key, once per tenant and model a process."""
+        if (tenant, model_id) in self._moved:
+            return
+        keys = [
+            prefix_counts_key(tenant, model_id),
+            prefix_meta_key(tenant, model_id),
+            prefix_counts_key_before(tenant, model_id),
+        ]
+        self._move(keys=keys, args=[self.capacity])
+        if len(self._moved) >= _MOVED_MAX:
+            self._moved.clear()
+        self._moved.add((tenant, model_id))
 
     def add(
         self, tenant: str, model_id: str, counts: Iterable[tuple[Prefix, int]], now: float
@@ -136,6 +189,7 @@ class HotPrefixes:
             return 0
         keys = [prefix_counts_key(tenant, model_id), prefix_meta_key(tenant, model_id)]
         with redis_boundary("count prefixes"):
+            self._move_before(tenant, model_id)
             size = int(self._add(keys=keys, args=args))
             idx = prefix_index_key(model_id)
             self.r.sadd(idx, tenant)
@@ -165,6 +219,7 @@ class HotPrefixes:
 
     def _top_of(self, tenant: str, model_id: str, n: int, not_before: float) -> list[HotPrefix]:
         with redis_boundary("read prefixes"):
+            self._move_before(tenant, model_id)
             key = prefix_counts_key(tenant, model_id)
             ranked = cast(
                 "list[tuple[bytes, float]]", self.r.zrevrange(key, 0, n - 1, withscores=True)

@@ -1,7 +1,8 @@
 """The traffic profile in Redis: the queries asked most each week, hour by hour, in bounded memory.
 
-Key layout (every key carries the tenant hash tag, so one tenant's profile lives in one Redis
-Cluster slot and one Lua script can update it atomically; no key is shared across tenants):
+Key layout (built in caches/keys.py, kind "p" alone; every key carries the tenant hash tag, so
+one tenant's profile lives in one Redis Cluster slot and one Lua script can update it
+atomically; no key is shared across tenants):
 
     stk:{t:<tenant>}:p:n:<model>:<template>:<week>:<how>   hash  query key -> warmable requests
     stk:{t:<tenant>}:p:h:<model>:<template>:<week>         hash  "<how>" -> warmable, "u<how>" -> never cacheable
@@ -63,10 +64,10 @@ from typing import Any
 import orjson
 import redis
 
+from caches import keys as K
 from caches import slots
 from caches.boundary import redis_boundary
-from caches.constants import KEY_ROOT
-from caches.keys import enc, tenant_tag
+from caches.constants import PROFILE_TENANTS
 from schemas.common import utcnow
 from schemas.errors import CacheUnavailable
 from warmers.profile_delta import APPLY_LUA, Observation, RepMemo, TenantDelta, aggregate
@@ -75,7 +76,6 @@ HOURS_PER_WEEK = 168
 WEEK_S = 7 * 86_400
 # 1970-01-01 was a Thursday: shifting by 3 days makes weeks start on Monday.
 _EPOCH_SHIFT_DAYS = 3
-PROFILE_TENANTS = f"{KEY_ROOT}:p:tenants"
 # Representatives remembered as written: ~200 bytes each, so 500k bound it near 100 MB.
 _REP_MEMO_MAX = 500_000
 # Queries tracked a week (per namespace), most asked first. A day's hot set draws on the top
@@ -258,7 +258,7 @@ class TrafficProfile:
     def namespaces(self, tenant: str) -> list[tuple[str, str]]:
         """(model_id, template_version) pairs seen for the tenant."""
         with redis_boundary("profile namespaces"):
-            raw: Any = self.r.smembers(f"{tenant_tag(tenant)}:p:ns")
+            raw: Any = self.r.smembers(K.profile_namespaces_key(tenant))
         pairs = (_s(x).split("\x1f", 1) for x in raw)
         return sorted((m, t) for m, t in pairs)
 
@@ -267,7 +267,7 @@ class TrafficProfile:
         clock's week. The clock bounds them, not the newest event: events dated 2999 once made
         the newest weeks an attacker's, and the tenant's real weeks fell out of the reads.
         (The traffic worker refuses such events too: warmers/eventtime.py.)"""
-        key = _base(tenant, model_id, template_version, "w")
+        key = K.profile_weeks_key(tenant, model_id, template_version)
         now_week = week_and_hour(self.clock())[0]
         with redis_boundary("profile weeks"):
             raw: Any = self.r.zrevrangebyscore(key, now_week, "-inf", 0, self.retention_weeks)
@@ -291,12 +291,11 @@ class TrafficProfile:
             return []
         if any(not 0 <= h < HOURS_PER_WEEK for h in hours):
             raise ValueError(f"hours of week lie in 0..167, got {hours}")
-        base = _base(tenant, model_id, template_version, "n")
         with redis_boundary("profile top queries"):
             pipe = self.r.pipeline(transaction=False)
             for w in used:
                 for h in hours:
-                    pipe.hgetall(f"{base}:{w}:{h}")
+                    pipe.hgetall(K.profile_hour_key(tenant, model_id, template_version, w, h))
             per_hour: list[dict[bytes, bytes]] = pipe.execute()
         sums: dict[bytes, int] = {}
         for counts in per_hour:
@@ -310,11 +309,10 @@ class TrafficProfile:
         """Each tracked query's requests summed over the retained weeks, from the weeks'
         summaries (one read per week; an upper bound for a query that entered a full week)."""
         weeks = self.weeks(tenant, model_id, template_version)
-        base = _base(tenant, model_id, template_version, "s")
         with redis_boundary("profile week counts"):
             pipe = self.r.pipeline(transaction=False)
             for w in weeks:
-                pipe.hgetall(f"{base}:{w}")
+                pipe.hgetall(K.profile_week_key(tenant, "s", model_id, template_version, w))
             raws: list[dict[bytes, bytes]] = pipe.execute()
         out: dict[str, int] = {}
         for raw in raws:
@@ -330,11 +328,10 @@ class TrafficProfile:
         a cell of a week no longer retained reads empty."""
         if any(not 0 <= h < HOURS_PER_WEEK for _, h in cells):
             raise ValueError("hours of week lie in 0..167")
-        base = _base(tenant, model_id, template_version, "n")
         with redis_boundary("profile hour cells"):
             pipe = self.r.pipeline(transaction=False)
             for w, h in cells:
-                pipe.hgetall(f"{base}:{w}:{h}")
+                pipe.hgetall(K.profile_hour_key(tenant, model_id, template_version, w, h))
             raws: list[dict[bytes, bytes]] = pipe.execute()
         return [{_s(q): int(c) for q, c in raw.items()} for raw in raws]
 
@@ -343,11 +340,10 @@ class TrafficProfile:
     ) -> dict[int, HourlyCounts]:
         """Per retained week: requests per hour of week (warmable and never cacheable)."""
         weeks = self.weeks(tenant, model_id, template_version)
-        base = _base(tenant, model_id, template_version, "h")
         with redis_boundary("profile hourly counts"):
             pipe = self.r.pipeline(transaction=False)
             for w in weeks:
-                pipe.hgetall(f"{base}:{w}")
+                pipe.hgetall(K.profile_week_key(tenant, "h", model_id, template_version, w))
             raws = pipe.execute()
         out: dict[int, HourlyCounts] = {}
         for w, raw in zip(weeks, raws, strict=True):
@@ -372,13 +368,13 @@ class TrafficProfile:
     ) -> dict[str, MissCost]:
         """GPU cost of each query's misses, summed over the retained weeks (absent: never missed)."""
         weeks = self.weeks(tenant, model_id, template_version)
-        base = _base(tenant, model_id, template_version, "k")
         if not weeks or not qkeys:
             return {}
         with redis_boundary("profile miss costs"):
             pipe = self.r.pipeline(transaction=False)
             for w in weeks:
-                pipe.hmget(f"{base}:{w}", list(qkeys))
+                key = K.profile_week_key(tenant, "k", model_id, template_version, w)
+                pipe.hmget(key, list(qkeys))
             per_week = pipe.execute()
         out: dict[str, MissCost] = {}
         for i, q in enumerate(qkeys):
@@ -398,13 +394,13 @@ class TrafficProfile:
     ) -> dict[str, dict[str, Any]]:
         """The latest request seen for each query key (prompt, params, context_docs, ...)."""
         weeks = self.weeks(tenant, model_id, template_version)
-        base = _base(tenant, model_id, template_version, "r")
         if not weeks or not qkeys:
             return {}
         with redis_boundary("profile representatives"):
             pipe = self.r.pipeline(transaction=False)
             for w in weeks:  # newest first: the first week that has it wins
-                pipe.hmget(f"{base}:{w}", list(qkeys))
+                key = K.profile_week_key(tenant, "r", model_id, template_version, w)
+                pipe.hmget(key, list(qkeys))
             per_week = pipe.execute()
         out: dict[str, dict[str, Any]] = {}
         for vals in per_week:
@@ -420,7 +416,7 @@ class TrafficProfile:
 
     def watermarks(self, tenant: str) -> dict[str, int]:
         with redis_boundary("profile watermarks"):
-            raw: Any = self.r.hgetall(f"{tenant_tag(tenant)}:p:wm")
+            raw: Any = self.r.hgetall(K.profile_watermarks_key(tenant))
         return {_s(k): int(v) for k, v in raw.items()}
 
 
@@ -433,10 +429,6 @@ def daily_from(hourly: dict[int, HourlyCounts]) -> dict[date, list[int]]:
             hours = range(d * 24, d * 24 + 24)
             out[start + timedelta(days=d)] = [hc.warmable[h] + hc.uncacheable[h] for h in hours]
     return dict(sorted(out.items()))
-
-
-def _base(tenant: str, model_id: str, template_version: str, kind: str) -> str:
-    return f"{tenant_tag(tenant)}:p:{kind}:{enc(model_id)}:{enc(template_version)}"
 
 
 def _s(v: bytes | str) -> str:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from caches.keys import enc, tenant_tag
+from caches import keys as K
 
 # KEYS = [watermark hash, data key 1..n]; ARGV = [ttl_s, JSON batch, queries kept a week, an hour]. The
 # batch is one JSON argument, not thousands of ARGV items: redis-py packs each argument in Python
@@ -396,27 +396,26 @@ class TenantDelta:
         time. The script checks that those it was not sent are still there (the week may have
         evicted the query since), and names the ones to send again. The memo only saves
         writes; Redis holds the state (see TrafficProfile)."""
-        base = f"{tenant_tag(self.tenant)}:p"
-        keys = [f"{base}:wm"]
+        tenant = self.tenant
+        keys = [K.profile_watermarks_key(tenant)]
         wheres = {hk[:3] for hk in self.queries} | {hk[:3] for hk in self.uncacheable}
         wheres |= set(self.costs)
-        paths = {(m, t): f"{enc(m)}:{enc(t)}" for m, t, _ in wheres}
         w: list[Any] = []
         a: list[Any] = []
         weekly: dict[Where, int] = {}  # index of the week's summary key; k, r follow it
         for m, t, wk in wheres:
-            keys += (f"{base}:w:{paths[m, t]}", f"{base}:ns")
+            keys += (K.profile_weeks_key(tenant, m, t), K.profile_namespaces_key(tenant))
             w += (len(keys) - 1, wk)
             a += (len(keys), f"{m}\x1f{t}")
             weekly[m, t, wk] = len(keys) + 1
-            keys += (f"{base}:{kind}:{paths[m, t]}:{wk}" for kind in ("s", "k", "r"))
+            keys += (K.profile_week_key(tenant, part, m, t, wk) for part in ("s", "k", "r"))
         per_week: dict[Where, tuple[dict[str, int], list[Any]]] = {}
         totals: dict[Where, dict[str, int]] = {}
         for (m, t, wk, how), counts in self.queries.items():
             week_counts, hours = per_week.setdefault((m, t, wk), ({}, []))
             for qk, asked in counts.items():
                 week_counts[qk] = week_counts.get(qk, 0) + asked
-            keys.append(f"{base}:n:{paths[m, t]}:{wk}:{how}")
+            keys.append(K.profile_hour_key(tenant, m, t, wk, how))
             hours += (len(keys), counts)
             totals.setdefault((m, t, wk), {})[str(how)] = sum(counts.values())
         q: list[Any] = []
@@ -427,7 +426,7 @@ class TenantDelta:
             totals.setdefault((m, t, wk), {})[f"u{how - _UNCACHEABLE}"] = count
         n: list[Any] = []
         for (m, t, wk), fields in totals.items():
-            keys.append(f"{base}:h:{paths[m, t]}:{wk}")
+            keys.append(K.profile_week_key(tenant, "h", m, t, wk))
             n += (len(keys), fields)
         c: list[Any] = []
         for where, per_q in self.costs.items():  # per_q: qkey -> [misses, gpu us, tokens, lat us]

@@ -8,8 +8,9 @@ import pytest
 import redis
 from confluent_kafka import Message
 
+from caches import keys as K
 from tests.events import encode, request
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile, _base, week_and_hour
+from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
 from warmers.traffic import TrafficHandler
 
 pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
@@ -118,7 +119,7 @@ def test_profile__a_cost_row_from_before_latency_takes_its_gpu_time_as_latency(
     q = {"prompt": "reset my password", "gpu_ms": 100.0, "tokens_in": 5, "tokens_out": 5}
     _ingest(profile, _batch([request(1, latency_ms=900.0, **q)]))
     [top] = profile.top_queries("acme", "llama", "t1", [MONDAY_10[1]], 5)
-    key = f"{_base('acme', 'llama', 't1', 'k')}:{MONDAY_10[0]}"
+    key = K.profile_week_key("acme", "k", "llama", "t1", MONDAY_10[0])
     assert redis_client.hget(key, top.qkey) == b"1 100000 10 900000"
     redis_client.hset(key, top.qkey, "2 300000 20")  # as the previous release wrote it
     old = profile.miss_costs("acme", "llama", "t1", [top.qkey])[top.qkey]
