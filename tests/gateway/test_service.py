@@ -1,0 +1,28 @@
+"""The gateway as a server: what it does to the process while it serves."""
+
+from __future__ import annotations
+
+import gc
+
+from tests.gateway.conftest import GatewayFactory, client
+from warmers.backends.simhttp import SimulatorThread
+
+
+def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_after(
+    make_gateway: GatewayFactory, sim: SimulatorThread
+) -> None:
+    assert gc.get_freeze_count() == 0
+    gw = make_gateway(sim.url)
+    # Everything alive when serving began (the model, torch, the app) is out of reach of a full
+    # collection, which walked ~520k objects in 740 ms with the model loaded
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000
+    gc.collect()  # a full collection while serving leaves them frozen
+    assert gc.get_freeze_count() == frozen
+    r = client(gw).chat.completions.create(
+        model="sim-model", messages=[{"role": "user", "content": "hello"}], temperature=0
+    )
+    assert r.choices[0].message.content
+    gw.stop()
+    gw.join(30)
+    assert gc.get_freeze_count() == 0  # serving over: the collector reaches them again
