@@ -37,6 +37,7 @@ from caches.passes import (
     settle,
     take,
 )
+from caches.writebehind import WriteBehind
 from schemas.baseurl import BaseURL
 from schemas.errors import ConfigError, RetriableError
 
@@ -503,7 +504,9 @@ class BatchingEmbedder(Embedder):
 
 class CachedEmbedder:
     """Embeds through Redis: one MGET for the batch, the misses computed and written back
-    (read_only: computed and not written, for callers that must write nothing, a dry run)."""
+    (read_only: computed and not written, for callers that must write nothing, a dry run).
+    Under `embed_deadline` (a lookup) the write-back is handed to a thread of its own
+    (caches/writebehind.py), so the caller goes on to its search at once."""
 
     def __init__(
         self, inner: Embedder, r: redis.Redis, ttl_s: int, *, read_only: bool = False
@@ -514,6 +517,8 @@ class CachedEmbedder:
         self._r = r
         self._ttl_s = ttl_s
         self.read_only = read_only
+        # A lookup's new vectors (asked under embed_deadline) are written on this thread
+        self._behind = WriteBehind(r, ttl_s)
 
     def embed(self, tenant: str, texts: Sequence[str]) -> Vectors:
         keys = [K.embedding_key(tenant, self.id, t) for t in texts]
@@ -528,13 +533,16 @@ class CachedEmbedder:
                 out[i] = np.frombuffer(as_bytes(b), dtype=np.float32)
         if todo:
             fresh = self.inner.embed([texts[i] for i in todo])
+            out[todo] = fresh
             if self.read_only:
-                out[todo] = fresh
+                return out
+            writes = [(keys[i], fresh[j].tobytes()) for j, i in enumerate(todo)]
+            if _DEADLINE.get() is not None:  # a lookup: the write-back is not its to wait for
+                self._behind.put(writes)
                 return out
             pipe = self._r.pipeline(transaction=False)
-            for j, i in enumerate(todo):
-                out[i] = fresh[j]
-                pipe.set(keys[i], fresh[j].tobytes(), ex=self._ttl_s)
+            for key, value in writes:
+                pipe.set(key, value, ex=self._ttl_s)
             with redis_boundary("embedding set"):
                 pipe.execute()
         return out
