@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from _common import emit
 
@@ -68,32 +66,10 @@ def simulated(args: argparse.Namespace) -> None:
         emit(cov.pop("name"), answers=SIMULATED, **cov)
 
 
-@contextmanager
-def model_url(backend: str | None) -> Iterator[str]:
-    if backend:
-        yield backend
-        return
-    from stoker.embedded import installed_llama
-    from stoker.settings import StokerSettings
-
-    server = installed_llama(StokerSettings())
-    server.start()
-    try:
-        yield server.base_url
-    finally:
-        server.stop()
-
-
 def real(args: argparse.Namespace) -> None:
     from stoker import modelserver
-    from stoker.semantic_eval_answers import (
-        AnswerCache,
-        AskParams,
-        BackendAnswers,
-        default_cache_path,
-        served_model,
-    )
-    from stoker.semantic_eval_real import evaluate_real, report_fields, sample
+    from stoker.semantic_eval_answers import AnswerCache, AskParams, default_cache_path
+    from stoker.semantic_eval_real import backend_answers, evaluate_real, report_fields, sample
     from stoker.settings import StokerSettings
 
     t0 = time.perf_counter()
@@ -102,8 +78,7 @@ def real(args: argparse.Namespace) -> None:
         default_cache_path(modelserver.cache_root(StokerSettings().model_cache_dir))
     )
     try:
-        with model_url(args.backend) as url:
-            answers = BackendAnswers(url, AskParams(served_model(url)), cache)
+        with backend_answers(args.backend, None, AskParams, cache, s) as answers:
             ev, report, got = evaluate_real(
                 SentenceTransformerEmbedder(), answers, s, seed=args.seed,
                 budget_s=args.ask_budget or None,

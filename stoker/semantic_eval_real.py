@@ -12,13 +12,20 @@ the same time and a warm one the whole sample, asking nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from caches.embedders import Embedder
 from stoker.semantic_eval import STATIC_CURVE, TRUSTING, evaluate
-from stoker.semantic_eval_answers import AskReport, BackendAnswers
+from stoker.semantic_eval_answers import (
+    AnswerCache,
+    AskParams,
+    AskReport,
+    BackendAnswers,
+    served_model,
+)
 from stoker.semantic_eval_data import OOS, Pairs, history_stream, load_clinc, query_stream
 from stoker.semantic_eval_report import Evaluation
 
@@ -60,6 +67,52 @@ def answered_sample(
     deadline = None if budget_s is None else time.monotonic() + budget_s
     answers.fetch(interleaved(texts, earlier) if earlier else texts, deadline, progress)
     return Sample(s.stream[: answers.answered(texts)], s.history[: answers.answered(earlier)])
+
+
+def all_cached(cache: AnswerCache, params: AskParams, s: Sample) -> bool:
+    """Every answer `s` needs is on disk: the run asks no server."""
+    probe = BackendAnswers(NOT_STARTED, params, cache)
+    return all(
+        probe.answered(texts) == len(texts)
+        for texts in ([t for t, _ in s.stream], [t for t, _ in s.history])
+    )
+
+
+# Where a rerun of the embedded default points its (unused) client: nothing is asked.
+NOT_STARTED = "http://127.0.0.1:9/v1"
+
+
+@contextmanager
+def backend_answers(
+    backend: str | None,
+    model: str | None,
+    params: Callable[[str], AskParams],
+    cache: AnswerCache,
+    s: Sample,
+    said: Callable[[str], None] = lambda _: None,
+) -> Iterator[BackendAnswers]:
+    """The answers of `backend` to `s`; with none, of the embedded model server (llama-server,
+    SmolLM2-135M), started only when the answer cache lacks some, so that a rerun starts
+    nothing (the server's start alone took ~10 s on this loaded box). `params`: the ask
+    parameters for a model name (`model`, else the one the server serves)."""
+    if backend is not None:
+        yield BackendAnswers(backend, params(model or served_model(backend)), cache)
+        return
+    from stoker.embedded import installed_llama
+    from stoker.settings import StokerSettings
+
+    server = installed_llama(StokerSettings())
+    p = params(model or server.opts.alias)
+    if all_cached(cache, p, s):
+        said(f"every answer is in the answer cache: the embedded model ({p.model}) not started")
+        yield BackendAnswers(NOT_STARTED, p, cache)
+        return
+    said("starting the embedded model server (llama-server, SmolLM2-135M) ...")
+    server.start()
+    try:
+        yield BackendAnswers(server.base_url, p, cache)
+    finally:
+        server.stop()
 
 
 REAL_NAMES = (*(f"static_{t:.2f}" for t in STATIC_CURVE), "stoker", TRUSTING)

@@ -4,8 +4,6 @@ OpenAI-compatible server) or the simulator's (protocol in stoker/semantic_eval.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -148,27 +146,6 @@ class _Ask:
         self.limit, self.history = limit, history
 
 
-@contextmanager
-def _model_url(backend: str | None) -> Iterator[str]:
-    """`backend`, checked; else the embedded model, started for the block."""
-    from schemas.baseurl import BaseURL
-
-    if backend is not None:
-        BaseURL.parse(backend)  # ConfigError (exit 2) for a malformed URL
-        yield backend
-        return
-    from stoker.embedded import installed_llama
-    from stoker.settings import StokerSettings
-
-    server = installed_llama(StokerSettings())
-    console.print("starting the embedded model server (llama-server, SmolLM2-135M) ...")
-    server.start()
-    try:
-        yield server.base_url
-    finally:
-        server.stop()
-
-
 def _real(
     json_out: bool,
     rows: Pairs | None,
@@ -178,37 +155,39 @@ def _real(
     ask: _Ask,
 ) -> None:
     from caches.embedders import SentenceTransformerEmbedder
+    from schemas.baseurl import BaseURL
     from stoker import modelserver
-    from stoker.semantic_eval_answers import (
-        AnswerCache,
-        AskParams,
-        BackendAnswers,
-        default_cache_path,
-        served_model,
-    )
+    from stoker.semantic_eval_answers import AnswerCache, AskParams, default_cache_path
     from stoker.semantic_eval_real import (
         HISTORY,
         LIMIT,
         REAL_NAMES,
         Sample,
+        backend_answers,
         evaluate_real,
         report_fields,
         sample,
     )
     from stoker.settings import StokerSettings
 
+    if ask.backend is not None:
+        BaseURL.parse(ask.backend)  # ConfigError (exit 2) for a malformed URL
     limit, hist_n = ask.limit or LIMIT, ask.history or HISTORY
     if rows is None:
         s = sample(common["seed"], limit, 0 if earlier == [] else hist_n)
     else:
         s = Sample(rows[:limit], (earlier or [])[:hist_n])
     path = ask.cache or default_cache_path(modelserver.cache_root(StokerSettings().model_cache_dir))
+
+    def params(m: str) -> AskParams:
+        return AskParams(m, max_tokens=ask.max_tokens, temperature=ask.temperature)
+
     cache = AnswerCache(path)
     try:
-        with _model_url(ask.backend) as url, console.status("evaluating") as status:
-            params = AskParams(ask.model or served_model(url), max_tokens=ask.max_tokens,
-                               temperature=ask.temperature)  # fmt: skip
-            answers = BackendAnswers(url, params, cache)
+        with (
+            backend_answers(ask.backend, ask.model, params, cache, s, console.print) as answers,
+            console.status("evaluating") as status,
+        ):
             ev, report, got = evaluate_real(
                 SentenceTransformerEmbedder(), answers, s, seed=common["seed"],
                 budget_s=ask.budget_s or None, max_wrong_rate=common["max_wrong_rate"],

@@ -9,9 +9,16 @@ import time
 import orjson
 import pytest
 
+from stoker.modelserver import MODEL_ALIAS
 from stoker.semantic_eval import TRUSTING, evaluate
 from stoker.semantic_eval_answers import AnswerCache, AskParams, BackendAnswers, served_model
-from stoker.semantic_eval_real import Sample, answered_sample, interleaved
+from stoker.semantic_eval_real import (
+    NOT_STARTED,
+    Sample,
+    answered_sample,
+    backend_answers,
+    interleaved,
+)
 from tests.cli import run_stoker
 
 PROMPTS = ["what is my account balance", "set a timer for ten minutes", "tell me a joke"]
@@ -48,6 +55,19 @@ def test_answered_sample__a_spent_budget_cuts_each_list_to_its_answered_prefix(t
     got = answered_sample(answers, Sample(stream, history), budget_s=0.0)
     assert (got.stream, got.history) == (stream[:2], history[:1])  # q2 unanswered cuts q3
     assert answers.report.asked == 0 and answers.report.failed == 0
+
+
+def test_backend_answers__a_rerun_of_the_embedded_default_starts_no_server(tmp_path):
+    cache = AnswerCache(tmp_path / "a.sqlite3")
+    s = Sample([("q0", "l"), ("q1", "l")], [("h0", "l")])
+    said: list[str] = []
+    alias = MODEL_ALIAS  # the embedded server's --alias keys its answers
+    for text in ("q0", "q1", "h0"):
+        cache.put(AskParams(alias).key(text, 0), f"answer to {text}", 1.0, "stop")
+    with backend_answers(None, None, AskParams, cache, s, said.append) as answers:
+        assert answers.base_url == NOT_STARTED and answers.params.model == alias
+        assert answers.pairs(["q0", "q1"]) == (["answer to q0", "answer to q1"],) * 2
+    assert answers.report.asked == 0 and "not started" in said[0]
 
 
 def test_interleaved__each_list_keeps_its_share_of_every_prefix():
