@@ -160,3 +160,26 @@ def test_serving_levels__read_the_checks_per_tenant_for_every_route():
     q = Query(Q, _unit([1, 0]), 0.92, tenant="t", route="faq")
     sig = checks.signal(levels, q)
     assert sig is not None and sig.state == "blind" and sig.rates()["false_alarm"] == 1.0
+
+
+def test_auditor__an_audit_of_a_near_look_alike_is_an_answer_check():
+    from caches.keys import Namespace
+    from caches.matching.answers import AnswerJudge
+    from warmers.monitor import Auditor, ServedHit
+
+    budget = ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0.01)
+    checks = AnswerChecks(budget, lambda a, b: float(a @ b) >= 0.5)
+    auditor = Auditor(AnswerJudge(), checks=checks)
+    x, y = _unit([1, 0, 0]), _unit([0, 1, 0])
+
+    def hit(score: float) -> ServedHit:
+        ns = Namespace("t", "m", "v1", "t1")
+        return ServedHit(ns, "r", "c", "p", "q", x, "e", score, "verified:fallback:x", None,
+                         "the cached answer", x)  # fmt: skip
+
+    auditor.audit(hit(0.93), "another answer", y, 0.0)  # near, and the re-ask disagrees
+    auditor.audit(hit(0.88), "the cached answer", x, 0.0)  # near, and it agrees
+    auditor.audit(hit(0.70), "another answer", y, 0.0)  # neither band: no check
+    ev = budget.evidence("t", "")
+    assert (ev.near.checked, ev.near.wrong) == (2, 1)
+    assert ev.unrelated.checked == 0
