@@ -428,6 +428,10 @@ def evaluate(
         if wants(name):
             progress(name)
             out.append(run_stream(name, StaticThreshold(t), st))
+        guarded = f"guarded_{t:.2f}"  # with the number/negation/order guards: by name only
+        if names and guarded in names:
+            progress(guarded)
+            out.append(run_stream(guarded, Guarded(StaticThreshold(t)), st))
 
     def run(name: str, s: Stream, **kw: Any) -> QualityRow:
         return run_verified(

@@ -115,7 +115,14 @@ def backend_answers(
         server.stop()
 
 
-REAL_NAMES = (*(f"static_{t:.2f}" for t in STATIC_CURVE), "stoker", TRUSTING)
+# Side by side on real answers: the static curve, the same with the prompt guards (the
+# candidates that read no answer), the matcher as shipped and before its answer checks.
+REAL_NAMES = (
+    *(f"static_{t:.2f}" for t in STATIC_CURVE),
+    *(f"guarded_{t:.2f}" for t in STATIC_CURVE if 0.84 <= t <= 0.92),
+    "stoker",
+    TRUSTING,
+)
 
 
 def evaluate_real(

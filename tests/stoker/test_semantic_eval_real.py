@@ -92,9 +92,13 @@ def test_evaluate__answers_that_tell_nothing_put_it_on_the_prompt_rule_never_bel
 ):
     ev = evaluate(
         embedder, limit=500, answers=_blind, answers_from="blind",
-        names=["static_0.92", "stoker", TRUSTING],
+        names=["static_0.92", "guarded_0.92", "stoker", TRUSTING],
     )  # fmt: skip
     static, ours = ev.row("static_0.92").as_dict(), ev.row("stoker").as_dict()
+    # the guards only take hits away, and never a right one for a wrong one here
+    guarded = ev.row("guarded_0.92").as_dict()
+    assert 0 < guarded["hits"] <= static["hits"]
+    assert guarded["wrong_hits"] <= static["wrong_hits"]
     assert ours["answers"] == "blind" and ours["answers_false_agree"] > 0.2
     assert ours["hits"] > 0 and all(":fallback:" in r for r in ours["hits_by_rule"])
     assert ours["hits"] >= static["hits"] and ours["wrong_share"] <= static["wrong_share"]
