@@ -147,11 +147,6 @@ def gen_keys(key: K.CacheKey, docs: Sequence[DocRef] = ()) -> list[str]:
     ]
 
 
-def retired_marker_key(model_id: str, model_version: str) -> str:
-    """Global (not per tenant) marker of a retired model version; see _register_tenant."""
-    return f"{C.KEY_ROOT}:retired:{K.enc(model_id)}@{K.enc(model_version)}"
-
-
 def ticket_of(
     key: K.CacheKey,
     docs: Sequence[DocRef],
@@ -199,7 +194,7 @@ class Generations:
         names = gen_keys(key, docs)
         with redis_boundary("snapshot"):
             pipe = self._r.pipeline(transaction=False)
-            pipe.exists(retired_marker_key(key.ns.model_id, key.ns.model_version))
+            pipe.exists(K.retired_marker_key(key.ns.model_id, key.ns.model_version))
             slots.mget_in(pipe, names)  # one tenant: one slot
             globally_retired, vals = pipe.execute()
         return ticket_of(key, docs, names, bool(globally_retired), vals)
@@ -254,7 +249,7 @@ class Generations:
     def retire_model_version(self, model_id: str, model_version: str) -> list[str]:
         """Mark the version retired in every tenant that ever wrote; returns those tenants."""
         with redis_boundary("retire model version"):
-            self._r.set(retired_marker_key(model_id, model_version), 1)
+            self._r.set(K.retired_marker_key(model_id, model_version), 1)
             tenants = sorted(as_bytes(t).decode() for t in self._r.smembers(C.TENANT_REGISTRY))
             pipe = self._r.pipeline(transaction=False)
             for t in tenants:
@@ -281,7 +276,7 @@ class Generations:
                 int(self._reinstate(keys=group, args=[fresh, C.GENERATION_TTL_S]))
                 for group in slots.groups(self._r, keys)
             )
-            self._r.delete(retired_marker_key(model_id, model_version))
+            self._r.delete(K.retired_marker_key(model_id, model_version))
         return n
 
     def retire_template(self, tenant: str, model_id: str, template_version: str) -> None:

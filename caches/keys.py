@@ -109,9 +109,19 @@ def enc(component: str) -> str:
     return quote(component, safe="")
 
 
+# Where every key of every tenant begins, and no other key does (the global ones below name
+# their own slot, never "{t:"): the L1 tracks it, a purge of all tenants matches it.
+TENANT_KEYS_PREFIX: Final = f"{C.KEY_ROOT}:{{t:"
+
+
 @functools.lru_cache(maxsize=65_536)
 def tenant_tag(tenant: str) -> str:
-    return f"{C.KEY_ROOT}:{{t:{enc(tenant)}}}"
+    return f"{TENANT_KEYS_PREFIX}{enc(tenant)}}}"
+
+
+def exact_prefix(tenant: str) -> str:
+    """Where every exact entry of the tenant begins (the L1 tracks only these)."""
+    return f"{tenant_tag(tenant)}:{C.KIND_EXACT}:"
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -239,6 +249,11 @@ def changed_key(tenant: str) -> str:
     return f"{tenant_tag(tenant)}:{C.KIND_CHANGED}"
 
 
+def retired_marker_key(model_id: str, model_version: str) -> str:
+    """Global (not per tenant) marker of a retired model version (caches/generations.py)."""
+    return f"{C.KEY_ROOT}:retired:{enc(model_id)}@{enc(model_version)}"
+
+
 def live_versions_key(model_id: str) -> str:
     """The hash of a model's live versions the cutover publishes ("*" or a tenant -> JSON)."""
     return f"{C.LIVE_PREFIX}{enc(model_id)}"
@@ -264,7 +279,7 @@ def entries_pattern(
     Safe as a glob because every component is encoded: "*" in the tenant tag cannot run past
     the tag's "}" (the only one in a key), and "*" for a version cannot run past its ":".
     """
-    tag = tenant_tag(tenant) if tenant is not None else f"{C.KEY_ROOT}:{{t:*}}"
+    tag = tenant_tag(tenant) if tenant is not None else f"{TENANT_KEYS_PREFIX}*}}"
     version = enc(model_version) if model_version is not None else "*"
     template = f"{enc(template_version)}:*" if template_version is not None else "*"
     return f"{tag}:[{C.KIND_EXACT}{C.KIND_NEGATIVE}]:{enc(model_id)}@{version}:{template}"
@@ -273,7 +288,7 @@ def entries_pattern(
 def entry_key_namespace(key: str) -> tuple[str, str, str, str] | None:
     """(tenant, model_id, model_version, template_version) of an entry key; None if not one."""
     head, sep, rest = key.partition("}:")
-    prefix = f"{C.KEY_ROOT}:{{t:"
+    prefix = TENANT_KEYS_PREFIX
     if not sep or not head.startswith(prefix):
         return None
     parts = rest.split(":")

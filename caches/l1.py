@@ -45,7 +45,6 @@ from typing import Any
 
 import redis
 
-from caches import constants as C
 from caches import keys as K
 from caches.tracking import Listener, Sync, Topology
 from schemas.entries import CacheEntry
@@ -82,11 +81,7 @@ class L1Cache:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         # One prefix per tenant served (only its exact entries), or every tenant's keys.
-        self.prefixes = (
-            [f"{K.tenant_tag(t)}:{C.KIND_EXACT}:" for t in tenants]
-            if tenants
-            else [f"{C.KEY_ROOT}:{{t:"]
-        )
+        self.prefixes = [K.exact_prefix(t) for t in tenants] if tenants else [K.TENANT_KEYS_PREFIX]
         self._topology = Topology(r)
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[float, CacheEntry]] = OrderedDict()

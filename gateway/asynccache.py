@@ -24,11 +24,11 @@ from caches.client import CacheClient, CacheRequest, LookupResult, PreparedWrite
 from caches.generations import (
     WRITE_LUA,
     gen_keys,
-    retired_marker_key,
     ticket_of,
     write_call,
     write_outcome,
 )
+from caches.keys import retired_marker_key
 from schemas.errors import CacheUnavailable
 
 

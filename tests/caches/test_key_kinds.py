@@ -14,7 +14,6 @@ from redis.crc import key_slot
 
 from caches import constants as C
 from caches import keys as K
-from caches.generations import retired_marker_key
 from caches.matching.counts import audited_key, budget_key
 from schemas.common import DocRef
 
@@ -110,7 +109,7 @@ TENANT_KEYS: dict[str, Builder] = {
 GLOBAL_KEYS: dict[str, Builder] = {
     "tenant registry": lambda c: C.TENANT_REGISTRY,
     "profile tenants": lambda c: C.PROFILE_TENANTS,
-    "retired marker": lambda c: retired_marker_key(c["model"], c["version"]),
+    "retired marker": lambda c: K.retired_marker_key(c["model"], c["version"]),
     "live versions": lambda c: K.live_versions_key(c["model"]),
     "prefix index": lambda c: K.prefix_index_key(c["model"]),
 }
@@ -142,8 +141,10 @@ def test_key_kinds__a_tenants_keys_carry_its_hash_tag(c):
         assert key.startswith(tag + ":"), kind
         assert _hash_tag(key) == f"t:{K.enc(c['tenant'])}", kind
         assert key_slot(key.encode()) == key_slot(tag.encode()), kind
+        # the L1 tracks a tenant's exact entries by this prefix: nothing else may begin so
+        assert key.startswith(K.exact_prefix(c["tenant"])) == (kind == "exact"), kind
     for kind, build in GLOBAL_KEYS.items():
-        assert not build(c).startswith(f"{C.KEY_ROOT}:{{t:"), kind  # no tenant pattern meets it
+        assert not build(c).startswith(K.TENANT_KEYS_PREFIX), kind  # no tenant pattern meets it
 
 
 @given(a=component, b=component)
