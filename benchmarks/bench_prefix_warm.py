@@ -200,12 +200,18 @@ async def ttft(
     first = None
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         if r.status_code != 200:
+            if whole:
+                print(
+                    f"request failed: {r.status_code} {(await r.aread())[:200]!r}", file=sys.stderr
+                )
             return None
         async for line in r.aiter_lines():
             if first is None and '"content":"' in line and '"content":""' not in line:
                 first = time.perf_counter() - t0
                 if not whole:
                     return first
+            elif first is None and whole and '"finish_reason":"' in line:
+                first = time.perf_counter() - t0  # an empty answer: its end is its first token
     return first
 
 
@@ -401,12 +407,13 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
                          f"warm, {without_failed} without)")  # fmt: skip
     p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
     w = warms[-1] if warms else PrefixWarmReport(REAL)
+    o = modelserver.serve_options(StokerSettings())
     heads = [m[0]["content"] for m in first]
     emit(
         "prefix_warm_real",
         twin="prefix_warm",
         server=f"llama-server (llama-cpp-python {modelserver.LLAMA_CPP.version}), {REAL}, "
-        "-t 1 -np 2 -c 8192 --cache-ram 256",
+        f"-t {o.threads} -np {o.parallel} -c {o.ctx} --cache-ram {o.cache_ram_mib}",
         ttft_p50_ratio=round(p50w / p50o, 3),
         ttft_p99_ratio=round(p99w / p99o, 3),
         with_p50_ms=round(p50w, 1), with_p99_ms=round(p99w, 1),
