@@ -361,3 +361,23 @@ def profile_hour_key(
     """Hash query key -> warmable requests in one hour of one week."""
     ns = _profile_ns(model_id, template_version)
     return f"{_profile_root(tenant)}:n:{ns}:{int(week)}:{int(hour_of_week)}"
+
+
+# -- keys of no tenant: each names a slot of its own, and none begins TENANT_KEYS_PREFIX, so no
+# purge or invalidation pattern can match (and so delete) one --
+# The warm scheduler's leader lease (warmers/scheduler.py).
+SCHEDULER_LOCK_KEY: Final = f"{C.KEY_ROOT}:scheduler:leader"
+# Job records (streams/jobs.py) share one hash tag: a record and the index land in one round
+# trip on a Redis Cluster too.
+JOBS_TAG: Final = "{jobs}"
+JOB_RECORD_PREFIX: Final = f"{C.KEY_ROOT}:jobs:{JOBS_TAG}:rec:"
+JOBS_RECENT_KEY: Final = f"{C.KEY_ROOT}:jobs:{JOBS_TAG}:recent"
+# Checkpoints of purges and cutovers (invalidators/checkpoint.py).
+CHECKPOINT_PREFIX: Final = f"{C.KEY_ROOT}:job:"
+# Deploy cutover jobs: the job document (a checkpoint), the due queue, a newer deploy's verdict
+# and the runner's lease share one hash tag, so accepting a job is one atomic script on a Redis
+# Cluster too (invalidators/checkpoint.py says what each holds).
+DEPLOY_TAG: Final = "{deploy}"
+DEPLOY_QUEUE_KEY: Final = f"{C.KEY_ROOT}:jobq:{DEPLOY_TAG}"
+DEPLOY_SUPERSEDE_PREFIX: Final = f"{C.KEY_ROOT}:jobsup:{DEPLOY_TAG}:"
+DEPLOY_LEASE_PREFIX: Final = f"{C.KEY_ROOT}:lease:{DEPLOY_TAG}:"

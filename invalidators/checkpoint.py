@@ -7,13 +7,13 @@ from typing import Any
 import orjson
 import redis
 
-from caches import constants as C
+from caches import keys as K
 from caches.boundary import as_bytes, redis_boundary
 
 # Outside every tenant's hash tag on purpose: a purge's MATCH patterns start "stk:{t:" and can
 # never match (and so never delete) a checkpoint. A finished job's checkpoint is kept a week
 # so `stoker deploy --wait` and reruns can still see DONE; an active one never expires.
-CHECKPOINT_PREFIX = f"{C.KEY_ROOT}:job:"
+CHECKPOINT_PREFIX = K.CHECKPOINT_PREFIX
 DONE_TTL_S = 7 * 86_400
 
 
@@ -22,13 +22,13 @@ DONE_TTL_S = 7 * 86_400
 # one atomic script on a Redis Cluster too. None of them starts "stk:{t:", so no purge or
 # invalidation pattern can touch them. The queue is a ZSET deploy_id -> due time (epoch s): a job
 # in its grace window is due at the deadline, an unfinished one at 0; a finished job leaves it.
-DEPLOY_TAG = "{deploy}"
-DEPLOY_QUEUE_KEY = f"{C.KEY_ROOT}:jobq:{DEPLOY_TAG}"
+DEPLOY_TAG = K.DEPLOY_TAG
+DEPLOY_QUEUE_KEY = K.DEPLOY_QUEUE_KEY
 # A newer deploy's verdict on an older pending one (deployjob.Supersede), kept apart from the job
 # document so the runner's whole-document saves can never overwrite it.
-DEPLOY_SUPERSEDE_PREFIX = f"{C.KEY_ROOT}:jobsup:{DEPLOY_TAG}:"
+DEPLOY_SUPERSEDE_PREFIX = K.DEPLOY_SUPERSEDE_PREFIX
 # Who runs a job now: one runner per job across every deploy worker; see deploy.LEASE_S.
-DEPLOY_LEASE_PREFIX = f"{C.KEY_ROOT}:lease:{DEPLOY_TAG}:"
+DEPLOY_LEASE_PREFIX = K.DEPLOY_LEASE_PREFIX
 
 
 def checkpoint_key(job_id: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 import redis
 
-from caches import constants as C
+from caches import keys as K
 from caches.boundary import as_bytes, redis_boundary
 from schemas.errors import BrokerUnavailable
 from schemas.events import JobStatus
@@ -30,9 +30,8 @@ from streams.publisher import EventPublisher
 JobType = Literal["deploy", "purge", "warm", "invalidate"]
 JobState = Literal["pending", "running", "ready", "done", "failed", "interrupted"]
 
-JOBS_TAG: Final = "{jobs}"
-RECORD_PREFIX: Final = f"{C.KEY_ROOT}:jobs:{JOBS_TAG}:rec:"
-RECENT_KEY: Final = f"{C.KEY_ROOT}:jobs:{JOBS_TAG}:recent"
+RECORD_PREFIX: Final = K.JOB_RECORD_PREFIX
+RECENT_KEY: Final = K.JOBS_RECENT_KEY
 # A week, as finished cutover documents are kept: long enough to ask "what ran this weekend".
 RECORD_TTL_S: Final = 7 * 86_400
 # The index keeps the newest 500: far more than a terminal shows; bounds the zset.

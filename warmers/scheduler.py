@@ -29,13 +29,13 @@ import redis
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from caches.boundary import redis_boundary
-from caches.constants import KEY_ROOT
+from caches.keys import SCHEDULER_LOCK_KEY
 from schemas.errors import StokerError
 from warmers import metrics as M
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOCK_KEY = f"{KEY_ROOT}:scheduler:leader"
+DEFAULT_LOCK_KEY = SCHEDULER_LOCK_KEY
 
 # KEYS = [lock]; ARGV = [owner, ttl ms]. Extends only the caller's own lock: a plain PEXPIRE
 # after the lock expired and another replica took it would extend the other replica's lock.

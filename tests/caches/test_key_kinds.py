@@ -112,6 +112,13 @@ GLOBAL_KEYS: dict[str, Builder] = {
     "retired marker": lambda c: K.retired_marker_key(c["model"], c["version"]),
     "live versions": lambda c: K.live_versions_key(c["model"]),
     "prefix index": lambda c: K.prefix_index_key(c["model"]),
+    "scheduler lock": lambda c: K.SCHEDULER_LOCK_KEY,
+    "job record": lambda c: f"{K.JOB_RECORD_PREFIX}{c['route']}:{c['event']}",
+    "recent jobs": lambda c: K.JOBS_RECENT_KEY,
+    "deploy checkpoint": lambda c: f"{K.CHECKPOINT_PREFIX}{K.DEPLOY_TAG}:{c['event']}",
+    "deploy queue": lambda c: K.DEPLOY_QUEUE_KEY,
+    "deploy verdict": lambda c: K.DEPLOY_SUPERSEDE_PREFIX + c["event"],
+    "deploy lease": lambda c: K.DEPLOY_LEASE_PREFIX + c["event"],
 }
 BUILDERS = {**TENANT_KEYS, **GLOBAL_KEYS}
 
