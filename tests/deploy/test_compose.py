@@ -147,12 +147,28 @@ def test_dockerfile__slim_python_the_lock_with_hashes_then_the_package():
     assert 'ENTRYPOINT ["stoker"]' in text
 
 
+def test_packaging__the_wheel_takes_every_subpackage():
+    """A bare list of top-level names built a wheel without caches.matching, stoker.commands
+    and the rest: an installed stoker that could run no verb."""
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = set(find_packages(str(ROOT), include=find["find"]["include"]))
+    top = {p.removesuffix("*") for p in find["find"]["include"]}
+    on_disk = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for pkg in top
+        for init in (ROOT / pkg).rglob("__init__.py")
+    }
+    assert on_disk - found == set() and {"caches.matching", "stoker.commands"} <= found
+    assert not any(p == "tests" or p.startswith("tests.") for p in found)
+
+
 def test_dockerfile__copies_every_package_and_exposes_the_gateway_port():
-    """`pip install .` in the image needs every package of [tool.setuptools] copied in."""
+    """`pip install .` in the image needs every package pyproject.toml installs copied in."""
     text = (ROOT / "Dockerfile").read_text()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"
-    ]
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = [p.removesuffix("*") for p in find["find"]["include"]]
     for pkg in packages:
         assert re.search(rf"^COPY {pkg} {pkg}$", text, re.M), pkg
     [expose] = re.findall(r"^EXPOSE (.+)$", text, re.M)
