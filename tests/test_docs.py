@@ -186,3 +186,9 @@ def test_broken_links__finds_missing_files_and_anchors(tmp_path: Path) -> None:
         "#nowhere: no heading #nowhere in page.md",
         "../../x.md: outside the repository",
     ]
+
+
+def test_readme__is_a_landing_page_of_at_most_150_lines() -> None:
+    """Design notes and measurements go to docs/; the README says what stoker is and the way in."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines: move the details to docs/"
