@@ -29,6 +29,7 @@ from caches import onnxengine
 from caches.boundary import as_bytes, http_boundary, redis_boundary
 from caches.passes import (
     DEFAULT_BACKGROUND_PASS_S,
+    LOOKUP_FIXED_SHARE,
     LOOKUPS_QUIET_S,
     Job,
     PassCost,
@@ -271,10 +272,10 @@ class BatchingEmbedder(Embedder):
     1. once an urgent call is queued, waits up to `max_wait_s` for more to join it (0: takes
        what queued while the last pass ran, which under load is most of it);
     2. takes urgent calls, oldest first, up to `max_texts` texts and no more than the pass can
-       embed before the oldest one's deadline (at the cost per text passes have shown; the
-       first call always); a call already past its deadline is failed with
-       EmbedDeadlinePassed instead of computed (its caller gave up: computing it would only
-       delay the calls behind it), and so is a cancelled one;
+       embed before the oldest one's deadline (at the cost passes have shown, half of a
+       one-prompt pass being fixed: caches/passes.py; the first call always); a call already
+       past its deadline is failed with EmbedDeadlinePassed instead of computed (its caller
+       gave up: computing it would only delay the calls behind it), and so is a cancelled one;
     3. runs them as one forward pass.
     The background thread takes up to `max_texts` texts a pass; while the process serves
     lookups, no more than `background_pass_s` of work (at least one text; a long call is split
@@ -305,7 +306,7 @@ class BatchingEmbedder(Embedder):
         self.background_pass_s = background_pass_s
         self._urgent: deque[Job] = deque()
         self._background: deque[Job] = deque()
-        self._cost = {"lookup": PassCost(), "background": PassCost()}
+        self._cost = {"lookup": PassCost(LOOKUP_FIXED_SHARE), "background": PassCost()}
         self._last_lookup = -LOOKUPS_QUIET_S  # time.monotonic() of the last urgent call
         self._lock = threading.Lock()
         self._urgent_cv = threading.Condition(self._lock)

@@ -320,8 +320,9 @@ def test_batching_embedder__a_lookup_pass_holds_what_fits_before_the_oldest_dead
         held.result(10)
         for f in queued:
             f.result(10)
-    # under 5 s left at the oldest deadline, at 1.5-2 s a text: 2 or 3 a pass, not all six
-    assert 2 <= len(inner.calls[1]) <= 3
+    # under 5 s left at the oldest deadline, a one-text pass at 1.5-2 s, half of it fixed
+    # (a pass of n: (1 + n) / 2 of those): 4 or 5 a pass, not all six
+    assert 4 <= len(inner.calls[1]) <= 5
     assert sorted(t for c in inner.calls[1:] for t in c) == [f"q{i}" for i in range(6)]
     b.close()
 
@@ -331,3 +332,18 @@ def _wait_until(ready: Any, within_s: float = 5.0) -> None:
     while not ready():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.002)
+
+
+def test_pass_cost__a_fixed_share_lets_more_texts_fit_in_the_same_time() -> None:
+    from caches.passes import PassCost
+
+    linear, affine = PassCost(), PassCost(fixed=0.5)
+    for cost in (linear, affine):
+        assert cost.texts_within(1.0, 64, 7) == 7  # no pass seen yet
+        cost.add(1, 0.010)  # one text: 10 ms
+    assert linear.texts_within(0.030, 64, 1) == 3
+    # 30 ms holds (1 + n) / 2 one-text passes: n = 5
+    assert affine.texts_within(0.030, 64, 1) == 5
+    affine.add(4, 0.025)  # four texts cost 2.5 one-text passes: 10 ms each, as before
+    assert affine.per_text == pytest.approx(0.010)
+    assert affine.texts_within(0.001, 64, 1) == 1 and affine.texts_within(10.0, 64, 1) == 64
