@@ -54,7 +54,7 @@ def simulated(args: argparse.Namespace) -> None:
             f"semantic_quality_{name}",
             ratio=d["hit_rate"] / max(base["hit_rate"], 1e-9),
             wrong_share_ok=d["wrong_share"] <= base["wrong_share"],
-            answers=SIMULATED,
+            answers_from=SIMULATED,
             **d,
         )
     summary = ev.summary()
@@ -63,7 +63,7 @@ def simulated(args: argparse.Namespace) -> None:
     emit(young.pop("name"), seed=args.seed, **young)
     if args.coverage_seeds:
         cov = coverage(ev.stream, range(1, args.coverage_seeds + 1), ev.evidence)
-        emit(cov.pop("name"), answers=SIMULATED, **cov)
+        emit(cov.pop("name"), answers_from=SIMULATED, **cov)
 
 
 def real(args: argparse.Namespace) -> None:
