@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import sys
 
+from gateway.service import SWITCH_INTERVAL_S
 from tests.gateway.conftest import GatewayFactory, client
 from warmers.backends.simhttp import SimulatorThread
 
@@ -26,3 +28,15 @@ def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_aft
     gw.stop()
     gw.join(30)
     assert gc.get_freeze_count() == 0  # serving over: the collector reaches them again
+
+
+def test_service__the_gil_switches_every_millisecond_while_serving_and_as_before_after(
+    make_gateway: GatewayFactory, sim: SimulatorThread
+) -> None:
+    before = sys.getswitchinterval()
+    assert before != SWITCH_INTERVAL_S  # CPython's default, 5 ms
+    gw = make_gateway(sim.url)
+    assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+    gw.stop()
+    gw.join(30)
+    assert sys.getswitchinterval() == before
