@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import redis
 
+from caches import keys as K
 from warmers.profile import TrafficProfile
 from warmers.profile_delta import TenantDelta
 
@@ -120,6 +121,6 @@ def feed(profile: TrafficProfile, w: Week, week_number: int, first_offset: int =
 def tenant_bytes(r: redis.Redis) -> int:
     """Redis's own measure (MEMORY USAGE, every element sampled) of the tenant's keys."""
     total = 0
-    for key in r.scan_iter(match=f"stk:{{t:{TENANT}}}:*", count=1000):
+    for key in r.scan_iter(match=f"{K.tenant_tag(TENANT)}:*", count=1000):
         total += int(r.memory_usage(key, samples=0) or 0)
     return total

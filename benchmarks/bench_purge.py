@@ -31,7 +31,7 @@ def load(r: redis.Redis, n: int) -> float:
     for version, count in (("v1", n), ("v2", n // 10)):
         for t in range(TENANTS):
             ns = K.Namespace(f"tenant-{t}", "llama", version, "t1")
-            prefix = f"{ns.tag}:e:{ns.path}:"
+            prefix = ns.exact_prefix
             per = count // TENANTS
             pipe = r.pipeline(transaction=False)
             for start in range(0, per, MSET_CHUNK):
