@@ -237,7 +237,9 @@ async def replay(
                 return
             try:
                 t = await ttft(client, msgs, model, whole)
-            except httpx.HTTPError:
+            except httpx.HTTPError as e:
+                if whole:
+                    print(f"request failed: {e!r}", file=sys.stderr)
                 t = None
             if t is None:
                 failed += 1
