@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import time
 from collections.abc import Callable
@@ -279,6 +280,7 @@ async def real_ratio(url: str, cache: CacheClient, args: argparse.Namespace) -> 
     lat: dict[str, list[float]] = {"off": [], "on": []}
     errors = {"off": 0, "on": 0}
     warm = {"sent": 0.0, "yielded": 0.0, "skipped_busy": 0.0, "held_s": 0.0, "backoffs": 0.0}
+    load_before = os.getloadavg()[0]  # other work on the 2 cores moves every latency here
     reader = EngineReader(url, timeout_s=5.0)
     t_start = time.monotonic()
     async with (
@@ -320,7 +322,7 @@ async def real_ratio(url: str, cache: CacheClient, args: argparse.Namespace) -> 
         "backend_protection_real",
         twin="warm_live_p99",
         server=f"llama-server {modelserver.LLAMA_CPP.version}, {modelserver.MODEL_ALIAS}, "
-        "-t 1 -np 2",
+        "-t 1 -np 2 (slots and context as stoker serves it)",
         guarded=not args.real_unguarded,
         answer_alone_ms=round(alone * 1000, 1),
         live_qps=round(rate, 3),
@@ -332,6 +334,7 @@ async def real_ratio(url: str, cache: CacheClient, args: argparse.Namespace) -> 
         live_p50_ms_warm=round(pct(on, 50), 1),
         samples=[len(off), len(on)],
         live_errors=errors,
+        load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
         warm_sent=int(warm["sent"]),
         warm_yielded=int(warm["yielded"]),
         warm_held_s=round(warm["held_s"], 1),
