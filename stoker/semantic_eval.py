@@ -252,6 +252,9 @@ def run_verified(
     row.stats = {
         **matcher.stats.as_dict(),
         "budget_verdicts": sum(c for c, _ in per),
+        # (checked, judged wrong) per strength: a level opens only when every pair it would
+        # serve holds its bound, so two or three judged wrong among ~600 keep it shut
+        "budget_by_strength": [list(c) for c in per],
         **audited.as_dict(),
         "final_level": state.level,
         "final_cold_open": state.cold_open,

@@ -119,7 +119,11 @@ def test_run_verified__earlier_verdicts_start_the_stream_where_they_allow():
     row = run_verified("warm", st, counts=earlier).as_dict()
     assert row["final_level"] == 0 and row["budget_verdicts"] == min_evidence(0.01)
     earlier.add(_NS.tenant, "", strict, wrong=True)  # one wrong verdict: 1% no longer shown
-    assert run_verified("warm", st, counts=earlier).as_dict()["final_level"] == strict
+    row = run_verified("warm", st, counts=earlier).as_dict()
+    assert row["final_level"] == strict
+    # The row says which verdicts held the level: per strength, (checked, judged wrong).
+    assert row["budget_by_strength"][strict] == [min_evidence(0.01) + 1, 1]
+    assert sum(c for c, _ in row["budget_by_strength"]) == row["budget_verdicts"]
 
 
 def test_split_history__the_earlier_share_is_apart_from_the_stream():
