@@ -89,8 +89,13 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
             "200",
             "--top-n",
             "4",
+            # the real prefix cache's row: one 500-token system prompt, two requests
+            "--real-templates",
+            "1",
+            "--real-requests",
+            "2",
         ],
-        {"prefix_warm", "prefix_warm_busy"},
+        {"prefix_warm", "prefix_warm_busy", "prefix_warm_real"},
     ),
 }
 
