@@ -101,10 +101,10 @@ class StokerSettings(BaseSettings):
     conservative_threshold: float = Field(default=0.95, ge=0.0, le=1.0)
     # Which rule accepts a semantic hit: "static" (the cosine threshold above) or "verified"
     # (caches/matching/verified.py: served only where the backend's answers near the query
-    # agree, at the loosest level the error budget allows). Verified is the default: on
-    # eval-semantic (CLINC150) it beats static 0.92 both ways, with last week's verdicts (2.4x
-    # the hits at half the wrong share) and cold (1.3x at an eighth), README "Semantic hits that
-    # are right". Static stays one setting away, and the demo uses it (stoker/demo/run.py).
+    # agree, at the loosest level the error budget allows). Verified is the default: on the
+    # embedded real model it serves 1.3x static 0.92's hits at 0% wrong (its prompt-only rule,
+    # the answers being found blind), on simulated answers 1.7x at a tenth of the wrong share
+    # (docs/benchmarks.md). Static stays one setting away; the simulated demo uses it.
     semantic_matcher: Literal["static", "verified"] = "verified"
     # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
     # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
