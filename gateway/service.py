@@ -32,21 +32,47 @@ _START_S = 10.0
 _BACKLOG = 2048
 
 
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """While serving, the objects alive at start (the embedding model, torch, transformers: ~520k
-    of them) sit in the collector's permanent generation, and leave it when serving ends.
-    Why: a full collection walks every tracked object, and with the model loaded one took
-    740 ms here; the process then runs no Python, so every lookup in flight missed its 50 ms
-    budget (one such pause in a 30 s run of gateway_semantic_load cut ~30 lookups). Frozen,
-    a full collection walks only what serving made. The young generations are collected first
-    (~1 ms), so little garbage is frozen; what is, is collected after serving."""
-    gc.collect(1)
-    gc.freeze()
-    try:
-        yield
-    finally:
+class _WhileServing:
+    """Process-wide settings held while any gateway in the process serves: the first server to
+    start applies them and the last to stop undoes them. One process may host several (the
+    tests do, each on a thread), and the collector and the GIL belong to the process: a server
+    that stopped first would otherwise thaw, or reset, what another one still serves with."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._serving = 0
+        self._interval_before = 0.0
+
+    @contextlib.contextmanager
+    def hold(self, interval_s: float) -> Iterator[None]:
+        with self._lock:
+            self._serving += 1
+            if self._serving == 1:
+                self._apply(interval_s)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._serving -= 1
+                if self._serving == 0:
+                    self._undo()
+
+    def _apply(self, interval_s: float) -> None:
+        # The objects alive at start (the embedding model, torch, transformers: ~520k of them)
+        # sit in the collector's permanent generation while serving. A full collection walks
+        # every tracked object, and with the model loaded one took 740 ms here; the process then
+        # runs no Python, so every lookup in flight missed its 50 ms budget (one such pause in a
+        # 30 s run of gateway_semantic_load cut ~30 lookups). Frozen, a full collection walks
+        # only what serving made. The young generations are collected first (~1 ms), so little
+        # garbage is frozen; what is, is collected after serving.
+        gc.collect(1)
+        gc.freeze()
+        self._interval_before = sys.getswitchinterval()
+        sys.setswitchinterval(interval_s)
+
+    def _undo(self) -> None:
         gc.unfreeze()
+        sys.setswitchinterval(self._interval_before)
 
 
 # The GIL's switch interval while serving (CPython's default: 5 ms). A semantic lookup runs on
@@ -57,17 +83,7 @@ def frozen_heap() -> Iterator[None]:
 # against a 50 ms lookup budget; gateway_semantic_load: within_budget_share 0.973 at 1 ms
 # (load average 2.5 -> 1.5) against 0.931 at 5 ms (3.2 -> 2.8).
 SWITCH_INTERVAL_S = 0.001
-
-
-@contextlib.contextmanager
-def switch_interval(seconds: float) -> Iterator[None]:
-    """The GIL's switch interval set to `seconds` for the block (process-wide), then restored."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
+WHILE_SERVING = _WhileServing()
 
 
 class _Server(uvicorn.Server):
@@ -107,7 +123,7 @@ class GatewayServer:
 
     def serve(self) -> None:
         """Serve until stop() (blocks; run it on the main thread or in start())."""
-        with frozen_heap(), switch_interval(SWITCH_INTERVAL_S):
+        with WHILE_SERVING.hold(SWITCH_INTERVAL_S):
             self._server.run(sockets=[self._sock])
 
     def stop(self) -> None:

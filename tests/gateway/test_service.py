@@ -13,7 +13,7 @@ from warmers.backends.simhttp import SimulatorThread
 def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_after(
     make_gateway: GatewayFactory, sim: SimulatorThread
 ) -> None:
-    assert gc.get_freeze_count() == 0
+    before = gc.get_freeze_count()
     gw = make_gateway(sim.url)
     # Everything alive when serving began (the model, torch, the app) is out of reach of a full
     # collection, which walked ~520k objects in 740 ms with the model loaded
@@ -27,7 +27,25 @@ def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_aft
     assert r.choices[0].message.content
     gw.stop()
     gw.join(30)
-    assert gc.get_freeze_count() == 0  # serving over: the collector reaches them again
+    assert gc.get_freeze_count() == before  # serving over: the collector reaches them again
+
+
+def test_service__a_server_that_stops_first_leaves_the_other_frozen_and_fast(
+    make_gateway: GatewayFactory, sim: SimulatorThread
+) -> None:
+    """Two gateways in one process (the tests host several): the collector and the GIL belong
+    to the process, so the first to stop must not thaw or reset what the other serves with."""
+    before = gc.get_freeze_count(), sys.getswitchinterval()
+    first, second = make_gateway(sim.url), make_gateway(sim.url)
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000 and sys.getswitchinterval() == SWITCH_INTERVAL_S
+    first.stop()
+    first.join(30)
+    # still frozen (a few frozen objects are freed by their refcounts meanwhile), still 1 ms
+    assert gc.get_freeze_count() > frozen // 2 and sys.getswitchinterval() == SWITCH_INTERVAL_S
+    second.stop()
+    second.join(30)
+    assert (gc.get_freeze_count(), sys.getswitchinterval()) == before
 
 
 def test_service__the_gil_switches_every_millisecond_while_serving_and_as_before_after(
