@@ -40,7 +40,7 @@ HOW_SCORED = (
     "it read, the article revisions in it, the server process and the time). crossed: the "
     "text was only ever written for other tenants. stale: every answer with this text for "
     "this tenant read an article revision that the KB change had replaced before the hit was "
-    "served. Ambiguous texts are counted apart and not as wrong: 'shared' (written for this "
+    "served. Ambiguous texts are counted apart and not as wrong: 'mixed' (written for this "
     "tenant and for others too: a generic answer), 'stale_ambiguous' (written from both the "
     "old and the new revision: the change did not change it), 'retired_ambiguous' (written by "
     "the old and the new server alike). unattributed: no answer the model wrote has this text."
@@ -198,7 +198,7 @@ def backend_seconds(res: LiveResult) -> dict[str, Any]:
             "the gateway's misses, and the ledger relay's record of every call for the warms; "
             "the warming share is the warms' seconds over the warms' and the live misses' "
             "(the TTFT probes are a measurement, left out). The server runs two requests at "
-            "once and times each whole, so the sums count shared seconds twice: server_busy_s "
+            "once and times each whole, so the sums count overlapping seconds twice: server_busy_s "
             "is the wall time it held at least one request"
         ),
     }
@@ -344,7 +344,7 @@ def summary(report: dict[str, Any]) -> str:
         f"cross-tenant hits: {c['crossed']}; stale hits: {c['stale']} "
         f"({c['stale_after_invalidation_applied']} after the invalidation applied); "
         f"retired-model hits: {c['retired']}; unattributed: {c['unattributed']} "
-        f"(of {c['hits']} hits; ambiguous, not counted: shared {c['shared']}, "
+        f"(of {c['hits']} hits; ambiguous, not counted: mixed {c['mixed']}, "
         f"stale_ambiguous {c['stale_ambiguous']}, retired_ambiguous {c['retired_ambiguous']})",
         f"TTFT of the first {t['cold']['n']} requests after the deploy's restart: "
         f"cold p50 {_s(t['cold']['p50_ms'])} p99 {_s(t['cold']['p99_ms'])}; after the prefix "

@@ -9,7 +9,7 @@ For a hit of tenant T serving text X at time t, with S the sources of X:
 - unattributed: S is empty (no answer the model wrote is this text: the relay missed one, or
   the cache served something no model wrote);
 - crossed: no source is T's (the text was only ever written for other tenants);
-- shared: some sources are T's and some another tenant's. A short generic answer ("I'm sorry
+- mixed: some sources are T's and some another tenant's. A short generic answer ("I'm sorry
   for any confusion") is written for many tenants; serving it to T leaks nothing T's own
   requests did not get, so it is not counted crossed, and is counted apart;
 - stale: every one of T's sources read an article revision that a knowledge-base change had
@@ -65,7 +65,7 @@ class Cutover:
 class Verdict:
     unattributed: bool = False
     crossed: bool = False
-    shared: bool = False
+    mixed: bool = False
     stale: bool = False
     stale_ambiguous: bool = False
     retired: bool = False
@@ -128,7 +128,7 @@ class Attributor:
         stale = [self.stale_at(g, hit.at) for g in own]
         retired = [self.retired_at(g, hit.at) for g in own]
         return Verdict(
-            shared=len(own) < len(gens),
+            mixed=len(own) < len(gens),
             stale=all(stale),
             stale_ambiguous=any(stale) and not all(stale),
             retired=all(retired),

@@ -45,7 +45,7 @@ def test_attributor__text_only_written_for_another_tenant_is_crossed():
         [gen("Call Globex on +1 555 0100.", "globex")],
         ServedHit("acme", "Call Globex on +1 555 0100.", 20.0),
     )
-    assert v.crossed and not v.shared
+    assert v.crossed and not v.mixed
 
 
 def test_attributor__text_written_for_both_tenants_is_shared_not_crossed():
@@ -54,7 +54,7 @@ def test_attributor__text_written_for_both_tenants_is_shared_not_crossed():
         gen("I'm sorry for any confusion", "acme"),
     ]
     v = judge(gens, ServedHit("acme", "I'm sorry for any confusion", 20.0))
-    assert v.shared and not v.crossed
+    assert v.mixed and not v.crossed
 
 
 def test_attributor__a_text_written_after_the_hit_or_never_whole_is_no_source():
