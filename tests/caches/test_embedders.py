@@ -17,6 +17,7 @@ import redis
 from caches import keys as K
 from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from schemas.errors import BackendUnavailable, ConfigError
+from tests.waiting import wait_for
 
 
 def test_sentence_transformer__loads_offline_and_ranks_paraphrases(
@@ -217,7 +218,7 @@ def test_batching_embedder__a_lookup_goes_before_waiting_background_and_a_late_o
         with pytest.raises(EmbedDeadlinePassed):
             late.result(5)  # gave up at its deadline, the model still held
         urgent = pool.submit(_lookup, b, "urgent")
-        _wait_until(lambda: b.queued() == 2)  # "background" and "urgent" wait
+        wait_for(lambda: b.queued() == 2)  # "background" and "urgent" wait
         go.set()
         for f in (held, background, urgent):
             f.result(5)
@@ -281,7 +282,7 @@ def test_batching_embedder__serving_lookups_a_long_background_call_yields_betwee
         background = pool.submit(b.embed, texts)
         assert entered.wait(5)  # the model holds b1
         lookup = pool.submit(_lookup, b, "urgent")
-        _wait_until(lambda: b._lookups_waiting == 1)  # its turn asked for
+        wait_for(lambda: b._lookups_waiting == 1)  # its turn asked for
         go.set()
         rows = background.result(5)
         lookup.result(5)
@@ -315,7 +316,7 @@ def test_batching_embedder__a_lookup_pass_holds_what_fits_before_the_oldest_dead
         held = pool.submit(_lookup, b, "hold")
         assert entered.wait(5)
         queued = [pool.submit(_lookup, b, f"q{i}") for i in range(6)]
-        _wait_until(lambda: b.queued() == 6)
+        wait_for(lambda: b.queued() == 6)
         go.set()
         held.result(10)
         for f in queued:
@@ -325,13 +326,6 @@ def test_batching_embedder__a_lookup_pass_holds_what_fits_before_the_oldest_dead
     assert 4 <= len(inner.calls[1]) <= 5
     assert sorted(t for c in inner.calls[1:] for t in c) == [f"q{i}" for i in range(6)]
     b.close()
-
-
-def _wait_until(ready: Any, within_s: float = 5.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not ready():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.002)
 
 
 def test_pass_cost__a_fixed_share_lets_more_texts_fit_in_the_same_time() -> None:

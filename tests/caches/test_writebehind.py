@@ -47,13 +47,6 @@ class HeldWrites:
         return pipe
 
 
-def _wait_until(ready: Any, within_s: float = 5.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not ready():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.002)
-
-
 def test_cached_embedder__a_lookup_returns_before_its_write_back_lands(
     redis_client: redis.Redis,
 ) -> None:
