@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -29,8 +28,7 @@ from prometheus_client import REGISTRY
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
 from stoker import modelserver
-from stoker.embedded import LlamaServer, free_port
-from stoker.settings import StokerSettings
+from stoker.embedded import LlamaServer
 from streams.topics import topic_name
 from tests.gateway.conftest import GatewayFactory, client
 from tests.streams.conftest import read_topic
@@ -263,32 +261,10 @@ def test_real_model__a_miss_logs_the_servers_own_cost_as_gpu_ms(
 # -- the server dies mid-answer --
 
 
-@pytest.fixture
-def own_llama() -> Iterator[tuple[Any, int]]:
-    """(a factory of llama-servers on one fixed port, the port): for a test that kills one and
-    starts the next where the gateway already points; every one stopped at the end."""
-    s = StokerSettings()
-    got = modelserver.installed(
-        modelserver.cache_root(s.model_cache_dir), server=s.llama_server_bin,
-        model=s.llama_model_path)  # fmt: skip
-    port = free_port()
-    started: list[LlamaServer] = []
-
-    def start() -> LlamaServer:
-        srv = LlamaServer(got.server, got.model, modelserver.serve_options(s, port=port))
-        started.append(srv)
-        srv.start()
-        return srv
-
-    yield start, port
-    for srv in started:
-        srv.stop()
-
-
 def test_real_model__a_server_killed_mid_stream_is_a_clean_error_and_nothing_is_kept(
-    make_gateway: GatewayFactory, own_llama: tuple[Any, int], redis_client: redis.Redis
+    make_gateway: GatewayFactory, restartable_llama: tuple[Any, int], redis_client: redis.Redis
 ) -> None:
-    start, port = own_llama
+    start, port = restartable_llama
     first = start()
     gw = make_gateway(f"http://127.0.0.1:{port}/v1")
     c = sdk(gw)
