@@ -21,6 +21,17 @@ within ~15 min on this 2-core machine). Beside static 0.92 in the same run; `can
 every configuration's hits and wrong share (the static curve, the prompt-only rules, the
 verified matcher as shipped and as it was before its answer checks); goal 2x static 0.92's
 hits at <= 1% wrong, and never fewer hits than static 0.92 at a wrong share no worse.
+
+semantic_candidates_real: on the same answers and stream, label-free signals side by side
+(stoker/semantic_eval_candidates.py): the shipped matcher; a re-ask at temperature 0.7 judged
+against the cached answer; the model asked whether the two requests mean the same; a threshold
+per cached entry learned from shadow verdicts; the prompt guards alone at 0.84-0.90 (with their
+figures on all 5,500 test queries, which need no backend). Per candidate: hits, wrong share,
+ratio to static 0.92, the backend requests its checks need and the server's seconds for them;
+each check's yes rate on pairs of one intent and of another (scored by labels after the fact);
+and two monitors of the shipped matcher's hits (its answers', the model's word) with their
+bounds beside the true wrong share. The checks' answers are kept in the same answer cache
+within --candidates-budget seconds (a rerun asks nothing).
 """
 
 from __future__ import annotations
@@ -68,7 +79,9 @@ def simulated(args: argparse.Namespace) -> None:
 
 def real(args: argparse.Namespace) -> None:
     from stoker import modelserver
+    from stoker.semantic_eval import MONITOR_SHARE
     from stoker.semantic_eval_answers import AnswerCache, AskParams, default_cache_path
+    from stoker.semantic_eval_candidates import Candidates, measure
     from stoker.semantic_eval_real import backend_answers, evaluate_real, report_fields, sample
     from stoker.settings import StokerSettings
 
@@ -77,19 +90,27 @@ def real(args: argparse.Namespace) -> None:
     cache = AnswerCache(
         default_cache_path(modelserver.cache_root(StokerSettings().model_cache_dir))
     )
+    side = None
     try:
         with backend_answers(args.backend, None, AskParams, cache, s) as answers:
+            embedder = SentenceTransformerEmbedder()
             ev, report, got = evaluate_real(
-                SentenceTransformerEmbedder(), answers, s, seed=args.seed,
-                budget_s=args.ask_budget or None,
+                embedder, answers, s, seed=args.seed, budget_s=args.ask_budget or None,
             )  # fmt: skip
+            t1 = time.perf_counter()
+            if args.candidates_budget >= 0:
+                c = Candidates(ev, answers, embedder, budget_s=args.candidates_budget or None)
+                side = measure(c, args.seed, MONITOR_SHARE)
     finally:
         cache.close()
     out = ev.real_summary(report_fields(report, s, got))
     emit(
-        out.pop("name"), seed=args.seed, seconds=round(time.perf_counter() - t0, 1),
+        out.pop("name"), seed=args.seed, seconds=round(t1 - t0, 1),
         embed_s=round(ev.embed_seconds, 1), **out,
     )  # fmt: skip
+    if side is not None:
+        emit(side.pop("name"), seed=args.seed, seconds=round(time.perf_counter() - t1, 1),
+             **side)  # fmt: skip
 
 
 def main() -> None:
@@ -102,6 +123,10 @@ def main() -> None:
     ap.add_argument(
         "--ask-budget", type=float, default=480.0,
         help="real model: seconds to ask for answers the disk cache lacks (0: no limit)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--candidates-budget", type=float, default=300.0,
+        help="real model: seconds to ask for the candidates' checks (0: no limit; -1: skip them)",
     )  # fmt: skip
     ap.add_argument("--backend", help="real model: an OpenAI base URL (default: embedded)")
     ap.add_argument("--only", choices=("simulated", "real"), help="one half only")

@@ -50,6 +50,9 @@ class AskParams:
     system: str = SYSTEM_PROMPT
     max_tokens: int = MAX_TOKENS
     temperature: float = 0.0
+    # Above temperature 0, the re-ask is a second sample; False: one answer per prompt (a
+    # check's, not a query's two). Not part of the key: sample 0 is the same request either way.
+    reask: bool = True
 
     def body(self, prompt: str) -> dict[str, Any]:
         return {
@@ -70,7 +73,7 @@ class AskParams:
 
     def samples(self) -> tuple[int, int]:
         """The live answer's sample and the re-ask's: one request at temperature 0."""
-        return (0, 0) if self.temperature == 0 else (0, 1)
+        return (0, 1) if self.temperature > 0 and self.reask else (0, 0)
 
 
 class AnswerCache:
@@ -94,6 +97,17 @@ class AnswerCache:
             marks = ",".join("?" * len(part))
             rows = self._db.execute(f"SELECT key, text FROM answers WHERE key IN ({marks})", part)
             out.update(dict(rows.fetchall()))
+        return out
+
+    def server_ms_many(self, keys: Sequence[str]) -> dict[str, float]:
+        """What the server spent on each kept answer (llama.cpp's timings), whenever asked."""
+        out: dict[str, float] = {}
+        uniq = list(dict.fromkeys(keys))
+        for i in range(0, len(uniq), 500):
+            part = uniq[i : i + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT key, server_ms FROM answers WHERE key IN ({marks})"
+            out.update(dict(self._db.execute(sql, part).fetchall()))
         return out
 
     def put(self, key: str, text: str, server_ms: float, finish: str) -> None:
@@ -131,25 +145,67 @@ class AskReport:
         )
 
 
+class Endpoint:
+    """Where answers are asked: a base URL, or a server `start`ed on the first answer the cache
+    lacks (so a run whose answers are all kept starts none). Shared by every BackendAnswers of
+    one run (`sibling`): one server, never two generating."""
+
+    def __init__(self, base_url: str, start: Callable[[], str] | None = None) -> None:
+        self.base_url = base_url
+        self._start = start
+
+    @property
+    def started(self) -> bool:
+        return self._start is None
+
+    def url(self) -> str:
+        if self._start is not None:
+            self.base_url = self._start()
+            self._start = None
+        return self.base_url
+
+
 class BackendAnswers:
     """Each query's live answer and re-ask from a real server, through the disk cache."""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Endpoint,
         params: AskParams,
         cache: AnswerCache,
         *,
         parallel: int = PARALLEL,
         read_s: float = 120.0,
     ) -> None:
-        self.base_url = base_url
+        self.endpoint = base_url if isinstance(base_url, Endpoint) else Endpoint(base_url)
         self.params = params
         self.cache = cache
         self.parallel = parallel
         self.read_s = read_s
         self.report = AskReport()
         self._counted: set[str] = set()  # keys already counted in the report
+
+    @property
+    def base_url(self) -> str:
+        return self.endpoint.base_url
+
+    def sibling(self, params: AskParams) -> BackendAnswers:
+        """Other answers (another system prompt, temperature, length) from the same server and
+        answer cache, with a report of their own."""
+        return BackendAnswers(
+            self.endpoint, params, self.cache, parallel=self.parallel, read_s=self.read_s
+        )
+
+    def texts(self, prompts: Sequence[str]) -> dict[str, str]:
+        """The kept first answer of each of `prompts` that has one (nothing is asked)."""
+        keys = {p: self.params.key(p, 0) for p in prompts}
+        have = self.cache.get_many(list(keys.values()))
+        return {p: have[k] for p, k in keys.items() if k in have}
+
+    def server_seconds(self, prompts: Sequence[str]) -> float:
+        """What the server spent on the kept first answers of `prompts`, whenever asked."""
+        ms = self.cache.server_ms_many([self.params.key(p, 0) for p in prompts])
+        return sum(ms.values()) / 1000.0
 
     def keys(self, prompt: str) -> list[str]:
         return [self.params.key(prompt, s) for s in dict.fromkeys(self.params.samples())]
@@ -167,7 +223,7 @@ class BackendAnswers:
         read = {self.params.key(*w) for w in wanted if self.params.key(*w) in have}
         self.report.cached += len(read - self._counted)
         self._counted |= read | {self.params.key(*w) for w in todo}
-        if todo:
+        if todo and (deadline is None or time.monotonic() < deadline):  # else start nothing
             t0 = time.perf_counter()
             asyncio.run(self._ask_all(todo, deadline, progress))
             self.report.seconds += time.perf_counter() - t0
@@ -202,7 +258,8 @@ class BackendAnswers:
         done = 0
         t0 = time.perf_counter()
         timeouts = Timeouts(connect_s=5.0, read_s=self.read_s, pool_s=None)
-        async with OpenAIBackend(self.base_url, timeouts=timeouts, connections=self.parallel) as b:
+        url = self.endpoint.url()
+        async with OpenAIBackend(url, timeouts=timeouts, connections=self.parallel) as b:
 
             async def one(prompt: str, sample: int) -> None:
                 nonlocal done

@@ -24,6 +24,7 @@ from stoker.semantic_eval_answers import (
     AskParams,
     AskReport,
     BackendAnswers,
+    Endpoint,
     served_model,
 )
 from stoker.semantic_eval_data import OOS, Pairs, history_stream, load_clinc, query_stream
@@ -92,8 +93,8 @@ def backend_answers(
     said: Callable[[str], None] = lambda _: None,
 ) -> Iterator[BackendAnswers]:
     """The answers of `backend` to `s`; with none, of the embedded model server (llama-server,
-    SmolLM2-135M), started only when the answer cache lacks some, so that a rerun starts
-    nothing (the server's start alone took ~10 s on this loaded box). `params`: the ask
+    SmolLM2-135M), started only when the answer cache lacks one asked for, so that a rerun
+    starts nothing (the server's start alone took ~10 s on this loaded box). `params`: the ask
     parameters for a model name (`model`, else the one the server serves)."""
     if backend is not None:
         yield BackendAnswers(backend, params(model or served_model(backend)), cache)
@@ -105,14 +106,18 @@ def backend_answers(
     p = params(model or server.opts.alias)
     if all_cached(cache, p, s):
         said(f"every answer is in the answer cache: the embedded model ({p.model}) not started")
-        yield BackendAnswers(NOT_STARTED, p, cache)
-        return
-    said("starting the embedded model server (llama-server, SmolLM2-135M) ...")
-    server.start()
+
+    def start() -> str:
+        # later checks (eval-semantic --candidates) may still need some: started then
+        said("starting the embedded model server (llama-server, SmolLM2-135M) ...")
+        server.start()
+        return server.base_url
+
+    endpoint = Endpoint(NOT_STARTED, start)
     try:
-        yield BackendAnswers(server.base_url, p, cache)
+        yield BackendAnswers(endpoint, p, cache)
     finally:
-        server.stop()
+        server.stop()  # a no-op when never started
 
 
 # Side by side on real answers: the static curve, the same with the prompt guards (the

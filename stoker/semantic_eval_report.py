@@ -46,9 +46,17 @@ class Evaluation:
             "static092_hit_rate": base["hit_rate"],
             "static092_wrong_share": base["wrong_share"],
             "ratio": ours["hit_rate"] / max(base["hit_rate"], 1e-9),
+            # None, with the reason, where the monitor's judgement says nothing (its answers
+            # do not tell meanings apart: semantic_eval._Tally)
             "monitor_bound": ours["monitor_bound"],
+            "monitor_informative": ours["monitor_informative"],
+            **{k: ours[k] for k in ("monitor_reason", "monitor_answer_bound") if k in ours},
             "true_wrong": ours["wrong_share"],
-            "bound_covers": ours["monitor_bound"] >= ours["wrong_share"],
+            "bound_covers": (
+                None
+                if ours["monitor_bound"] is None
+                else ours["monitor_bound"] >= ours["wrong_share"]
+            ),
             # The matcher's decision per lookup (agreement checks, the fallback's rule), each a
             # percentile of its own durations; the whole lookup (search + decision) beside
             # static 0.92's in the same run.
@@ -122,9 +130,6 @@ class Evaluation:
                 "ratio": round(d["hit_rate"] / max(base["hit_rate"], 1e-9), 3),
             }  # fmt: skip
         s["candidates"] = cands
-        # The monitor judges by the same answers: where they do not separate meanings its
-        # bound covers by being wide, not by knowing (the answer checks say which).
-        s["monitor_informative"] = s["answers"] == "separates"
         s["never_below_static"] = (
             s["hit_rate"] >= base["hit_rate"] and s["wrong_share"] <= base["wrong_share"]
         )

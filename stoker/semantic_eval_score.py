@@ -25,6 +25,8 @@ class QualityRow:
     stats: dict[str, Any] = field(default_factory=dict)
     first_hits: int = 0  # over the first FIRST queries: a young cache
     first_wrong: int = 0
+    # (query, served entry) stream indices of every hit: what a monitor would check
+    served: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         first = min(self.queries, FIRST)
@@ -68,6 +70,7 @@ class Scorer:
             self.cached.add(label)
             return False
         wrong = self.wrong(i, hit)
+        r.served.append((i, hit))
         r.hits += 1
         r.oos_hits += label == self.oos
         r.wrong += wrong

@@ -4,8 +4,9 @@ OpenAI-compatible server) or the simulator's (protocol in stoker/semantic_eval.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -15,6 +16,11 @@ from schemas.errors import UsageError
 from stoker.app import app, console, examples
 from stoker.semantic_eval_data import Pairs
 
+if TYPE_CHECKING:
+    from caches.embedders import Embedder
+    from stoker.semantic_eval_answers import BackendAnswers
+    from stoker.semantic_eval_report import Evaluation
+
 
 @app.command(
     "eval-semantic",
@@ -22,6 +28,7 @@ from stoker.semantic_eval_data import Pairs
     epilog=examples(
         "stoker eval-semantic   (the embedded real model, a sample: <= 15 min cold)",
         "stoker eval-semantic --backend http://gpu-0:8000/v1 --limit 2000",
+        "stoker eval-semantic --candidates   (label-free signals side by side, real answers)",
         "stoker eval-semantic --simulated --data mine.csv --label-col intent",
     ),
 )
@@ -93,6 +100,20 @@ def eval_semantic(
     only: Annotated[
         str, typer.Option(help="comma-separated configuration names; empty = all")
     ] = "",
+    candidates: Annotated[
+        bool,
+        typer.Option(
+            "--candidates",
+            help="also measure label-free signals side by side on the real answers (the "
+            "model as judge, a re-ask at 0.7, learned thresholds, prompt guards)",
+        ),
+    ] = False,
+    candidates_budget: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="seconds to ask the backend for the candidates' checks (0: no limit)"
+        ),
+    ] = 300.0,
 ) -> None:
     """Stream labelled queries through the semantic cache (Qdrant Edge, all-MiniLM-L6-v2) under
     the static curve and the verified matcher, with a model server's answers (kept on disk, so
@@ -102,6 +123,8 @@ def eval_semantic(
 
     if simulated and (backend or model):
         raise UsageError("--simulated takes no --backend or --model: its answers are its own")
+    if candidates and simulated:
+        raise UsageError("--candidates measures a real backend's answers: not with --simulated")
     if cold and (history is not None or history_share):
         raise UsageError("--cold takes no --history or --history-share")
     if history is not None and history_share:
@@ -118,13 +141,15 @@ def eval_semantic(
     if history is not None:
         earlier = load_csv(history, text_col, label_col)
     names = [n for n in only.split(",") if n] or None
+    if candidates and names and not {"stoker", "static_0.92"} <= set(names):
+        raise UsageError("--candidates compares with stoker and static_0.92: --only needs both")
     common: dict[str, Any] = dict(seed=seed, max_wrong_rate=max_wrong_rate, oos_label=oos_label)
     if simulated:
         _simulated(json_out, rows, earlier, names, limit, cold, common)
         return
     _real(json_out, rows, earlier, names, common, _Ask(
         backend, model, temperature, max_tokens, ask_budget, answer_cache,
-        limit, history_limit,
+        limit, history_limit, candidates, candidates_budget or None,
     ))  # fmt: skip
 
 
@@ -139,7 +164,10 @@ class _Ask:
         cache: Path | None,
         limit: int,
         history: int,
+        candidates: bool = False,
+        candidates_budget_s: float | None = None,  # None: no limit
     ) -> None:
+        self.candidates, self.candidates_budget_s = candidates, candidates_budget_s
         self.backend, self.model = backend, model
         self.temperature, self.max_tokens = temperature, max_tokens
         self.budget_s, self.cache = budget_s, cache
@@ -183,16 +211,20 @@ def _real(
         return AskParams(m, max_tokens=ask.max_tokens, temperature=ask.temperature)
 
     cache = AnswerCache(path)
+    side = None
     try:
         with (
             backend_answers(ask.backend, ask.model, params, cache, s, console.print) as answers,
             console.status("evaluating") as status,
         ):
+            embedder = SentenceTransformerEmbedder()
             ev, report, got = evaluate_real(
-                SentenceTransformerEmbedder(), answers, s, seed=common["seed"],
+                embedder, answers, s, seed=common["seed"],
                 budget_s=ask.budget_s or None, max_wrong_rate=common["max_wrong_rate"],
                 names=names or REAL_NAMES, progress=lambda m: status.update(m),
             )  # fmt: skip
+            if ask.candidates:
+                side = _candidates(ev, answers, embedder, ask, common["seed"], status.update)
     finally:
         cache.close()
     console.print(f"{report.line()} (kept in {path})", soft_wrap=True)
@@ -201,7 +233,7 @@ def _real(
     if {"stoker", "static_0.92"} <= {r.name for r in ev.rows}:
         summary = ev.real_summary(report_fields(report, s, got))
     if json_out:
-        for line in [*rows_out, *([summary] if summary else [])]:
+        for line in [*rows_out, *([summary] if summary else []), *([side] if side else [])]:
             typer.echo(orjson.dumps(line).decode())
         return
     _table(rows_out, ev.answers_from)
@@ -213,6 +245,44 @@ def _real(
             soft_wrap=True,
         )
         _headline(summary, ev.embed_seconds)
+    if side:
+        _candidates_table(side)
+
+
+def _candidates(
+    ev: Evaluation,
+    answers: BackendAnswers,
+    embedder: Embedder,
+    ask: _Ask,
+    seed: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    from stoker.semantic_eval import MONITOR_SHARE
+    from stoker.semantic_eval_candidates import Candidates, measure
+
+    c = Candidates(ev, answers, embedder, budget_s=ask.candidates_budget_s, progress=progress)
+    return measure(c, seed, MONITOR_SHARE)
+
+
+def _candidates_table(side: dict[str, Any]) -> None:
+    t = Table(title=f"label-free candidates (answers: {side['answers_from']})")
+    cols = ("candidate", "rule", "hits", "wrong", "x static 0.92", "calls", "server s", "all 5,500")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("candidate", "rule") else "right")
+    for r in side["candidates"]:
+        full = f"{r['full_ratio']:.2f}x, {r['full_wrong_share']:.2%}" if "full_hits" in r else ""
+        t.add_row(
+            r["name"], r["rule"], str(r["hits"]), f"{r['wrong_share']:.2%}", f"{r['ratio']:.2f}",
+            str(r["extra_calls"]), f"{r['extra_server_s']:.0f}", full,
+        )  # fmt: skip
+    console.print(t)
+    best = side["best"]
+    console.print(
+        f"most hits at <= 1% wrong: {best} ({side['best_ratio']}x static 0.92); goal 2x "
+        f"{'met' if side['goal_met'] else 'not met'}; the candidates asked the backend for "
+        f"{side['candidates_asked']} answers in {side['candidates_asked_s']:.0f} s",
+        soft_wrap=True,
+    )
 
 
 def _simulated(
@@ -258,10 +328,14 @@ def _simulated(
 
 
 def _headline(summary: dict[str, Any], embed_s: float) -> None:
+    monitor = (
+        f"monitor bound {summary['monitor_bound']:.2%} (true {summary['true_wrong']:.2%})"
+        if summary["monitor_bound"] is not None
+        else "monitor bound not informative: it judges by answers that do not separate"
+    )
     console.print(
         f"verified: {summary['ratio']:.2f}x the hit rate of static 0.92, wrong share "
-        f"{summary['wrong_share']:.2%} vs {summary['static092_wrong_share']:.2%}; monitor "
-        f"bound {summary['monitor_bound']:.2%} (true {summary['true_wrong']:.2%}); the "
+        f"{summary['wrong_share']:.2%} vs {summary['static092_wrong_share']:.2%}; {monitor}; the "
         f"matcher's decision p50 {summary['verification_ms_p50']:.2f} ms, "
         f"p99 {summary['verification_ms_p99']:.2f} ms; embedding {embed_s:.0f} s",
         soft_wrap=True,

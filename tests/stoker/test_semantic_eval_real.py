@@ -104,6 +104,9 @@ def test_evaluate__answers_that_tell_nothing_put_it_on_the_prompt_rule_never_bel
     assert ours["hits"] >= static["hits"] and ours["wrong_share"] <= static["wrong_share"]
     s = ev.summary()
     assert s["answers_from"] == "blind" and s["answers"] == "blind"
+    # The monitor judges by those same answers: it says its bound means nothing, and why.
+    assert s["monitor_bound"] is None and s["monitor_informative"] is False
+    assert "blind" in s["monitor_reason"] and s["bound_covers"] is None
     # Durations are each a percentile of their own, never a difference of two.
     assert 0 <= s["verification_ms_p50"] <= s["verification_ms_p99"]
     assert TRUSTING in {r.name for r in ev.rows}
