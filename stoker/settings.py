@@ -148,8 +148,9 @@ class StokerSettings(BaseSettings):
     # The share of near misses (a candidate short of the serving level) whose live answer is
     # judged against the candidate's, as budget evidence. Free: the verified matcher embeds
     # every stored answer anyway, so a check is one dot product and one counter write. All of
-    # them by default; that samples near misses more than the monitor samples hits, and near
-    # misses are the weaker strengths, so a looser level's bound leans high (never low).
+    # them by default. The budget weighs each verdict by the inverse of its share (this one,
+    # or the monitor's for an audit), so near misses checked more often than hits are audited
+    # do not stand for more traffic than they are; keep both shares as the processes run them.
     budget_shadow_share: float = Field(default=1.0, ge=0.0, le=1.0)
     exact_ttl_s: int = Field(default=86_400, gt=0)
     semantic_ttl_s: int = Field(default=86_400, gt=0)

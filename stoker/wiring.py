@@ -31,6 +31,7 @@ from caches.embedders import (
 from caches.l1 import L1Cache
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
+from caches.matching.bounds import Shares
 from caches.matching.budget import ErrorBudget, ServingLevels
 from caches.matching.calibration import AnswerChecks
 from caches.matching.cold import DEFAULT_COLD
@@ -218,8 +219,11 @@ def build_judge(s: StokerSettings) -> AnswerJudge:
 
 
 def build_budget(s: StokerSettings, r: redis.Redis) -> ErrorBudget:
-    """The error budget over the verdict counts in Redis, shared by every replica."""
-    return ErrorBudget(RedisCounts(r, s.budget_window_s), len(LADDER), s.max_wrong_hit_rate)
+    """The error budget over the verdict counts in Redis, shared by every replica; its verdicts
+    weighed by the shares they are sampled at (caches/matching/bounds.py)."""
+    shares = Shares(audited=s.monitor_share, shadow=s.budget_shadow_share)
+    counts = RedisCounts(r, s.budget_window_s)
+    return ErrorBudget(counts, len(LADDER), s.max_wrong_hit_rate, shares=shares)
 
 
 def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudget | None]:

@@ -4,7 +4,8 @@ For each sampled hit the backend is asked the query again (off-peak, at a capped
 caller's job), and the fresh answer is judged against the served one (AnswerJudge: embeddings
 and lexical guards on the texts). The verdict
 - is one audit record (query, served entry, score, rule, verdict);
-- is evidence for the error budget, at the hit's strength (caches/matching/budget.py);
+- is evidence for the error budget, at the hit's strength, as an audit (caches/matching/budget.py:
+  audits and shadow checks are sampled at different shares and weighed apart);
 - and leaves a probe in the store: the query's vector with the fresh answer's, so the next
   lookups near it see what the backend said there (a verified matcher's neighbours).
 The running tally gives the monitor's estimate of the served wrong rate, and its bound.
@@ -77,7 +78,9 @@ class Auditor:
         t.checked += 1
         t.wrong += not j.same
         if self.budget is not None and hit.strength is not None:
-            self.budget.record(hit.ns.tenant, hit.route, hit.strength, wrong=not j.same)
+            self.budget.record(
+                hit.ns.tenant, hit.route, hit.strength, wrong=not j.same, audited=True
+            )
         if self.checks is not None:
             self.checks.audited(hit.ns.tenant, hit.score, j.same)
         audit = Audit(

@@ -1,17 +1,22 @@
 """An error budget per tenant and route: serve at the loosest level whose wrong-hit rate is
 shown, by the monitor's verdicts, to be at or under the operator's maximum (delta).
 
-Evidence is a verdict per checked pair: (strength, wrong). A verdict comes from
-- the monitor's audit of a served hit (re-asked, the fresh answer judged against the served
-  one), with the hit's strength;
-- a shadow check of a miss: a candidate existed but fell short of the serving level, the
-  backend then answered the query, and that live answer is judged against the candidate's
-  (no re-ask: the gateway had to ask anyway).
+Evidence is a verdict per checked pair: (strength, wrong), in one of two strata by how the
+pair was sampled:
+- audited: the monitor's audit of a served hit (re-asked, the fresh answer judged against the
+  served one), with the hit's strength; a share of served hits (`Shares.audited`, 0.2);
+- shadow: a shadow check of a miss: a candidate existed but fell short of the serving level,
+  the backend then answered the query, and that live answer is judged against the
+  candidate's (no re-ask: the gateway had to ask anyway); a share of near misses
+  (`Shares.shadow`, 1.0).
 Levels are nested (verified.py), so a pair of strength s is evidence for every level <= s.
 For each level, the one-sided 95% Clopper-Pearson upper bound of its wrong rate is computed
-from the pairs that level would have served; the serving level is the loosest whose bound is
-at or under delta, and the strictest level when none is (too little evidence is not evidence
-of safety). Loosening needs evidence; tightening follows as soon as verdicts go wrong.
+from the pairs that level would have served, each weighed by the inverse of its sampling
+share (bounds.py: a looser level's marginal pairs are all near misses, checked 5x as often as
+the served pairs beside them, and counted alike they held every looser level's bound over
+delta); the serving level is the loosest whose bound is at or under delta, and the strictest
+level when none is (too little evidence is not evidence of safety). Loosening needs evidence;
+tightening follows as soon as verdicts go wrong.
 
 ServingLevels is what a lookup asks: the level per (tenant, route), read from the counts at
 most every `refresh_s` (the counts live in Redis, shared by replicas: counts.py), and kept when
@@ -31,51 +36,29 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from caches.matching.base import Query
+from caches.matching.bounds import CONFIDENCE, Shares, Strata
+from caches.matching.bounds import shown_within as shown_within  # re-exported: callers' home
+from caches.matching.bounds import upper_bound as upper_bound
 from schemas.errors import CacheUnavailable
 
 log = logging.getLogger(__name__)
 
-CONFIDENCE = 0.95
-
-
-def upper_bound(wrong: int, checked: int, confidence: float = CONFIDENCE) -> float:
-    """One-sided Clopper-Pearson upper bound of a binomial rate (1.0 for no evidence)."""
-    if checked <= 0:
-        return 1.0
-    if wrong >= checked:
-        return 1.0
-    alpha = 1.0 - confidence
-    lo, hi = wrong / checked, 1.0
-    for _ in range(60):  # bisection: P(X <= wrong | checked, p) falls as p grows
-        mid = (lo + hi) / 2
-        if _binom_cdf(wrong, checked, mid) > alpha:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    if p <= 0.0:
-        return 1.0
-    if p >= 1.0:
-        return 0.0 if k < n else 1.0
-    lp, lq = math.log(p), math.log1p(-p)
-    base = math.lgamma(n + 1)
-    return sum(
-        math.exp(base - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
-        for i in range(k + 1)
-    )
+ALIKE = Shares()  # every verdict sampled in full: all weigh alike
 
 
 class VerdictCounts(Protocol):
-    """Where verdicts accumulate: per (tenant, route), per strength, (checked, wrong)."""
+    """Where verdicts accumulate: per (tenant, route), per strength, per stratum (Strata: shadow
+    checks, audits). `add` counts a shadow check unless `audited`; `add_once` an audit."""
 
-    def add(self, tenant: str, route: str, strength: int, wrong: bool) -> None: ...
-
-    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]: ...
+    def add(
+        self, tenant: str, route: str, strength: int, wrong: bool, *, audited: bool = False
+    ) -> None: ...
 
     def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool: ...
+
+    def read_strata(self, tenant: str, route: str, levels: int) -> list[Strata]: ...
+
+    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]: ...
 
 
 class MemoryCounts:
@@ -84,27 +67,36 @@ class MemoryCounts:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # (tenant, route) -> strength -> [shadow, shadow wrong, audited, audited wrong]
         self._c: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(dict)
         self._once: set[tuple[str, str]] = set()
 
-    def add(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
+    def add(
+        self, tenant: str, route: str, strength: int, wrong: bool, *, audited: bool = False
+    ) -> None:
+        at = 2 if audited else 0
         with self._lock:
-            cell = self._c[(tenant, route)].setdefault(strength, [0, 0])
-            cell[0] += 1
-            cell[1] += int(wrong)
+            cell = self._c[(tenant, route)].setdefault(strength, [0, 0, 0, 0])
+            cell[at] += 1
+            cell[at + 1] += int(wrong)
 
     def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
+        """add an audit, once per `once` (the audited request's event id); True: counted."""
         with self._lock:
             if (tenant, once) in self._once:
                 return False
             self._once.add((tenant, once))
-        self.add(tenant, route, strength, wrong)
+        self.add(tenant, route, strength, wrong, audited=True)
         return True
 
-    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
+    def read_strata(self, tenant: str, route: str, levels: int) -> list[Strata]:
         with self._lock:
             got = self._c.get((tenant, route), {})
-            return [tuple(got.get(s, (0, 0))) for s in range(levels)]  # type: ignore[misc]
+            return [Strata(*got.get(s, (0, 0, 0, 0))) for s in range(levels)]
+
+    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
+        """(checked, wrong) per strength, both strata together."""
+        return [(c.checked, c.wrong) for c in self.read_strata(tenant, route, levels)]
 
     def copy(self) -> MemoryCounts:
         """The same verdicts, counted on from here without touching these (one evaluation's
@@ -117,23 +109,15 @@ class MemoryCounts:
         return out
 
 
-def shown_within(wrong: int, checked: int, delta: float, confidence: float = CONFIDENCE) -> bool:
-    """upper_bound(wrong, checked) <= delta, from one binomial CDF instead of a bisection (the
-    bound is at or under delta exactly when seeing `wrong` or fewer at rate delta is that
-    unlikely): what choosing a level needs, ~60x cheaper than the bound itself."""
-    if checked <= 0 or wrong >= checked:
-        return False
-    return _binom_cdf(wrong, checked, delta) <= 1.0 - confidence
-
-
 @dataclass(frozen=True)
 class LevelBound:
-    """The pairs a level would have served; `bound` is computed when first read (a gauge reads
-    the serving level's only; choosing the level needs `within`)."""
+    """The pairs a level would have served: (checked, wrong) as weighted counts (bounds.py:
+    whole numbers where every stratum weighs alike); `bound` is computed when first read (a
+    gauge reads the serving level's only; choosing the level needs `within`)."""
 
     level: int
-    checked: int
-    wrong: int
+    checked: float
+    wrong: float
 
     @functools.cached_property
     def bound(self) -> float:
@@ -159,9 +143,20 @@ class ErrorBudget:
     """Verdicts per strength 0..levels-1 (the ladder's, nested), and one more slot, `cold`
     (= levels), for the cold rule (cold.py), which is no ladder level: its verdicts are its own
     and count for no level. Two slots past it hold the answer checks (calibration.py), in the
-    same counts: `near` (a pair disagreeing counts as wrong) and `unrelated` (agreeing does)."""
+    same counts: `near` (a pair disagreeing counts as wrong) and `unrelated` (agreeing does).
 
-    def __init__(self, counts: VerdictCounts, levels: int, max_wrong_rate: float) -> None:
+    `shares`: how the ladder's verdicts were sampled, to weigh them (bounds.py); the default
+    weighs every verdict alike. The slots past the ladder are read unweighted: each holds one
+    rule's (or one check's) pairs, whose sampling does not tilt them toward any strength."""
+
+    def __init__(
+        self,
+        counts: VerdictCounts,
+        levels: int,
+        max_wrong_rate: float,
+        *,
+        shares: Shares = ALIKE,
+    ) -> None:
         if not 0.0 < max_wrong_rate < 1.0:
             raise ValueError(f"max wrong-hit rate {max_wrong_rate} must lie in (0, 1)")
         if levels < 1:
@@ -172,13 +167,18 @@ class ErrorBudget:
         self.near = levels + 1
         self.unrelated = levels + 2
         self.delta = max_wrong_rate
+        self.shares = shares
 
-    def record(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
+    def record(
+        self, tenant: str, route: str, strength: int, wrong: bool, *, audited: bool = False
+    ) -> None:
+        """One verdict: a shadow check of a near miss, or (`audited`) the monitor's audit of a
+        served hit."""
         if 0 <= strength <= self.cold:
-            self.counts.add(tenant, route, strength, wrong)
+            self.counts.add(tenant, route, strength, wrong, audited=audited)
 
     def record_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
-        """record, once per `once` (the audited request's event id); True when it counted."""
+        """An audit, once per `once` (the audited request's event id); True when it counted."""
         if not 0 <= strength <= self.cold:
             return False
         return self.counts.add_once(tenant, route, strength, wrong, once)
@@ -189,20 +189,18 @@ class ErrorBudget:
         self.counts.add(tenant, route, self.near if near else self.unrelated, counted)
 
     def evidence(self, tenant: str, route: str) -> Evidence:
-        """Per level: the pairs it would have served (and the bound of their wrong rate); the
-        cold rule's verdicts; the answer checks. One read."""
-        per = self.counts.read(tenant, route, self.levels + 3)
-        out, checked, wrong = [], 0, 0
+        """Per level: the pairs it would have served, weighed (and the bound of their wrong
+        rate); the cold rule's verdicts; the answer checks. One read."""
+        per = self.counts.read_strata(tenant, route, self.levels + 3)
+        out, acc = [], Strata()
         for level in reversed(range(self.levels)):  # strongest pairs count for every level
-            checked += per[level][0]
-            wrong += per[level][1]
-            out.append(LevelBound(level, checked, wrong))
-        return Evidence(
-            out[::-1],
-            LevelBound(self.cold, *per[self.cold]),
-            LevelBound(self.near, *per[self.near]),
-            LevelBound(self.unrelated, *per[self.unrelated]),
-        )
+            acc = acc.plus(per[level])
+            out.append(LevelBound(level, *self.shares.weigh(acc)))
+
+        def whole(slot: int) -> LevelBound:
+            return LevelBound(slot, per[slot].checked, per[slot].wrong)
+
+        return Evidence(out[::-1], whole(self.cold), whole(self.near), whole(self.unrelated))
 
     def bounds(self, tenant: str, route: str) -> list[LevelBound]:
         return self.evidence(tenant, route).ladder

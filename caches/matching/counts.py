@@ -4,8 +4,16 @@ MemoryCounts (budget.py) keeps one process's verdicts: with N gateway replicas e
 1/N of the evidence, and loosen N times later; a restart would forget it all. RedisCounts keeps
 them per tenant, route and time bucket (caches/constants.py):
 
-    stk:{t:<tenant>}:b:<route>:<bucket>   hash  c<strength> -> checked, w<strength> -> wrong
+    stk:{t:<tenant>}:b:<route>:<bucket>   hash  c<strength> -> shadow checks, w<strength> ->
+                                                  their wrong; ac<strength> -> audits,
+                                                  aw<strength> -> their wrong
 
+- the two strata (bounds.py: shadow checks of near misses, the monitor's audits of hits) are
+  kept apart because they are sampled at different shares and weighed by them; audits got
+  fields of their own (ac/aw) beside the fields every verdict used before (c/w). So an
+  upgrade moves nothing: what was counted before reads as shadow checks (most of it was:
+  every near miss against a fifth of the hits), which weighs it as it was weighed then, and it
+  ages out within a window; an older reader skips ac/aw fields (no strength parses from them);
 - one tenant's keys share its hash tag, so the read (all buckets of a window, summed) is one
   script on one slot, on a server and on Redis Cluster alike;
 - a verdict lands in the current bucket (bucket = now // (window / BUDGET_BUCKETS)); a read sums
@@ -28,40 +36,40 @@ import redis
 from caches import constants as C
 from caches.boundary import redis_boundary
 from caches.keys import enc, tenant_tag
+from caches.matching.bounds import Strata
 
-# KEYS: one bucket. ARGV: strength, wrong (0/1), ttl seconds.
+# KEYS: one bucket. ARGV: strength, wrong (0/1), ttl seconds, stratum ('' shadow, 'a' audit).
 _ADD_LUA = """
-redis.call('HINCRBY', KEYS[1], 'c' .. ARGV[1], 1)
-if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'w' .. ARGV[1], 1) end
+redis.call('HINCRBY', KEYS[1], ARGV[4] .. 'c' .. ARGV[1], 1)
+if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], ARGV[4] .. 'w' .. ARGV[1], 1) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
 # KEYS: one bucket, the request's mark. ARGV: strength, wrong (0/1), ttl seconds. 0: counted
-# already (the mark was there), 1: counted now.
+# already (the mark was there), 1: counted now. Always an audit (ac/aw).
 _ADD_ONCE_LUA = """
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[3]) then return 0 end
-redis.call('HINCRBY', KEYS[1], 'c' .. ARGV[1], 1)
-if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'w' .. ARGV[1], 1) end
+redis.call('HINCRBY', KEYS[1], 'ac' .. ARGV[1], 1)
+if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'aw' .. ARGV[1], 1) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# KEYS: the window's buckets (one tenant: one slot). ARGV: levels. Returns c0, w0, c1, w1, ...
+# KEYS: the window's buckets (one tenant: one slot). ARGV: levels. Returns per strength its
+# Strata (c, w, ac, aw): c0, w0, ac0, aw0, c1, ...
 _READ_LUA = """
 local levels = tonumber(ARGV[1])
+local at = {c = 1, w = 2, ac = 3, aw = 4}
 local out = {}
-for i = 1, 2 * levels do out[i] = 0 end
+for i = 1, 4 * levels do out[i] = 0 end
 for _, k in ipairs(KEYS) do
   local vals = redis.call('HGETALL', k)
   for j = 1, #vals, 2 do
-    local f = vals[j]
-    local s = tonumber(string.sub(f, 2))
-    if s ~= nil and s >= 0 and s < levels then
-      local kind = string.sub(f, 1, 1)
-      if kind == 'c' then out[2 * s + 1] = out[2 * s + 1] + tonumber(vals[j + 1])
-      elseif kind == 'w' then out[2 * s + 2] = out[2 * s + 2] + tonumber(vals[j + 1]) end
-    end
+    local kind, num = string.match(vals[j], '^(%a+)(%d+)$')
+    local off = kind and at[kind]
+    local s = off and tonumber(num)
+    if s and s < levels then out[4 * s + off] = out[4 * s + off] + tonumber(vals[j + 1]) end
   end
 end
 return out
@@ -101,15 +109,18 @@ class RedisCounts:
     def _bucket(self) -> int:
         return int(self.clock() // self.bucket_s)
 
-    def add(self, tenant: str, route: str, strength: int, wrong: bool) -> None:
+    def add(
+        self, tenant: str, route: str, strength: int, wrong: bool, *, audited: bool = False
+    ) -> None:
+        """Count a shadow check, or (`audited`) an audit."""
         if strength < 0:
             raise ValueError(f"strength {strength} is no level")
         key = budget_key(tenant, route, self._bucket())
         with redis_boundary("budget add"):
-            self._add(keys=[key], args=[strength, int(wrong), self.ttl_s])
+            self._add(keys=[key], args=[strength, int(wrong), self.ttl_s, "a" if audited else ""])
 
     def add_once(self, tenant: str, route: str, strength: int, wrong: bool, once: str) -> bool:
-        """add, unless a verdict was counted for `once` (a request's event id) in this window:
+        """add an audit, unless one was counted for `once` (a request's event id) in this window:
         the monitor may re-ask a re-delivered record, its verdict counts once. True: counted."""
         if strength < 0:
             raise ValueError(f"strength {strength} is no level")
@@ -117,9 +128,13 @@ class RedisCounts:
         with redis_boundary("budget add"):
             return bool(self._add_once(keys=keys, args=[strength, int(wrong), self.ttl_s]))
 
-    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
+    def read_strata(self, tenant: str, route: str, levels: int) -> list[Strata]:
         now = self._bucket()
         keys = [budget_key(tenant, route, b) for b in range(now - C.BUDGET_BUCKETS, now + 1)]
         with redis_boundary("budget read"):
             flat = [int(x) for x in self._read(keys=keys, args=[levels])]
-        return [(flat[2 * s], flat[2 * s + 1]) for s in range(levels)]
+        return [Strata(*flat[4 * s : 4 * s + 4]) for s in range(levels)]
+
+    def read(self, tenant: str, route: str, levels: int) -> list[tuple[int, int]]:
+        """(checked, wrong) per strength, both strata together."""
+        return [(c.checked, c.wrong) for c in self.read_strata(tenant, route, levels)]

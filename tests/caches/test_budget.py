@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from caches.matching.bounds import Shares, Strata
 from caches.matching.budget import ErrorBudget, MemoryCounts, shown_within, upper_bound
 
 
@@ -73,6 +74,53 @@ def test_memory_counts__a_copy_counts_on_alone():
     assert base.add_once("t", "r", 1, wrong=False, once="ev1")
     c = base.copy()
     assert c.read("t", "r", 3) == base.read("t", "r", 3) == [(0, 0), (1, 0), (1, 1)]
+    assert c.read_strata("t", "r", 3)[1:] == [Strata(0, 0, 1, 0), Strata(1, 1, 0, 0)]
     c.add("t", "r", 2, wrong=False)
     assert not c.add_once("t", "r", 1, wrong=False, once="ev1")  # the marks come along
     assert c.read("t", "r", 3)[2] == (2, 1) and base.read("t", "r", 3)[2] == (1, 1)
+
+
+def _sampled(shadow_wrong: int) -> ErrorBudget:
+    """A route served at level 2 of 3: 400 audits of its hits (strength 2, a fifth of 2,000
+    served, all clean), 300 shadow checks of its near misses at strength 1 (every one
+    checked), `shadow_wrong` of them wrong, and 100 at strength 0, 20 wrong (level 0 is bad
+    whatever the weights); the production shares."""
+    b = ErrorBudget(
+        MemoryCounts(), levels=3, max_wrong_rate=0.01, shares=Shares(audited=0.2, shadow=1.0)
+    )
+    for _ in range(400):
+        b.record("acme", "", 2, wrong=False, audited=True)
+    for i in range(300):
+        b.record("acme", "", 1, wrong=i < shadow_wrong)
+    for i in range(100):
+        b.record("acme", "", 0, wrong=i < 20)
+    return b
+
+
+def test_budget__weighs_oversampled_near_misses_down_and_loosens():
+    # Level 1 would serve the 2,000 hits and the 300 near misses: 3 wrong in 2,300 (0.13%).
+    # Counted alike, 3 wrong in 700 verdicts bound it at 1.10%, and level 2 served on.
+    b = _sampled(3)
+    alike = ErrorBudget(b.counts, levels=3, max_wrong_rate=0.01)
+    assert alike.bounds("acme", "")[1].bound > 0.01
+    assert alike.level("acme", "") == 2
+    level1 = b.bounds("acme", "")[1]
+    assert (level1.checked, level1.wrong) == pytest.approx((460.0, 0.6))
+    assert level1.bound < 0.01
+    assert b.level("acme", "") == 1
+
+
+def test_budget__does_not_loosen_when_the_near_misses_are_bad():
+    # 40 wrong of 300 near misses: level 1's pairs are 40 wrong in 2,300 (1.7%), however
+    # clean the served ones
+    b = _sampled(40)
+    assert b.bounds("acme", "")[1].bound > 0.01
+    assert b.level("acme", "") == 2
+
+
+def test_budget__keeps_the_cold_and_check_slots_unweighted():
+    b = ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0.01, shares=Shares(0.2, 1.0))
+    b.record("acme", "", b.cold, wrong=False, audited=True)
+    b.record("acme", "", b.cold, wrong=True)
+    ev = b.evidence("acme", "")
+    assert (ev.cold.checked, ev.cold.wrong) == (2, 1)

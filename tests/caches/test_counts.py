@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from caches.client import CacheClient, CacheRequest
+from caches.matching.bounds import Strata
 from caches.matching.budget import ErrorBudget, MemoryCounts, ServingLevels
 from caches.matching.counts import RedisCounts, audited_key, budget_key
 from caches.matching.verified import Level, VerifiedMatcher
@@ -34,12 +35,15 @@ def test_counts__agree_with_memory_counts(redis_client: redis.Redis):
     mem, red = MemoryCounts(), RedisCounts(redis_client)
     for _ in range(300):
         args = (rng.choice(["acme", "glo:bex{x}"]), rng.choice(["", "/v1/chat", "faq"]),
-                rng.randrange(4), rng.random() < 0.1)  # fmt: skip
-        mem.add(*args)
-        red.add(*args)
+                rng.randrange(12), rng.random() < 0.1)  # fmt: skip
+        audited = rng.random() < 0.3
+        mem.add(*args, audited=audited)
+        red.add(*args, audited=audited)
     for tenant in ("acme", "glo:bex{x}", "initech"):
         for route in ("", "/v1/chat", "faq"):
+            assert red.read_strata(tenant, route, 13) == mem.read_strata(tenant, route, 13)
             assert red.read(tenant, route, 5) == mem.read(tenant, route, 5)
+    assert any(c.audited and c.shadow for c in mem.read_strata("acme", "faq", 13))
 
 
 def test_counts__a_tenant_s_keys_share_its_slot_and_expire(redis_client: redis.Redis):
@@ -51,7 +55,24 @@ def test_counts__a_tenant_s_keys_share_its_slot_and_expire(redis_client: redis.R
     key = budget_key("acme", "faq", int(clock.t // c.bucket_s))
     assert key.startswith("stk:{t:acme}:b:faq:")
     assert redis_client.hgetall(key) == {b"c2": b"1", b"w2": b"1"}
+    c.add("acme", "faq", 10, wrong=False, audited=True)  # audits: fields of their own
+    assert redis_client.hgetall(key) == {b"c2": b"1", b"w2": b"1", b"ac10": b"1"}
     assert 0 < redis_client.ttl(key) <= c.ttl_s <= WEEK * 1.125 + 1
+
+
+def test_counts__what_was_counted_before_the_strata_reads_as_shadow_checks(
+    redis_client: redis.Redis,
+):
+    # An older writer counted every verdict, audit or shadow check, in c<s>/w<s>; a field
+    # no strength parses from is no count.
+    clock = Clock()
+    c = RedisCounts(redis_client, WEEK, clock=clock)
+    key = budget_key("acme", "old", int(clock.t // c.bucket_s))
+    redis_client.hset(key, mapping={"c1": 7, "w1": 2, "x1": 5, "c": 9, "acx": 4})
+    redis_client.expire(key, 60)
+    c.add("acme", "old", 1, wrong=True, audited=True)
+    assert c.read_strata("acme", "old", 3)[1] == Strata(7, 2, 1, 1)
+    assert c.read("acme", "old", 3) == [(0, 0), (8, 3), (0, 0)]
 
 
 def test_counts__evidence_ages_out_after_its_window(redis_client: redis.Redis):
@@ -150,6 +171,7 @@ def test_counts__add_once_counts_a_request_once_in_its_tenant_slot(redis_client:
         assert not counts.add_once("acme", "faq", 1, True, "e1")  # re-delivered: not again
         assert counts.add_once("globex", "faq", 1, False, "e1")  # another tenant's e1
         assert counts.read("acme", "faq", 2) == [(0, 0), (1, 1)]
+        assert counts.read_strata("acme", "faq", 2)[1] == Strata(0, 0, 1, 1)  # an audit
     assert slot(audited_key("acme", "e1")) == slot(budget_key("acme", "faq", 0))
     assert 0 < redis_client.ttl(audited_key("acme", "e1")) <= c.ttl_s
     budget = ErrorBudget(c, levels=2, max_wrong_rate=0.5)

@@ -20,6 +20,7 @@ from backends.client import OpenAIBackend
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import CachedEmbedder
 from caches.matching.answers import AnswerJudge
+from caches.matching.bounds import Strata
 from caches.matching.budget import ErrorBudget
 from caches.matching.counts import RedisCounts
 from caches.matching.verified import LADDER
@@ -159,6 +160,7 @@ def test_monitor__judges_served_hits_by_meaning_counts_once_and_dead_letters_poi
     )
     counts = RedisCounts(cache.redis)
     assert counts.read("acme", "support", len(LADDER))[5] == (2, 1)
+    assert counts.read_strata("acme", "support", len(LADDER))[5] == Strata(0, 0, 2, 1)  # audits
     dlq = read_topic(
         settings.kafka_bootstrap or "", topic_name("stoker.dlq", settings.topic_prefix), 1
     )
