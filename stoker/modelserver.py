@@ -346,3 +346,22 @@ def ensure_from(s: StokerSettings, say: Say = print, jobs: int | None = None) ->
         say=say,
         jobs=jobs,
     )
+
+
+def _build_early(argv: list[str]) -> int:
+    """bootstrap.sh's early build, `python -m stoker.modelserver [CACHE_DIR]`: standard library
+    only, so llama-server compiles (CPU) while pip installs stoker's dependencies (network and
+    disk). A failure is left to `stoker model setup`, which runs next, takes over (or waits on
+    the lock), honours every setting and says what went wrong, once."""
+    root = cache_root(Path(argv[0]) if argv and argv[0] else None)
+    if missing_tools():
+        return 1
+    try:
+        ensure(root, say=lambda line: print(line, file=sys.stderr, flush=True))
+    except (SetupError, OSError):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_build_early(sys.argv[1:]))

@@ -4,8 +4,11 @@ that dies at start), each in one line."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from schemas.errors import ServiceStartError
 from stoker import modelserver
 from stoker.embedded import LOOPBACK, LlamaServer
 from stoker.modelserver import MODEL_ALIAS, Pin, ServeOptions, SetupError
-from tests.cli import run_stoker, running_stoker
+from tests.cli import ROOT, run_stoker, running_stoker
 from tests.waiting import wait_for
 
 
@@ -56,6 +59,33 @@ def test_setup__a_download_that_fails_its_hash_is_refused(tmp_path: Path) -> Non
 def test_setup__given_paths_that_do_not_exist_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(SetupError, match=r"STOKER_LLAMA_SERVER_BIN=.*no such file"):
         modelserver.ensure(tmp_path, server=tmp_path / "nope", model=tmp_path / "nope.gguf")
+
+
+def _early_build(cache: Path, path: str) -> subprocess.CompletedProcess[str]:
+    """What bootstrap.sh starts before pip has installed anything: -S, no site-packages."""
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "stoker.modelserver", str(cache)], cwd=ROOT,
+        env={"PATH": path, "HOME": str(cache)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_setup__the_early_build_needs_only_the_standard_library(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    for built in (modelserver.server_path(cache), modelserver.model_path(cache)):
+        built.parent.mkdir(parents=True, exist_ok=True)
+        built.write_bytes(b"built before")
+    modelserver.server_path(cache).chmod(0o755)
+    proc = _early_build(cache, os.environ["PATH"])
+    # found built, so nothing to say (an import beyond the standard library would fail here)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_setup__the_early_build_leaves_a_failure_to_model_setup(tmp_path: Path) -> None:
+    """No cmake: exit 1 and not a word (`stoker model setup` runs next and says it, once)."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = _early_build(tmp_path / "cache", str(empty))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", "")
 
 
 def _installed() -> modelserver.Installed:
