@@ -30,8 +30,12 @@ lock:  ## refresh requirements.lock from pyproject.toml
 demo: setup  ## run the main job on the embedded stack and the real model (llama-server)
 	$(BIN)/stoker demo
 
+# Two workers (pytest-xdist), each with its own brokers, Redis and llama-server (-t 1: one per
+# core): serially the suite kept 1.05 of the 2 cores busy, waiting on brokers and subprocesses.
+TEST_WORKERS ?= 2
+
 test: setup  ## run the test suite against real Kafka (Tansu), redis-server and Qdrant
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 bench: setup  ## run benchmarks/, one JSON object per line
 	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
