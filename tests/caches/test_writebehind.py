@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from caches import keys as K
 from caches.embedders import CachedEmbedder, Embedder, embed_deadline
@@ -84,7 +86,9 @@ def test_write_behind__a_full_queue_drops_and_a_dead_redis_is_counted_not_raised
     held.go.set()
     assert wb.flush()
     assert redis_client.exists("wb:0", "wb:1", "wb:2") == 3 and not redis_client.exists("wb:3")
-    dead = WriteBehind(redis.Redis(port=1, socket_connect_timeout=0.2), ttl_s=60)
+    # no retries: redis-py's default backs off for seconds between its 10, past flush's 5 s
+    gone = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    dead = WriteBehind(gone, ttl_s=60)
     dead.put([("wb:x", b"x")])
     assert dead.flush()
     assert dead.failed == 1
