@@ -105,15 +105,16 @@ def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
             report_checks(settings, workers.labels, console, skip=[parts.upstream.base.api])
             workers.start()
             console.print(f"workers in this process: {', '.join(workers.labels)}")
-        console.print(
-            f"gateway on {server.url} -> {parts.upstream.base.api}; "
-            f"OpenAI base URL: {server.url}/v1"
-        )
         if settings.gateway_default_tenant and not settings.gateway_api_keys:
             console.print(
                 f"requests without an x-stoker-tenant header are tenant "
                 f"{settings.gateway_default_tenant!r} (STOKER_GATEWAY_DEFAULT_TENANT)"
             )
+        # the banner last: whoever waits for it (a script, a test) has read everything above
+        console.print(
+            f"gateway on {server.url} -> {parts.upstream.base.api}; "
+            f"OpenAI base URL: {server.url}/v1"
+        )
         server.serve()
     finally:
         if workers is not None:
