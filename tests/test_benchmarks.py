@@ -65,6 +65,8 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
             "--clients",
             "4",
             "--no-baseline",
+            "--runs",
+            "1",
         ],
         {"gateway_semantic_load"},
     ),
