@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     epilog=examples(
         "stoker eval-semantic   (the embedded real model, a sample: <= 15 min cold)",
         "stoker eval-semantic --backend http://gpu-0:8000/v1 --limit 2000",
-        "stoker eval-semantic --candidates   (label-free signals side by side, real answers)",
+        "stoker eval-semantic --candidates   (label-free signals side by side)",
         "stoker eval-semantic --simulated --data mine.csv --label-col intent",
     ),
 )
