@@ -271,6 +271,13 @@ def run_verified(
         # (checked, judged wrong) per strength: a level opens only when every pair it would
         # serve holds its bound, so two or three judged wrong among ~600 keep it shut
         "budget_by_strength": [list(c) for c in per],
+        # the same by how each was sampled: (shadow checks, wrong, audits, wrong) per strength,
+        # and per level what the budget weighed them to (checked', wrong', bound)
+        "budget_strata": [list(c) for c in budget.counts.read_strata(_NS.tenant, "", len(LADDER))],
+        "budget_levels": [
+            [round(b.checked, 1), round(b.wrong, 1), round(b.bound, 4)]
+            for b in budget.bounds(_NS.tenant, "")
+        ],
         **audited.as_dict(state.signal if checks is not None else None),
         "final_level": state.level,
         "final_cold_open": state.cold_open,
