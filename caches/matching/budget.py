@@ -13,10 +13,11 @@ Levels are nested (verified.py), so a pair of strength s is evidence for every l
 For each level, the one-sided 95% Clopper-Pearson upper bound of its wrong rate is computed
 from the pairs that level would have served, each weighed by the inverse of its sampling
 share (bounds.py: a looser level's marginal pairs are all near misses, checked 5x as often as
-the served pairs beside them, and counted alike they held every looser level's bound over
-delta); the serving level is the loosest whose bound is at or under delta, and the strictest
-level when none is (too little evidence is not evidence of safety). Loosening needs evidence;
-tightening follows as soon as verdicts go wrong.
+the served pairs beside them; counted alike they stood for 5x the traffic they are, and the
+bound held only while they were the worse pairs); the serving level is the loosest whose
+bound is at or under delta, and the strictest level when none is (too little evidence is not
+evidence of safety). Loosening needs evidence; tightening follows as soon as verdicts go
+wrong.
 
 ServingLevels is what a lookup asks: the level per (tenant, route), read from the counts at
 most every `refresh_s` (the counts live in Redis, shared by replicas: counts.py), and kept when
