@@ -248,6 +248,7 @@ def test_measure__every_candidate_side_by_side_and_a_rerun_asks_nothing(embedder
     ]  # fmt: skip
     by = {r["name"]: r for r in first["candidates"]}
     assert by["judge_0.80"]["extra_calls"] > 0 and by["guarded_0.86"]["extra_calls"] == 0
+    assert all(r["wrong_bound"] >= r["wrong_share"] for r in first["candidates"])
     assert first["candidates_asked"] == len(calls) > 0
     assert len(set(calls)) == len(calls)  # each answer asked once, across all candidates
     assert all(r["unjudged"] == 0 for r in first["candidates"] if "unjudged" in r)
