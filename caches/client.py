@@ -183,8 +183,8 @@ class CacheClient:
         self.matcher = matcher or StaticThreshold()
         # A verified matcher's evidence: each miss it nearly served is, at shadow_share, judged
         # against the live answer it then got (free: that answer is embedded for the store
-        # anyway). Near misses are sampled more than the monitor samples hits; they are the
-        # weaker strengths, so the bias only raises a looser level's bound.
+        # anyway). Near misses are sampled more than the monitor samples hits; the budget
+        # weighs each verdict by the inverse of its share (caches/matching/bounds.py).
         self.budget = budget
         self.judge = judge or AnswerJudge()
         self.shadow_share = shadow_share
