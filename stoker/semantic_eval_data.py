@@ -1,5 +1,5 @@
-"""eval-semantic's labelled queries: CLINC150 (test + oos_test, val + oos_val as earlier
-traffic) or any labelled CSV, shuffled with a fixed seed. Labels go to the scorer alone."""
+"""eval-semantic's labelled queries: CLINC150 (test + oos_test, val + oos_val or train + val as
+earlier traffic) or any labelled CSV, shuffled with a fixed seed. Labels go to the scorer alone."""
 
 from __future__ import annotations
 
@@ -31,9 +31,26 @@ def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) ->
     return rows[:limit] if limit else rows
 
 
-def history_stream(data: dict[str, Pairs], seed: int) -> Pairs:
-    """The earlier traffic of the default protocol: CLINC150's val + oos_val, shuffled."""
-    rows = data["val"] + data["oos_val"]
+# The earlier traffic --history-split names: CLINC150 splits whose utterances the test stream
+# never repeats. val (3,100 queries) gives the budget ~110 audits of served hits at the default
+# monitor share; train+val (18,200) is a busy route's days, enough audits for a looser level.
+HISTORY_SPLITS: dict[str, tuple[str, ...]] = {
+    "val": ("val", "oos_val"),
+    "train+val": ("train", "oos_train", "val", "oos_val"),
+}
+
+
+def history_keys(name: str) -> tuple[str, ...]:
+    """The CLINC150 splits of a --history-split value; a UsageError naming the choices."""
+    if name not in HISTORY_SPLITS:
+        raise UsageError(f"--history-split {name!r}: one of {', '.join(HISTORY_SPLITS)}")
+    return HISTORY_SPLITS[name]
+
+
+def history_stream(data: dict[str, Pairs], seed: int, split: str = "val") -> Pairs:
+    """The earlier traffic of the default protocol: CLINC150's val + oos_val (`split`: or
+    another HISTORY_SPLITS entry), shuffled."""
+    rows = [r for key in history_keys(split) for r in data[key]]
     random.Random(seed).shuffle(rows)
     return rows
 

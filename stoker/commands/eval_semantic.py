@@ -75,6 +75,13 @@ def eval_semantic(
             "over from it; default for CLINC150: val + oos_val"
         ),
     ] = None,
+    history_split: Annotated[
+        str,
+        typer.Option(
+            help="with --simulated: CLINC150's earlier traffic, val (3,100 queries) or "
+            "train+val (18,200: a busy route's days)"
+        ),
+    ] = "val",
     history_share: Annotated[
         float,
         typer.Option(
@@ -91,7 +98,12 @@ def eval_semantic(
         int, typer.Option(min=0, help="queries to stream; 0 = all (a real model: 600)")
     ] = 0,
     history_limit: Annotated[
-        int, typer.Option(min=0, help="a real model: earlier queries to answer (0 = 300)")
+        int,
+        typer.Option(
+            min=0,
+            help="earlier queries: a real model's to answer (0 = 300); --simulated: a cap "
+            "(0 = --limit's)",
+        ),
     ] = 0,
     seed: Annotated[int, typer.Option(help="shuffle seed of the queries")] = 7,
     max_wrong_rate: Annotated[
@@ -121,6 +133,7 @@ def eval_semantic(
     vectors and the backend's answers."""
     from stoker.semantic_eval_data import load_clinc, load_csv, split_history
 
+    _check_split(history_split, simulated, data is not None or history is not None or cold)
     if simulated and (backend or model):
         raise UsageError("--simulated takes no --backend or --model: its answers are its own")
     if candidates and simulated:
@@ -132,9 +145,11 @@ def eval_semantic(
     if data is None:
         if history_share:
             raise UsageError("--history-share splits --data; CLINC150's earlier traffic is val")
-        load_clinc()  # UsageError (exit 2) with the path when the data is absent or unreadable
+        clinc = load_clinc()  # UsageError (exit 2) with the path when absent or unreadable
         earlier: Pairs | None = [] if cold else None
         rows = None
+        if simulated and not cold:
+            earlier = _clinc_history(clinc, seed, history_split, history_limit or limit)
     else:
         rows = load_csv(data, text_col, label_col)  # UsageError (exit 2) for a bad file
         rows, earlier = split_history(rows, history_share, seed)
@@ -151,6 +166,27 @@ def eval_semantic(
         backend, model, temperature, max_tokens, ask_budget, answer_cache,
         limit, history_limit, candidates, candidates_budget or None,
     ))  # fmt: skip
+
+
+def _check_split(split: str, simulated: bool, other_history: bool) -> None:
+    """--history-split names CLINC150's earlier traffic, for --simulated alone."""
+    from stoker.semantic_eval_data import history_keys
+
+    history_keys(split)  # UsageError (exit 2) naming the choices
+    if split != "val" and not simulated:
+        raise UsageError(
+            "--history-split is for --simulated: a real model answers --history-limit of val"
+        )
+    if split != "val" and other_history:
+        raise UsageError("--history-split picks CLINC150's earlier traffic: not with "
+                         "--data, --history or --cold")  # fmt: skip
+
+
+def _clinc_history(clinc: dict[str, Pairs], seed: int, split: str, cap: int) -> Pairs:
+    """CLINC150's earlier traffic for --simulated: `split`, cut to `cap` queries (0: all)."""
+    from stoker.semantic_eval_data import history_stream
+
+    return history_stream(clinc, seed, split)[: cap or None]
 
 
 class _Ask:

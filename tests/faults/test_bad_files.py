@@ -120,6 +120,9 @@ def test_replay__an_all_garbage_log_exits_2_after_its_report(
         ["--history-share", "0.3"],  # no --data to split: CLINC150's earlier traffic is val
         ["--data", "{csv}", "--history", "{missing}"],
         ["--data", "{csv}", "--history", "{csv}", "--history-share", "0.3"],  # two histories
+        ["--simulated", "--history-split", "train"],  # not a split eval-semantic knows
+        ["--history-split", "train+val"],  # a real model answers a few hundred of val
+        ["--simulated", "--data", "{csv}", "--history-split", "train+val"],  # not CLINC150
     ],
 )
 def test_eval_semantic__earlier_traffic_options_that_cannot_hold_are_one_line_and_exit_2(

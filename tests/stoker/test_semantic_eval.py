@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from caches.matching import StaticThreshold
 from schemas.errors import UsageError
 from stoker.semantic_eval import Stream, evaluate, load_csv, run_stream, run_verified
+from tests.cli import run_stoker
 
 
 def _unit(rows: list[list[float]]) -> np.ndarray:
@@ -136,3 +139,49 @@ def test_split_history__the_earlier_share_is_apart_from_the_stream():
     assert sorted(stream + earlier) == sorted(rows)
     with pytest.raises(UsageError, match="no earlier traffic"):
         split_history(rows[:2], 0.3, 1)
+
+
+def test_history_stream__train_val_is_val_with_the_train_split_and_val_stays_the_default():
+    from stoker.semantic_eval import history_stream, load_clinc
+
+    d = load_clinc()
+    val, long = history_stream(d, 7), history_stream(d, 7, "train+val")
+    assert val == history_stream(d, 7, "val")  # the default protocol's history is unchanged
+    texts = [t for t, _ in long]
+    assert len(long) == len(val) + len(d["train"]) + len(d["oos_train"])
+    assert set(texts) >= {t for t, _ in d["train"] + d["oos_train"]} | {t for t, _ in val}
+    assert texts[:100] != [t for t, _ in d["train"][:100]]  # shuffled, not split after split
+    with pytest.raises(UsageError, match=r"one of val, train\+val"):
+        history_stream(d, 7, "train")
+
+
+def _tiny_clinc(root) -> None:
+    """A CLINC150-shaped file: 4 earlier queries in val + oos_val, 20 in train + oos_train."""
+    intents = ("balance", "transfer", "weather", "alarm")
+    rows = {
+        "val": [[f"what about my {i} please", i] for i in intents[:3]],
+        "oos_val": [["how tall is a giraffe", "oos"]],
+        "train": [[f"tell me my {i} number {k}", i] for i in intents for k in range(5)][:19],
+        "oos_train": [["who painted the ceiling", "oos"]],
+        "test": [[f"show my {i}", i] for i in intents] * 2,
+        "oos_test": [["what rhymes with orange", "oos"]],
+    }
+    (root / "clinc150").mkdir()
+    (root / "clinc150" / "data_full.json").write_text(json.dumps(rows))
+
+
+@pytest.mark.parametrize(("split", "earlier"), [("val", 4), ("train+val", 12)])
+def test_cli__history_split_picks_the_earlier_traffic_the_budget_counts_from(
+    tmp_path, split, earlier
+):
+    # --history-limit 12: all of val (4), or 12 of train + val's 24; the stream is test's 9.
+    _tiny_clinc(tmp_path)
+    res = run_stoker(
+        "eval-semantic", "--simulated", "--history-split", split, "--history-limit", "12",
+        "--only", "static_0.92,stoker", "--json",
+        env={"STOKER_DATA_DIR": str(tmp_path)}, timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {r["name"]: r for r in map(json.loads, res.stdout.splitlines())}
+    assert rows["history"]["queries"] == rows["semantic_quality_clinc"]["history_queries"]
+    assert rows["history"]["queries"] == earlier and rows["stoker"]["queries"] == 9
