@@ -13,6 +13,15 @@ over the stream's first 500 queries (a young cache: its cold start), beside stat
 the same; goal hits >= static 0.92's at <= 1% wrong. prompt_only_hits is the cold rule's prompt
 half alone, which no simulated answer enters.
 
+semantic_quality_clinc_long_history (simulated): the same stream after CLINC150's train + val as
+earlier traffic (18,200 queries, a busy route's days; `stoker eval-semantic --simulated
+--history-split train+val`) instead of val's 3,100, beside static 0.92 in the same run. The
+budget weighs an audit of a served hit 1 and a shadow check of a near miss 1/5 (bounds.py), so a
+level opens only on ~299 clean audits of the hits it would serve (1% budget); the row says how
+many audits and shadow checks the earlier traffic gave the level it left the stream at
+(`start_*`) and the level the stream ended at (`final_*`). --long-history caps the earlier
+traffic (-1: skip the row).
+
 semantic_quality_clinc_real: the same protocol on a real model's answers (the embedded
 SmolLM2-135M-Instruct on llama-server, or --backend), temperature 0: 600 queries after 300 of
 earlier traffic, cut to what the server answered within --ask-budget seconds (answers kept on
@@ -75,6 +84,54 @@ def simulated(args: argparse.Namespace) -> None:
     if args.coverage_seeds:
         cov = coverage(ev.stream, range(1, args.coverage_seeds + 1), ev.evidence)
         emit(cov.pop("name"), answers_from=SIMULATED, **cov)
+    if args.long_history >= 0:
+        long_history(args)
+
+
+def _level_evidence(strata: list[list[int]], level: int, prefix: str) -> dict[str, int]:
+    """The verdicts a level weighs: those of every strength >= it (levels nest, budget.py);
+    strata per strength are [shadow checks, wrong, audits, wrong]."""
+    cells = strata[level:]
+    return {
+        f"{prefix}_level": level,
+        f"{prefix}_audits": sum(c[2] for c in cells),
+        f"{prefix}_audits_wrong": sum(c[3] for c in cells),
+        f"{prefix}_shadow_checks": sum(c[0] for c in cells),
+        f"{prefix}_shadow_wrong": sum(c[1] for c in cells),
+    }
+
+
+def long_history(args: argparse.Namespace) -> None:
+    from stoker.semantic_eval_data import history_stream, load_clinc
+
+    t0 = time.perf_counter()
+    earlier = history_stream(load_clinc(), args.seed, "train+val")[: args.long_history or None]
+    ev = evaluate(
+        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None,
+        names=[f"static_{BASELINE:.2f}", "stoker"], history=earlier,
+    )  # fmt: skip
+    s = ev.summary()
+    ours, base = ev.row("stoker").as_dict(), ev.row(f"static_{BASELINE:.2f}").as_dict()
+    hist = ev.row("history").as_dict()
+    emit(
+        "semantic_quality_clinc_long_history",
+        backend="simulated", answers_from=SIMULATED, history_split="train+val", seed=args.seed,
+        history_queries=s["history_queries"], queries=s["queries"],
+        hits=ours["hits"], hit_rate=s["hit_rate"], wrong_share=s["wrong_share"],
+        static092_hits=base["hits"], static092_hit_rate=s["static092_hit_rate"],
+        static092_wrong_share=s["static092_wrong_share"], ratio=s["ratio"],
+        wrong_share_ok=s["wrong_share"] <= s["static092_wrong_share"],
+        monitor_bound=s["monitor_bound"], true_wrong=s["true_wrong"],
+        bound_covers=s["bound_covers"],
+        # what the earlier traffic alone gave the level it left the stream at, and the
+        # stream's own verdicts on top of it at the end
+        **_level_evidence(hist["budget_strata"], hist["final_level"], "start"),
+        **_level_evidence(ours["budget_strata"], ours["final_level"], "final"),
+        budget_levels=ours["budget_levels"], budget_strata=ours["budget_strata"],
+        history_budget_strata=hist["budget_strata"],
+        cold_ratio=s["cold_ratio"], cold_wrong_share=s["cold_wrong_share"],
+        seconds=round(time.perf_counter() - t0, 1),
+    )  # fmt: skip
 
 
 def real(args: argparse.Namespace) -> None:
@@ -118,6 +175,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="simulated: queries; 0 = all 5,500")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--coverage-seeds", type=int, default=5, help="runs of the monitor's bound")
+    ap.add_argument(
+        "--long-history", type=int, default=0,
+        help="simulated: earlier queries of train + val for the long-history row (0: all "
+        "18,200; -1: skip the row)",
+    )  # fmt: skip
     ap.add_argument("--real-limit", type=int, default=600, help="real model: queries")
     ap.add_argument("--real-history", type=int, default=300, help="real model: earlier queries")
     ap.add_argument(
