@@ -26,6 +26,7 @@ COPY gateway gateway
 COPY warmers warmers
 COPY invalidators invalidators
 COPY caches caches
+COPY simulation simulation
 COPY stoker stoker
 COPY data data
 # stoker itself, without dependencies: the lock brought all of them.

@@ -21,7 +21,7 @@ What each engine exports (Prometheus text at the server's root, not under /v1):
   and generated tokens, decode calls: counters only reset with the process); or, first seen, it
   has prefilled nothing. The replica watch adds a third sign: a replica that stopped answering
   and answers again (warmers/replicas.py).
-The simulated backend exports vLLM's names (warmers/backends/simhttp.py), so it is read alike.
+The simulated backend exports vLLM's names (simulation/backend/http.py), so it is read alike.
 
 `EngineReader` fetches through the one backend client (backends/client.py). `latest` reads at
 most every `interval_s`, in the background after its first read, so a slow /metrics never

@@ -6,7 +6,7 @@ caches/matching/verified.py, held at one level of its ladder, accepts one of the
 entries among the request's nearest (its score, and other warmed entries near the request
 whose answers agree with that entry's, and the margin over any whose answers differ).
 
-The entries' answers come from the simulated backend (warmers/backends/phrasing.py), told which
+The entries' answers come from the simulated backend (simulation/backend/phrasing.py), told which
 prompts share a meaning by the log's intent label, as `stoker eval-semantic` does: a model that
 understands every question answers paraphrases alike, in its own words. That is the simulator's
 convenience, and these rows depend on it; the matcher reads prompts, vectors and answers only.
@@ -21,7 +21,7 @@ from _coverage import Embeds
 
 from caches.matching.base import Candidate, Query
 from caches.matching.verified import VerifiedMatcher
-from warmers.backends.simulator import SimConfig, Simulator
+from simulation.backend.simulator import SimConfig, Simulator
 
 MODEL = "sample-model"
 

@@ -1,6 +1,6 @@
 """`stoker analyze` at log scale: a 1M-row log in <= 10 minutes, estimates within 1 point.
 
-Logs come from warmers/longtail_log.py (5 tenants, Zipf intents and phrasings, 25% filler
+Logs come from simulation/logs/longtail.py (5 tenants, Zipf intents and phrasings, 25% filler
 variations, 40% one-off pairs: a 1M-row log has ~490k distinct prompts, ~450k of them asked
 once). Each run is the real command, `stoker analyze LOG --json`, a process of its own, with the
 embedding cache on a redis-server started here (or --redis-url: a second run then skips the
@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 from _common import ROOT, emit
 
+from simulation.logs.longtail import LongTailSpec, generate
 from stoker.embedded import RedisServer
-from warmers.longtail_log import LongTailSpec, generate
 
 TIMEOUT_S = 1_800
 

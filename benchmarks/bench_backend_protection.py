@@ -38,12 +38,12 @@ from backends.engine import EngineReader
 from caches.client import CacheClient
 from schemas.common import RequestParams
 from schemas.errors import BackendUnavailable
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker import modelserver
 from stoker.embedded import EmbeddedStack, LlamaServer
 from stoker.settings import StokerSettings
 from stoker.wiring import build_redis
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem
 
 # 8 slots, answers of 8..64 tokens at 4 ms each (~0.15 s mean): ~55 QPS of capacity.

@@ -1,6 +1,6 @@
 """Hot-set coverage on traffic shapes the planner was not built for, scored at the serving threshold.
 
-For each shape of warmers/traffic_shapes.py (drift, surge, incident, longtail, quiet), a
+For each shape of simulation/logs/shapes.py (drift, surge, incident, longtail, quiet), a
 two-week log fills a TrafficProfile on a real redis-server through the traffic worker's observe
 path, in time order: before each window the profile holds every request before it, as a live
 traffic worker's would (so the live log of the current day counts). 12 one-hour windows of week
@@ -43,6 +43,8 @@ from bench_hot_set import DiskCachedEmbedder
 from caches.embedders import CachedEmbedder, SentenceTransformerEmbedder
 from caches.keys import normalise_prompt
 from caches.policy import CachePolicy
+from simulation.logs.sample import START
+from simulation.logs.shapes import SHAPES, ShapeSpec, generate
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 from streams.replay import to_event
@@ -50,9 +52,7 @@ from warmers.budget import Budget
 from warmers.hotset import HotSetConfig, HotSetSelector
 from warmers.paraphrase import TextVectors
 from warmers.profile import TrafficProfile
-from warmers.sample_log import START
 from warmers.traffic import observe_event
-from warmers.traffic_shapes import SHAPES, ShapeSpec, generate
 from warmers.window import Window
 
 WINDOWS = [START + timedelta(days=d, hours=h) for d in range(8, 14) for h in (4, 14)]

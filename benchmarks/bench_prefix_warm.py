@@ -28,7 +28,7 @@ Regimes (lines):
 Figures: ttft_p50_ratio, ttft_p99_ratio (with / without), p50/p99 ms of each, the share of
 prompt tokens the prefix cache held (vllm:prefix_cache_hits / queries of each backend), and
 the warm's sends, tokens and seconds. They depend on the simulator's prefix-cache model
-(warmers/backends/prefixcache.py): a held block prefix costs no prefill, nothing else changes.
+(simulation/backend/prefix_cache.py): a held block prefix costs no prefill, nothing else changes.
 
 prefix_warm_real, the twin on a real prefix cache: llama-server serving SmolLM2-135M-Instruct
 as stoker runs it (one thread, 2 slots of 4,096 tokens, a 256 MiB host-memory prompt cache).
@@ -282,7 +282,7 @@ def regime(name: str, n: int, store: HotPrefixes, tr: Traffic, args: argparse.Na
         prompt_tokens_held_without=round(without_held, 3),
         warmed=warm.warmed, warm_failed=warm.failed, warm_tokens=warm.tokens,
         warm_seconds=round(warm.seconds, 1),
-        depends_on="the simulator's prefix-cache model (warmers/backends/prefixcache.py)",
+        depends_on="the simulator's prefix-cache model (simulation/backend/prefix_cache.py)",
     )  # fmt: skip
 
 

@@ -18,10 +18,10 @@ from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import RequestParams
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem
 
 SIM = SimConfig(

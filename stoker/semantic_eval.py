@@ -104,7 +104,7 @@ def simulated(oos_label: str = OOS) -> AnswerSource:
     """The simulated backend's two answers to each query, told each query's meaning."""
 
     def answers(rows: Pairs) -> tuple[list[str], list[str]]:
-        from warmers.backends.simulator import SimConfig, Simulator
+        from simulation.backend.simulator import SimConfig, Simulator
 
         meanings = {t: (t if lab == oos_label else f"label:{lab}") for t, lab in rows}
         sim = Simulator(SimConfig(meanings=meanings, vary_wording=True))

@@ -30,7 +30,7 @@ from stoker.modelserver import DEFAULT_SERVE
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
-# (stoker/data.py, warmers/sample_log.py).
+# (stoker/data.py, simulation/logs/sample.py).
 NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
 # Fields whose input is never echoed in an error (a key may be the value that failed).
 _SECRET_FIELDS: Final = frozenset(

@@ -23,9 +23,12 @@ if _ROOT not in sys.path:
 import pytest  # noqa: E402
 import redis  # noqa: E402
 
+from simulation.backend.http import SimulatorThread  # noqa: E402
+from simulation.backend.simulator import SimConfig  # noqa: E402
 from stoker.embedded import EmbeddedStack, LlamaServer  # noqa: E402
 from stoker.embedded_cluster import EmbeddedCluster  # noqa: E402
 from stoker.redisconn import connect  # noqa: E402
+from warmers.throttle import ManualClock  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -173,3 +176,27 @@ def qdrant_path(tmp_path: Path) -> Path:
     path = tmp_path / "qdrant"
     path.mkdir()
     return path
+
+
+# The simulated model server for tests of what paces or asks a backend: fast enough for tests,
+# slow enough that slots and queues matter (8..16 tokens at 1 ms each). tests/gateway has its
+# own, wider one.
+FAST_SIM = SimConfig(
+    slots=4,
+    queue=64,
+    prefill_ms_per_token=0.05,
+    decode_ms_per_token=1.0,
+    min_answer_tokens=8,
+    default_max_tokens=16,
+)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimulatorThread]:
+    with SimulatorThread(FAST_SIM) as s:
+        yield s
+
+
+@pytest.fixture
+def fake_clock() -> ManualClock:
+    return ManualClock()

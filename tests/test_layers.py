@@ -53,7 +53,7 @@ def _imports(path: Path) -> set[str]:
 def test_layers__backends_sit_below_the_gateway_the_warmers_and_the_invalidators():
     (contract,) = [c for c in _pyproject()["tool"]["importlinter"]["contracts"]]
     layers = contract["layers"]
-    assert layers.index("gateway | warmers | invalidators") < layers.index("backends")
+    assert layers.index("gateway | warmers | invalidators | simulation") < layers.index("backends")
     assert layers.index("backends") < layers.index("streams")
 
 

@@ -24,8 +24,8 @@ def sample_log(
     seed: Annotated[int, typer.Option(help="random seed (same seed, same log)")] = 150,
 ) -> None:
     """Generate the sample traffic log (3 tenants, Zipf intents, real paraphrases, weekly shape)."""
+    from simulation.logs.sample import SampleSpec, generate, load_clinc, write
     from stoker.data import DATA_DIR
-    from warmers.sample_log import SampleSpec, generate, load_clinc, write
 
     load_clinc(
         data_dir=DATA_DIR

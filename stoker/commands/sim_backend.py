@@ -15,7 +15,7 @@ from schemas.errors import ConfigError, ServiceStartError, UsageError
 from stoker.app import app, console, examples
 
 if TYPE_CHECKING:
-    from warmers.backends.simulator import SimConfig
+    from simulation.backend.simulator import SimConfig
 
 
 def _load_answers(path: Path | None) -> dict[str, str]:
@@ -33,7 +33,7 @@ def _load_answers(path: Path | None) -> dict[str, str]:
 
 
 async def _serve(cfg: SimConfig, host: str, port: int) -> None:
-    from warmers.backends.simhttp import SimServer
+    from simulation.backend.http import SimServer
 
     server = SimServer(cfg)
     try:
@@ -89,7 +89,7 @@ def sim_backend(
     ] = 16,
 ) -> None:
     """Serve a simulated GPU: latency per token, fixed batch slots, a bounded queue, 429s."""
-    from warmers.backends.simulator import SimConfig
+    from simulation.backend.simulator import SimConfig
 
     try:
         cfg = SimConfig(

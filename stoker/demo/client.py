@@ -28,7 +28,7 @@ import orjson
 from caches.keys import normalise_prompt
 from gateway.identity import resolve
 from gateway.options import GatewayOptions
-from warmers.backends.simulator import CITATION
+from simulation.backend.simulator import CITATION
 
 _PATH = "/v1/chat/completions"
 # Requests in flight at once: a few users at a time, as a gateway sees them.

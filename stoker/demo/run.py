@@ -38,6 +38,8 @@ from invalidators.handlers import InvalidationHandler
 from schemas.codec import decode_event
 from schemas.errors import StokerError
 from schemas.events import Event, JobStatus, KnowledgeBaseChanged, ModelDeployed
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig, Simulator
 from stoker.demo.client import (
     DemoClient,
     Scorer,
@@ -58,8 +60,6 @@ from streams.base import Handler
 from streams.publisher import EventPublisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig, Simulator
 
 # Compressed time: the simulated GPU answers in milliseconds (0.01 ms/token prefill, 0.05 ms/token
 # decode), so a whole week of warming fits in the run.

@@ -16,11 +16,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.gateway.upstreams import Served
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
-
-FAST_SIM = SimConfig(slots=4, queue=64, prefill_ms_per_token=0.05, decode_ms_per_token=1.0,
-                     min_answer_tokens=8, default_max_tokens=16)  # fmt: skip
 
 
 @dataclass
@@ -72,9 +67,3 @@ def scripted() -> Iterator[Callable[..., tuple[str, Scripted]]]:
     yield start
     for s in running:
         s.__exit__(None, None, None)
-
-
-@pytest.fixture
-def sim() -> Iterator[SimulatorThread]:
-    with SimulatorThread(FAST_SIM) as s:
-        yield s

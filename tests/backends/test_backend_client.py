@@ -30,10 +30,10 @@ from schemas.errors import (
     BackendUnavailable,
     BackendUnreachable,
 )
+from simulation.backend.http import SimulatorThread
 from stoker.embedded import free_port
 from tests.backends.conftest import Answer, Scripted
 from tests.gateway.upstreams import Served
-from warmers.backends.simhttp import SimulatorThread
 
 FAST_RETRY = RetryPolicy(attempts=3, base_s=0.001, max_s=0.002)
 CHAT_OK = {

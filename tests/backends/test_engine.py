@@ -20,9 +20,9 @@ from backends.engine import (
     restarted,
     slots_of,
 )
+from simulation.backend.http import SimulatorThread
 from stoker.embedded import LlamaServer, free_port
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 V1 = """# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
 # TYPE vllm:num_requests_waiting gauge

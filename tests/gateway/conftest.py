@@ -11,11 +11,11 @@ import openai
 import pytest
 
 from gateway.service import GatewayServer
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.settings import StokerSettings
 from stoker.wiring import build_gateway
 from tests.gateway.upstreams import Script, Served, scripted_app
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 
 # Answers in a few ms (compressed time), with real slots and SSE.
 FAST_SIM = SimConfig(slots=16, queue=256, prefill_ms_per_token=0.01, decode_ms_per_token=0.2)

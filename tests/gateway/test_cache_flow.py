@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from caches.live import LiveVersions
+from simulation.backend.http import SimulatorThread
 from stoker.wiring import GATEWAY_CLIENT_NAME
 from tests.gateway.conftest import GatewayFactory, client
 from tests.gateway.upstreams import Script, Served
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 MSG = [{"role": "user", "content": "How do I reset my password?"}]
 

@@ -17,6 +17,7 @@ import redis
 
 from gateway.service import GatewayServer
 from schemas.events import KnowledgeBaseChanged
+from simulation.backend.http import SimulatorThread
 from stoker.runtime import WorkerGroup
 from stoker.settings import StokerSettings
 from stoker.wiring import build_gateway, build_publisher
@@ -24,7 +25,6 @@ from tests.cli import STOKER, clean_env
 from tests.gateway.conftest import client
 from tests.gateway.upstreams import Script, Served
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 BANNER = re.compile(r"gateway on (http://127\.0\.0\.1:\d+)")
 Q = [{"role": "user", "content": "how do i reset my password"}]

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from caches.embedders import BatchingEmbedder, embed_deadline
+from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import FAST_SIM, GatewayFactory, client
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 CACHED = "how do i reset my password"
 # The user's four paraphrases: cosine 0.96-0.99 to CACHED (all-MiniLM-L6-v2), no guard fires.

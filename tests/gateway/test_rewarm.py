@@ -15,13 +15,13 @@ import redis
 
 from invalidators.invalidation import Invalidator
 from schemas.events import KnowledgeBaseChanged
+from simulation.backend.http import SimulatorThread
 from stoker.runtime import WorkerGroup
 from stoker.settings import StokerSettings
 from stoker.wiring import build_publisher, build_runner, worker_config
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.profile import TrafficProfile
 from warmers.rewarm import InvalidationPending, RewarmHandler, RewarmOptions

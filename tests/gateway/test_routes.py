@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from gateway.service import GatewayServer
+from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import GatewayFactory, client
 from tests.gateway.upstreams import Served
-from warmers.backends.simhttp import SimulatorThread
 
 
 def _error(resp: httpx.Response) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import gc
 import sys
 
 from gateway.service import SWITCH_INTERVAL_S
+from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import GatewayFactory, client
-from warmers.backends.simhttp import SimulatorThread
 
 
 def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_after(

@@ -11,10 +11,10 @@ import openai
 import orjson
 import redis
 
+from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import GatewayFactory, client
 from tests.gateway.upstreams import Script, Served
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 MSG = [{"role": "user", "content": "Which tools would you call?"}]
 CALL = {"id": "call_1", "type": "function",

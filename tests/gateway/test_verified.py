@@ -16,9 +16,9 @@ import redis
 from caches.matching.budget import min_evidence
 from caches.matching.counts import RedisCounts
 from caches.matching.verified import LADDER
+from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import FAST_SIM, GatewayFactory, client, gateway_settings
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
 
 STORED = [
     "how do i reset my password",

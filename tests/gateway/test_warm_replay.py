@@ -12,13 +12,13 @@ import redis
 from caches.generations import Generations
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
+from simulation.backend.http import SimulatorThread
 from stoker.settings import StokerSettings
 from stoker.wiring import build_prewarmer, build_runner, worker_config
 from streams.topics import topic_name
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
 from tests.streams.conftest import read_topic
-from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.profile import TrafficProfile
 from warmers.traffic import TrafficHandler

@@ -473,8 +473,8 @@ def _bar_cutover(client: CacheClient, store: EdgeSemanticStore, s: StokerSetting
 def test_deploy_cli__wait_reports_the_projected_and_reached_hit_rates_at_ready(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
-    from tests.warmers.conftest import FAST_SIM  # answers fit the logged max_tokens (16)
-    from warmers.backends.simhttp import SimulatorThread
+    from simulation.backend.http import SimulatorThread
+    from tests.conftest import FAST_SIM  # answers fit the logged max_tokens (16)
 
     with SimulatorThread(FAST_SIM) as sim:
         cut = _bar_cutover(client, edge_store, settings, sim.url, 0.5)
@@ -501,9 +501,9 @@ def test_deploy_cli__wait_reports_the_projected_and_reached_hit_rates_at_ready(
 def test_deploy_cli__a_backend_failing_most_sends_misses_the_bar_and_the_deploy_fails(
     client: CacheClient, edge_store: EdgeSemanticStore, settings: StokerSettings, running, unique
 ):
-    from tests.warmers.conftest import FAST_SIM
+    from simulation.backend.http import SimulatorThread
+    from tests.conftest import FAST_SIM
     from tests.warmers.test_prewarm import most_refused
-    from warmers.backends.simhttp import SimulatorThread
 
     old = fill(client, "v1", 3, model="m")
     with SimulatorThread(FAST_SIM) as sim, most_refused(sim.url) as broken:

@@ -1,38 +1,13 @@
-"""Fixtures for the warmers: the simulated backend on loopback, a cache client, a manual clock."""
+"""Fixtures for the warmers: a cache client on the real Redis (the simulated backend and the
+manual clock are in tests/conftest.py)."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 import redis
 
 from caches.client import CacheClient
 from caches.policy import CachePolicy
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
-from warmers.throttle import ManualClock
-
-# Fast enough for tests, slow enough that slots and queues matter: 8..16 tokens at 1 ms each.
-FAST_SIM = SimConfig(
-    slots=4,
-    queue=64,
-    prefill_ms_per_token=0.05,
-    decode_ms_per_token=1.0,
-    min_answer_tokens=8,
-    default_max_tokens=16,
-)
-
-
-@pytest.fixture
-def fake_clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def sim() -> Iterator[SimulatorThread]:
-    with SimulatorThread(FAST_SIM) as s:
-        yield s
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulation.logs.longtail import LongTailSpec, generate
 from warmers.analysis.keyed_log import KeyedLog, key_frame
 from warmers.analysis.sample import FAMILY_CAP, draw, families
 from warmers.analysis.simulation import EXACT, SEMANTIC, simulate
-from warmers.longtail_log import LongTailSpec, generate
 
 DAY = 86_400
 

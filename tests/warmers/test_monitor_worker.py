@@ -29,14 +29,14 @@ from caches.semantic.base import SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.codec import decode_event
 from schemas.events import HitAudited
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.settings import StokerSettings
 from stoker.wiring import build_publisher, worker_config
 from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
 from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce, read_topic
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.monitor import Auditor
 from warmers.monitor_worker import MonitorHandler, MonitorOptions, sampled
 

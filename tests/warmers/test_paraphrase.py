@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from caches.embedders import SentenceTransformerEmbedder
+from simulation.logs.sample import load_clinc
 from warmers.paraphrase import Cluster, TextVectors, cover_greedy
-from warmers.sample_log import load_clinc
 
 INTENTS = ("balance", "pin_change", "weather", "timer", "translate", "restaurant_reservation",
            "flight_status", "recipe")  # fmt: skip

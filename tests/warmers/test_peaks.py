@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
+from simulation.backend.http import SimulatorThread
 from tests.warmers.hotset_helpers import event, fill
-from warmers.backends.simhttp import SimulatorThread
 from warmers.peaks import PeakPrefixWarm, busiest_hours
 from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions

@@ -13,6 +13,8 @@ import redis
 from typer.testing import CliRunner
 
 from invalidators.deployjob import NoPrewarmer
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.cli import app
 from stoker.embedded import free_port
 from stoker.settings import StokerSettings
@@ -22,8 +24,6 @@ from streams.worker import Worker
 from tests.cli import run_stoker
 from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixlog import PrefixLogHandler
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions

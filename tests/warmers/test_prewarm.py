@@ -13,12 +13,12 @@ from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from caches.policy import CachePolicy
 from schemas.errors import BackendUnreachable, ConfigError
+from simulation.backend.http import SimulatorThread
 from stoker.embedded import free_port
 from tests.gateway.upstreams import Served
 from tests.warmers.hotset_helpers import WordsEmbedder, fill
 from tests.warmers.refusing import refusing_proxy
 from tests.warmers.test_hotset import MONDAY, _flat, _week
-from warmers.backends.simhttp import SimulatorThread
 from warmers.budget import Budget
 from warmers.hotset import HotSetConfig, HotSetSelector
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer

@@ -18,12 +18,12 @@ from starlette.routing import Route
 
 from backends.engine import read_engine
 from schemas.errors import UsageError
+from simulation.backend.http import SimulatorThread
 from stoker.embedded import LlamaServer, free_port
 from stoker.modelserver import MODEL_ALIAS as MODEL
 from stoker.settings import StokerSettings
 from tests.gateway.upstreams import Served
 from tests.warmers.test_prefix_warm import SIM, _live_gpu_ms, _store
-from warmers.backends.simhttp import SimulatorThread
 from warmers.prefixes import HotPrefixes, Prefix
 from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
 from warmers.replicas import CAME_BACK, ReplicaWatch

@@ -17,10 +17,10 @@ from caches.client import CacheClient, CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry as Entry
 from schemas.errors import CacheUnavailable, ConfigError
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
 from warmers.throttle import AimdConfig, ManualClock
 from warmers.value import Worth

@@ -20,13 +20,13 @@ from backends.client import OpenAIBackend, RetryPolicy
 from backends.engine import EngineReader, Slots, parse, read_engine
 from caches.client import CacheClient
 from schemas.common import RequestParams
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig
 from stoker.embedded import LlamaServer
 from stoker.modelserver import MODEL_ALIAS as MODEL
 from tests.gateway.upstreams import Served
 from tests.waiting import wait_for, wait_for_async
 from tests.warmers.test_shadow import FAST, _item, _warm, _worth
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
 from warmers.engineguard import EngineGuard, GuardConfig, verdict
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
 from warmers.throttle import AimdConfig, MonotonicClock

@@ -12,7 +12,7 @@ from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import DocRef
-from warmers.backends.simhttp import SimulatorThread
+from simulation.backend.http import SimulatorThread
 from warmers.scheduler import LeaderLock, WarmScheduler
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
 

@@ -10,9 +10,9 @@ import httpx
 import orjson
 import pytest
 
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig, split_chunks
 from tests.waiting import wait_for
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig, split_chunks
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

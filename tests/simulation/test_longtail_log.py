@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulation.logs.longtail import LongTailSpec, generate
 from warmers.analysis.keyed_log import key_frame
-from warmers.longtail_log import LongTailSpec, generate
 
 
 def _log(rows: int) -> pd.DataFrame:

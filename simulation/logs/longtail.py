@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from warmers.sample_log import DIURNAL, PREFIXES, START, SUFFIXES, load_clinc
+from simulation.logs.sample import DIURNAL, PREFIXES, START, SUFFIXES, load_clinc
 
 NO_CACHE = ',"no_cache":true'
 SPLITS = ("train", "val", "test", "oos_train", "oos_val", "oos_test")

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field, replace
 
 from backends.base import FinishReason
 from caches.keys import normalise_prompt
-from warmers.backends.phrasing import render
-from warmers.backends.prefixcache import DEFAULT_BLOCK_TOKENS, PrefixCache
+from simulation.backend.phrasing import render
+from simulation.backend.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache
 
 # Source markers a prompt may carry, cited in the answer (see step 3 above).
 CITATION = re.compile(r"\[(?:tenant|doc):[^\s\[\]]{1,300}\]")

@@ -33,8 +33,8 @@ from typing import Any, Self
 
 import orjson
 
-from warmers.backends.prefixcache import PrefixCacheStats
-from warmers.backends.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
+from simulation.backend.prefix_cache import PrefixCacheStats
+from simulation.backend.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # 4 MB: a 32k-char prompt is ~128 KB of JSON even escaped

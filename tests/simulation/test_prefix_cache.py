@@ -7,9 +7,9 @@ import time
 import httpx
 import pytest
 
-from warmers.backends.prefixcache import PrefixCache
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig
+from simulation.backend.http import SimulatorThread
+from simulation.backend.prefix_cache import PrefixCache
+from simulation.backend.simulator import SimConfig
 
 # Prefill dominates here (2 ms a token, 1 ms a decoded token): 400 prompt tokens cost 0.8 s cold.
 PREFILL_SIM = SimConfig(

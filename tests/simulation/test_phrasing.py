@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from caches.matching.answers import AnswerJudge
-from warmers.backends.simulator import SimConfig, Simulator
-from warmers.sample_log import load_clinc
+from simulation.backend.simulator import SimConfig, Simulator
+from simulation.logs.sample import load_clinc
 
 MODEL = "sim-model"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from warmers.sample_log import DIURNAL, START, _zipf, load_clinc, one_off, vary
+from simulation.logs.sample import DIURNAL, START, _zipf, load_clinc, one_off, vary
 
 SHAPES = ("drift", "surge", "incident", "longtail", "quiet")
 DAYS = 14

@@ -32,7 +32,7 @@ import pandas as pd
 from schemas.errors import UsageError
 
 # The checkout's data/ folder; the shell passes STOKER_DATA_DIR (stoker/data.py) where it is set.
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
 
 # Relative traffic per hour of day: trough at 03-05, plateau 09-17, evening shoulder.

@@ -16,10 +16,10 @@ from backends.base import Generation, GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
 from schemas.common import RequestParams
 from schemas.errors import BackendOverloaded, BackendRejected
+from simulation.backend.http import SimulatorThread
+from simulation.backend.simulator import SimConfig, Simulator
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
-from warmers.backends.simhttp import SimulatorThread
-from warmers.backends.simulator import SimConfig, Simulator
 
 NO_RETRY = RetryPolicy(attempts=1)
 

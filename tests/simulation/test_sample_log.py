@@ -10,7 +10,7 @@ import pytest
 
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
-from warmers.sample_log import SampleSpec, generate
+from simulation.logs.sample import SampleSpec, generate
 
 SMALL = SampleSpec(days=7, requests_per_day=1_500)
 
