@@ -23,12 +23,12 @@ if _ROOT not in sys.path:
 import pytest  # noqa: E402
 import redis  # noqa: E402
 
+from backends.pacing import ManualClock  # noqa: E402
 from simulation.backend.http import SimulatorThread  # noqa: E402
 from simulation.backend.simulator import SimConfig  # noqa: E402
 from stoker.embedded import EmbeddedStack, LlamaServer  # noqa: E402
 from stoker.embedded_cluster import EmbeddedCluster  # noqa: E402
 from stoker.redisconn import connect  # noqa: E402
-from warmers.throttle import ManualClock  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backends.engine import EngineReader, EngineState
-from warmers.throttle import Clock
+from backends.pacing import Clock
 
 # go: room for one more send; crowded: the other traffic holds `busy` of the slots; full: the
 # warm's own sends hold all it may; deferred: another request waits for a slot.

@@ -32,7 +32,7 @@ batch go unaudited (counted "backend_error"), a sample lost, not a stalled log.
 
 Off-peak: the monitor adds no load to a busy backend. Its re-asks are paced by AIMD under the
 QPS cap (halved on a 429, a 5xx, a timeout or a retry, grown back while answers come at their
-baseline latency), and while the backend's load as its answers show it (warmers/throttle.py,
+baseline latency), and while the backend's load as its answers show it (backends/pacing.py,
 Aimd.load: latency per token over the baseline, and full for a few seconds after congestion)
 is at or over `busy_load`, a sampled hit is dropped, counted "busy". So at the daily peak the
 monitor mostly waits, and it catches up on nothing: a dropped sample is a smaller sample, never
@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from backends.base import Backend, Generation, GenerationRequest
+from backends.pacing import Aimd, AimdConfig, MonotonicClock, TokenBucket
 from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.client import CacheClient, CacheRequest
@@ -65,7 +66,6 @@ from schemas.events import BaseEvent, Event, HitAudited, RequestLogged
 from streams.base import Handler
 from warmers import metrics as M
 from warmers.monitor import Auditor, ServedHit
-from warmers.throttle import Aimd, AimdConfig, MonotonicClock, TokenBucket
 
 log = logging.getLogger(__name__)
 

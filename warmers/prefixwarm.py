@@ -35,6 +35,7 @@ from typing import Any
 from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy, Timeouts
 from backends.engine import EngineReader
+from backends.pacing import MonotonicClock, TokenBucket
 from schemas.baseurl import BaseURL
 from schemas.errors import (
     BackendRejected,
@@ -44,7 +45,6 @@ from schemas.errors import (
     StokerError,
 )
 from warmers.prefixes import HotPrefix, HotPrefixes
-from warmers.throttle import MonotonicClock, TokenBucket
 
 # The user turn a warm appends: a chat template needs one, and a single token adds ~nothing.
 WARM_USER_TURN = "."

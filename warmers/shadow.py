@@ -37,6 +37,7 @@ from rich.progress import Progress
 
 from backends.base import Backend, Generation, GenerationRequest
 from backends.engine import EngineReader
+from backends.pacing import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from caches.boundary import redis_boundary
 from caches.client import CacheClient, CacheRequest, LookupResult
 from caches.policy import request_bypass_reason
@@ -50,7 +51,6 @@ from schemas.errors import (
 )
 from warmers import metrics as M
 from warmers.engineguard import EngineGuard, GuardConfig
-from warmers.throttle import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from warmers.value import Worth, price_at
 
 log = logging.getLogger(__name__)

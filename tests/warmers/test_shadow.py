@@ -13,6 +13,7 @@ from redis.retry import Retry
 
 from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
+from backends.pacing import AimdConfig, ManualClock
 from caches.client import CacheClient, CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry as Entry
@@ -22,7 +23,6 @@ from simulation.backend.simulator import SimConfig
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
-from warmers.throttle import AimdConfig, ManualClock
 from warmers.value import Worth
 
 FAST = WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, jitter_frac=0.1, seed=1)

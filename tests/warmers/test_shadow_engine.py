@@ -18,6 +18,7 @@ from starlette.routing import Route
 from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
 from backends.engine import EngineReader, Slots, parse, read_engine
+from backends.pacing import AimdConfig, MonotonicClock
 from caches.client import CacheClient
 from schemas.common import RequestParams
 from simulation.backend.http import SimulatorThread
@@ -29,7 +30,6 @@ from tests.waiting import wait_for, wait_for_async
 from tests.warmers.test_shadow import FAST, _item, _warm, _worth
 from warmers.engineguard import EngineGuard, GuardConfig, verdict
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
-from warmers.throttle import AimdConfig, MonotonicClock
 
 
 def test_shadow_engine__a_send_that_no_longer_pays_at_a_queueing_engine_is_left_out(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
-from warmers.throttle import Aimd, AimdConfig, ManualClock, Ramp, TokenBucket
+from backends.pacing import Aimd, AimdConfig, ManualClock, Ramp, TokenBucket
 
 
 async def _grants_within(bucket: TokenBucket, clock: ManualClock, seconds: float) -> int:
@@ -45,6 +46,52 @@ def test_token_bucket__idle_time_buys_at_most_burst(fake_clock: ManualClock) -> 
 
     asyncio.run(three())
     assert fake_clock.now() - t0 == pytest.approx(0.1)  # 3 at once, the 4th waits 1/rate
+
+
+@pytest.mark.parametrize(("n", "k"), [(40, 40), (1, 7), (500, 3)])
+def test_token_bucket__spend_after_the_work_lasts_exactly_k_n_over_rate(
+    fake_clock: ManualClock, n: int, k: int
+) -> None:
+    """Paid after each batch from an empty start, k batches of n last k * n / rate: paying
+    before (a full first token) would hand the first batch out free."""
+    bucket = TokenBucket(100.0, fake_clock, burst=n, start=0.0)
+    t0 = fake_clock.now()
+    assert all(bucket.spend(n) for _ in range(k))
+    assert fake_clock.now() - t0 == pytest.approx(k * n / 100.0)
+
+
+def test_token_bucket__spend_saves_at_most_burst_while_idle(fake_clock: ManualClock) -> None:
+    bucket = TokenBucket(10.0, fake_clock, burst=5, start=0.0)
+    fake_clock.t += 60  # a minute idle is worth 5 units, not 600
+    t0 = fake_clock.now()
+    assert bucket.spend(5)
+    assert fake_clock.now() == t0  # paid from the credit
+    assert bucket.spend(5)
+    assert fake_clock.now() - t0 == pytest.approx(0.5)
+
+
+def test_token_bucket__spend_with_stop_set_returns_false_without_waiting(
+    fake_clock: ManualClock,
+) -> None:
+    bucket = TokenBucket(10.0, fake_clock, start=0.0)
+    stop = threading.Event()
+    stop.set()
+    t0 = fake_clock.now()
+    assert bucket.spend(10, stop) is False
+    assert fake_clock.now() == t0
+
+
+def test_token_bucket__spend_waits_on_the_stop_event_in_real_time() -> None:
+    """The monotonic clock waits on the event, so a purge that is told to stop wakes at once."""
+    bucket = TokenBucket(1.0, start=0.0)  # 1 unit/s: a spend of 1000 would wait 1000 s
+    stop = threading.Event()
+    threading.Timer(0.05, stop.set).start()
+    assert bucket.spend(1000, stop) is False
+
+
+def test_token_bucket__refuses_a_start_over_burst(fake_clock: ManualClock) -> None:
+    with pytest.raises(ValueError, match="start <= burst"):
+        TokenBucket(1.0, fake_clock, burst=2, start=3)
 
 
 def test_ramp__from_start_to_end_fraction_capped_by_target() -> None:

@@ -1,4 +1,5 @@
-"""Pacing for the shadow warmer: a token bucket, the 5%->20% ramp and an AIMD controller.
+"""Pacing for whatever loads a backend or Redis: one token bucket (the warmers' and the
+monitor's grants, the purge's deletions), the 5%->20% ramp and an AIMD controller.
 
 All three read time from an injected Clock, so tests drive them with a fake clock and count
 grants instead of timing them.
@@ -7,6 +8,7 @@ grants instead of timing them.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +23,10 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def wait(self, seconds: float, stop: threading.Event | None) -> bool:
+        """Block a thread for `seconds`; False if `stop` was set (at once or while waiting)."""
+        ...
+
 
 class MonotonicClock:
     def now(self) -> float:
@@ -28,6 +34,12 @@ class MonotonicClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def wait(self, seconds: float, stop: threading.Event | None) -> bool:
+        if stop is None:
+            time.sleep(seconds)  # a pacing delay, not a wait on a condition
+            return True
+        return not stop.wait(seconds)
 
 
 class ManualClock:
@@ -44,21 +56,34 @@ class ManualClock:
         self.t += max(0.0, seconds)
         await asyncio.sleep(0)
 
+    def wait(self, seconds: float, stop: threading.Event | None) -> bool:
+        if stop is not None and stop.is_set():
+            return False
+        self.t += max(0.0, seconds)
+        return True
+
 
 class TokenBucket:
     """Grants at `rate` per second on average, at most `burst` at once after an idle spell.
 
-    It starts empty: the first grant comes at once (one token), the rest at the rate, so a
-    short run is not front-loaded by a full bucket. The rate may change between grants."""
+    Two ways to take from it. Grants before the work (`acquire`, `try_acquire`: one unit each,
+    for requests to a backend): it starts with one token, so the first grant comes at once and
+    the rest at the rate, and a short run is not front-loaded by a full bucket. Payment after
+    the work (`spend(n)`, for batches of deletions whose size is known only once done): the
+    bucket may go into debt and the caller waits it off, so a run of k batches of n lasts
+    exactly k * n / rate (paying before, the first batch is free: +2.6% over the target at 40
+    batches, measured on the purge). The rate may change between grants."""
 
-    def __init__(self, rate: float, clock: Clock, burst: float = 1.0) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be > 0 and burst >= 1")
+    def __init__(
+        self, rate: float, clock: Clock | None = None, burst: float = 1.0, start: float = 1.0
+    ) -> None:
+        if rate <= 0 or burst < 1 or not 0 <= start <= burst:
+            raise ValueError("rate must be > 0, burst >= 1 and 0 <= start <= burst")
         self.rate = rate
         self.burst = burst
-        self._clock = clock
-        self._tokens = 1.0
-        self._last = clock.now()
+        self._clock = clock or MonotonicClock()
+        self._tokens = start
+        self._last = self._clock.now()
 
     def set_rate(self, rate: float) -> None:
         if rate <= 0:
@@ -88,6 +113,16 @@ class TokenBucket:
                 self._tokens = max(0.0, self._tokens - 1.0)
                 return
             await self._clock.sleep((1.0 - self._tokens) / self.rate)
+
+    def spend(self, n: int, stop: threading.Event | None = None) -> bool:
+        """Account n units just done and block until they are paid for; False if `stop` was
+        set (before or while waiting). Spending more than `burst` at once is allowed: the debt
+        pushes the next call later."""
+        self._refill()
+        self._tokens -= max(0, n)
+        if self._tokens >= 0:
+            return not (stop is not None and stop.is_set())
+        return self._clock.wait(-self._tokens / self.rate, stop)
 
 
 @dataclass(frozen=True)
