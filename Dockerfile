@@ -26,6 +26,7 @@ COPY gateway gateway
 COPY warmers warmers
 COPY invalidators invalidators
 COPY caches caches
+COPY audits audits
 COPY simulation simulation
 COPY stoker stoker
 COPY data data

@@ -61,7 +61,7 @@ KIND_BUDGET: Final = "b"
 # re-asked, but its verdict counts once); it lives as long as the verdict can count.
 KIND_AUDITED: Final = "a"
 # When an invalidation last touched the tenant (unix seconds, the change event's time): the
-# monitor re-asks a share of the exact hits served soon after it (warmers/monitor_worker.py).
+# monitor re-asks a share of the exact hits served soon after it (audits/monitor.py).
 KIND_CHANGED: Final = "ch"
 # A document's text after its latest KB change, and the texts it replaced (warmers/doctexts.py):
 # what the re-warmer substitutes into the logged requests that inlined an older text.

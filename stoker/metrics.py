@@ -18,6 +18,7 @@ METRICS_MODULES: Final = (
     "caches.metrics",
     "streams.metrics",
     "warmers.metrics",
+    "audits.metrics",
     "invalidators.metrics",
     "gateway.metrics",
 )

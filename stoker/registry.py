@@ -174,11 +174,11 @@ def monitor_handler(s: StokerSettings) -> Handler:
     """The wrong-hit monitor: the serving side's cache client (its embedder, semantic store for
     probes, and with the verified matcher its error budget), the backend to re-ask, and
     stoker.audit."""
+    from audits.judge import Auditor
+    from audits.monitor import MonitorHandler, MonitorOptions
     from backends.base import Backend
     from backends.client import OpenAIBackend
     from caches.matching.budget import ServingLevels
-    from warmers.monitor import Auditor
-    from warmers.monitor_worker import MonitorHandler, MonitorOptions
 
     cache = W.build_cache_client(s)
     url = s.monitor_backend_url or s.upstream_url()

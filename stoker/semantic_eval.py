@@ -11,7 +11,7 @@ Protocol, per configuration (one fresh Qdrant Edge store each):
 3. a hit is wrong when the cached prompt has another label (out-of-scope queries are wrong
    whenever they hit); a miss stores the query with its live answer's vector, as a live cache
    stores what it computed; so the bank is exactly the stream's earlier misses plus probes;
-4. verified only: at `monitor_share`, a hit is audited (warmers/monitor.py: re-asked, judged by
+4. verified only: at `monitor_share`, a hit is audited (audits/judge.py: re-asked, judged by
    meaning, a probe left in the store, a verdict for the error budget) and a miss that nearly
    hit is shadow-checked (its live answer judged against the candidate's); each stored miss
    and each audit of a near look-alike feeds the answer checks (caches/matching/calibration.py)
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from audits.judge import Auditor, ServedHit
 from caches.embedders import Embedder
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
@@ -76,7 +77,6 @@ from stoker.semantic_eval_data import (
 )
 from stoker.semantic_eval_report import BASELINE, PROMPT_ONLY, Evaluation
 from stoker.semantic_eval_score import FIRST, QualityRow, Scorer, percentiles
-from warmers.monitor import Auditor, ServedHit
 
 __all__ = [
     "FIRST",

@@ -132,7 +132,7 @@ class StokerSettings(BaseSettings):
     # replica within this).
     budget_window_s: float = Field(default=DEFAULT_BUDGET_WINDOW_S, gt=0)
     budget_refresh_s: float = Field(default=5.0, ge=0, le=3600)
-    # The wrong-hit monitor (`stoker worker monitor`, warmers/monitor_worker.py): the share of
+    # The wrong-hit monitor (`stoker worker monitor`, audits/monitor.py): the share of
     # served semantic hits it re-asks (each re-ask costs the backend a request), at most this
     # many a second (a hit over the cap is dropped, not
     # queued), from this backend (unset: the gateway's upstream, else the warm backend).

@@ -53,7 +53,9 @@ def _imports(path: Path) -> set[str]:
 def test_layers__backends_sit_below_the_gateway_the_warmers_and_the_invalidators():
     (contract,) = [c for c in _pyproject()["tool"]["importlinter"]["contracts"]]
     layers = contract["layers"]
-    assert layers.index("gateway | warmers | invalidators | simulation") < layers.index("backends")
+    assert layers.index("gateway | warmers | invalidators | audits | simulation") < layers.index(
+        "backends"
+    )
     assert layers.index("backends") < layers.index("streams")
 
 
@@ -64,7 +66,7 @@ def test_layers__only_backends_speak_http_to_a_model_server():
         str(path.relative_to(ROOT)): sorted(
             m for m in _imports(path) if m in HTTP_CLIENTS or m.split(".")[0] in HTTP_CLIENTS
         )
-        for package in ("gateway", "warmers", "invalidators")
+        for package in ("gateway", "warmers", "invalidators", "audits", "simulation")
         for path in sorted((ROOT / package).rglob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}

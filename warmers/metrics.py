@@ -46,25 +46,6 @@ BACKEND_LATENCY = Histogram(
     "Backend generation latency seen by the warmer (successful calls)",
     buckets=BACKEND_BUCKETS,
 )
-# The wrong-hit monitor (warmers/monitor_worker.py), per served hit it sampled: "same" /
-# "different" (judged), "over_rate" (dropped: the QPS cap had no token), "busy" (dropped: the
-# backend's answers showed it loaded), "entry_gone" (expired or invalidated before the re-ask),
-# "backend_error", "cut" (the re-ask ended on its length).
-AuditResult = Literal[
-    "same", "different", "over_rate", "busy", "entry_gone", "backend_error", "cut"
-]
-AUDITS = Counter(
-    "stoker_monitor_audits",
-    "Served hits the wrong-hit monitor sampled, by result (same / different when re-asked)",
-    ["result"],
-)
-# Of those, the exact hits served soon after an invalidation in their tenant (the stale-serve
-# check), by verdict: "different" is an answer the backend no longer gives, served from cache.
-STALE_CHECKS = Counter(
-    "stoker_monitor_stale_checks",
-    "Exact hits served soon after an invalidation, re-asked, by verdict (different: stale)",
-    ["tenant", "result"],
-)
 SCHEDULER_LEADER = Gauge(
     "stoker_scheduler_leader", "1 if this process is the scheduler's leader, else 0"
 )
@@ -78,14 +59,6 @@ def generated(latency_ms: float, gpu_ms: float) -> None:
 
 def failed(kind: ErrorKind) -> None:
     ERRORS.labels(kind).inc()
-
-
-def audited(result: AuditResult) -> None:
-    AUDITS.labels(result).inc()
-
-
-def stale_checked(tenant: str, verdict: Literal["same", "different"]) -> None:
-    STALE_CHECKS.labels(tenant, verdict).inc()
 
 
 def set_leader(leader: bool) -> None:

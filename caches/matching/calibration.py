@@ -1,6 +1,6 @@
 """Whether the backend's answers can vouch for a look-alike, learned from its own traffic.
 
-The verified ladder (verified.py) and the monitor (warmers/monitor.py) both read one signal:
+The verified ladder (verified.py) and the monitor (audits/judge.py) both read one signal:
 two answers "agree" when their embeddings' cosine clears the judge's bar (answers.py). That
 signal is worth something only if the backend answers one meaning alike and other meanings
 otherwise. The simulator does (it was built to); a real model may not. Measured on

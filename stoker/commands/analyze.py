@@ -90,9 +90,9 @@ def analyze(
 ) -> None:
     """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
     and TTL (a simulated cache in time order), a recommendation and a verdict."""
+    from audits.whatif.keyed_log import UnreadableLog, key_frame, read_frame
+    from audits.whatif.report import Settings
     from schemas.errors import UsageError
-    from warmers.analysis.keyed_log import UnreadableLog, key_frame, read_frame
-    from warmers.analysis.report import Settings
 
     s = connected(console, redis_url=redis_url)
     budget = (embed_budget or s.analyze_embed_budget) if sample else None
@@ -115,8 +115,8 @@ def analyze(
 
 
 def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, Any]:
+    from audits.whatif.report import analyze as run_analysis
     from caches.embedders import SentenceTransformerEmbedder
-    from warmers.analysis.report import analyze as run_analysis
 
     with console.status("loading the embedder ..."):
         embedder = _cached(SentenceTransformerEmbedder(), s)
@@ -139,9 +139,9 @@ def _cached(embedder: Any, s: Any) -> Any:
     analyze of the same (or an overlapping) log embeds only the prompts it has not seen."""
     if s is None or not s.redis_url:
         return embedder
+    from audits.whatif.neighbours import ScopedEmbedder
     from caches.embedders import CachedEmbedder
     from stoker.wiring import build_redis
-    from warmers.analysis.neighbours import ScopedEmbedder
 
     return ScopedEmbedder(CachedEmbedder(embedder, build_redis(s), s.embedding_ttl_s))
 

@@ -163,9 +163,9 @@ def test_serving_levels__read_the_checks_per_tenant_for_every_route():
 
 
 def test_auditor__an_audit_of_a_near_look_alike_is_an_answer_check():
+    from audits.judge import Auditor, ServedHit
     from caches.keys import Namespace
     from caches.matching.answers import AnswerJudge
-    from warmers.monitor import Auditor, ServedHit
 
     budget = ErrorBudget(MemoryCounts(), levels=2, max_wrong_rate=0.01)
     checks = AnswerChecks(budget, lambda a, b: float(a @ b) >= 0.5)

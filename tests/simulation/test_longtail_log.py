@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audits.whatif.keyed_log import key_frame
 from simulation.logs.longtail import LongTailSpec, generate
-from warmers.analysis.keyed_log import key_frame
 
 
 def _log(rows: int) -> pd.DataFrame:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from audits.judge import Auditor, ServedHit
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
 from caches.matching.bounds import Strata
 from caches.matching.budget import ErrorBudget, MemoryCounts
-from warmers.monitor import Auditor, ServedHit
 
 
 def _unit(v: list[float]) -> np.ndarray:

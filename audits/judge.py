@@ -11,7 +11,7 @@ and lexical guards on the texts). The verdict
 The running tally gives the monitor's estimate of the served wrong rate, and its bound.
 
 Used by `stoker eval-semantic` on every sampled hit, and by the monitor worker
-(warmers/monitor_worker.py), which reads served hits from the request log and re-asks a live
+(audits/monitor.py), which reads served hits from the request log and re-asks a live
 backend.
 """
 

@@ -19,12 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from caches.embedders import Embedder
-from warmers.analysis.keyed_log import KeyedLog, key_frame
-from warmers.analysis.neighbours import build_neighbours, embed_unique
-from warmers.analysis.recommend import recommend, verdict
-from warmers.analysis.sample import Sample, draw
-from warmers.analysis.simulation import (
+from audits.whatif.cache_replay import (
     EXACT,
     SEMANTIC,
     Duplicates,
@@ -32,6 +27,11 @@ from warmers.analysis.simulation import (
     duplicates,
     simulate,
 )
+from audits.whatif.keyed_log import KeyedLog, key_frame
+from audits.whatif.neighbours import build_neighbours, embed_unique
+from audits.whatif.recommend import recommend, verdict
+from audits.whatif.sample import Sample, draw
+from caches.embedders import Embedder
 
 SCHEMA = "stoker.analyze/1"
 Progress = Callable[[str, int, int], None]  # (stage "embed" | "simulate", done, total)
@@ -44,7 +44,7 @@ class Settings:
     labels: str | None = None
     # A threshold qualifies while under 1% of the answers the cache serves are wrong.
     max_false_share: float = 0.01
-    # Distinct prompts embedded at most; past it, a sample (warmers/analysis/sample.py).
+    # Distinct prompts embedded at most; past it, a sample (audits/whatif/sample.py).
     embed_budget: int | None = None
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from warmers.analysis.keyed_log import UNCACHEABLE, KeyedLog
+from audits.whatif.keyed_log import UNCACHEABLE, KeyedLog
 
 Z_95 = 1.96
 # Families: words trimmed from the two ends together, at most; and prompts per family, at most

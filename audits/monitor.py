@@ -19,7 +19,7 @@ Per batch of inference.requests (numbered as in `apply`):
 3. the backend is asked the logged request again, exactly as the gateway sent it (through the
    one backend client, backends/client.py: the gateway's HTTP stack and error tree);
 4. the fresh answer and the served one are embedded and judged by meaning (AnswerJudge via
-   warmers/monitor.py's Auditor, with the number guard on the texts): a verified hit against
+   audits/judge.py's Auditor, with the number guard on the texts): a verified hit against
    the centroid of the answers that vouched for it (found again by one search, as the matcher
    sees the store now; the centroid bar), anything else against the served answer (pair bar);
 5. a verified hit's verdict goes to the error budget's shared counts in Redis, once per request
@@ -49,6 +49,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from audits import metrics as M
+from audits.judge import Auditor, ServedHit
 from backends.base import Backend, Generation, GenerationRequest
 from backends.pacing import Aimd, AimdConfig, MonotonicClock, TokenBucket
 from caches import changes, slots
@@ -64,8 +66,6 @@ from schemas.entries import CacheEntry
 from schemas.errors import BackendRejected, BackendUnavailable, StokerError
 from schemas.events import BaseEvent, Event, HitAudited, RequestLogged
 from streams.base import Handler
-from warmers import metrics as M
-from warmers.monitor import Auditor, ServedHit
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from audits.whatif.cache_replay import EXACT, SEMANTIC, simulate
+from audits.whatif.keyed_log import KeyedLog, key_frame
+from audits.whatif.sample import FAMILY_CAP, draw, families
 from simulation.logs.longtail import LongTailSpec, generate
-from warmers.analysis.keyed_log import KeyedLog, key_frame
-from warmers.analysis.sample import FAMILY_CAP, draw, families
-from warmers.analysis.simulation import EXACT, SEMANTIC, simulate
 
 DAY = 86_400
 

@@ -14,9 +14,9 @@ import orjson
 import pandas as pd
 import pytest
 
+from audits.whatif.recommend import VERDICT_BAR, verdict
+from audits.whatif.report import Settings, analyze
 from caches.embedders import SentenceTransformerEmbedder
-from warmers.analysis.recommend import VERDICT_BAR, verdict
-from warmers.analysis.report import Settings, analyze
 
 T0 = 1_790_000_000.0  # epoch seconds; any fixed start
 HOUR, DAY = 3_600, 86_400
@@ -310,8 +310,8 @@ def test_cli__tables_say_the_figures_are_estimated(tmp_path):
 
 
 def test_cli__embeddings_come_from_the_embedding_cache(tmp_path, embedder, redis_url, redis_client):
+    from audits.whatif.neighbours import ANALYZE_SCOPE
     from caches.keys import embedding_key, normalise_prompt
-    from warmers.analysis.neighbours import ANALYZE_SCOPE
 
     # DISTINCT[0] and [2] are tenant a's, 2 minutes apart; with [2] cached under [0]'s vector,
     # analyze sees a paraphrase at cosine 1.0: proof it read the cache, not the model.

@@ -16,6 +16,8 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from audits.judge import Auditor
+from audits.monitor import MonitorHandler, MonitorOptions, sampled
 from backends.client import OpenAIBackend
 from caches.client import CacheClient, CacheRequest
 from caches.embedders import CachedEmbedder
@@ -37,8 +39,6 @@ from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
 from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce, read_topic
-from warmers.monitor import Auditor
-from warmers.monitor_worker import MonitorHandler, MonitorOptions, sampled
 
 TIMEOUT_S = 60
 FAST = SimConfig(slots=16, queue=256, prefill_ms_per_token=0.01, decode_ms_per_token=0.2)

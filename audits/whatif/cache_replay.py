@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from warmers.analysis.keyed_log import KeyedLog
-from warmers.analysis.neighbours import Neighbours
+from audits.whatif.keyed_log import KeyedLog
+from audits.whatif.neighbours import Neighbours
 
 MISS, EXACT, SEMANTIC, BYPASS = 0, 1, 2, 3
 
