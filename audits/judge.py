@@ -4,7 +4,7 @@ For each sampled hit the backend is asked the query again (off-peak, at a capped
 caller's job), and the fresh answer is judged against the served one (AnswerJudge: embeddings
 and lexical guards on the texts). The verdict
 - is one audit record (query, served entry, score, rule, verdict);
-- is evidence for the error budget, at the hit's strength, as an audit (caches/matching/budget.py:
+- is evidence for the error budget, at the hit's strength, as an audit (caches/matching/error_budget.py:
   audits and shadow checks are sampled at different shares and weighed apart);
 - and leaves a probe in the store: the query's vector with the fresh answer's, so the next
   lookups near it see what the backend said there (a verified matcher's neighbours).
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge, Judgement
 from caches.matching.base import Vector
-from caches.matching.budget import ErrorBudget, upper_bound
 from caches.matching.calibration import AnswerChecks
+from caches.matching.error_budget import ErrorBudget, upper_bound
 from caches.semantic.base import SemanticPoint
 
 

@@ -59,7 +59,7 @@ from caches.client import CacheClient, CacheRequest
 from caches.keys import CacheKey
 from caches.matching.answers import Judgement
 from caches.matching.base import Vector
-from caches.matching.budget import ErrorBudget, ServingLevels
+from caches.matching.error_budget import ErrorBudget, ServingLevels
 from caches.matching.verified import strength_of
 from caches.semantic.base import SemanticPoint
 from schemas.entries import CacheEntry

@@ -30,7 +30,7 @@ from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
-from caches.matching.budget import ErrorBudget
+from caches.matching.error_budget import ErrorBudget
 from caches.policy import (
     CachePolicy,
     prompt_bypass_reason,
@@ -95,7 +95,7 @@ class LookupResult(msgspec.Struct, frozen=True):
     ticket: WriteTicket | None = None
     key: str = ""  # the request's exact-entry key ("" for a bypass), for support and logs
     # A verified matcher's best candidate that fell short of the serving level: the live answer
-    # the miss then gets is judged against it (caches/matching/budget.py, a shadow check).
+    # the miss then gets is judged against it (caches/matching/error_budget.py, a shadow check).
     shadow: Shadow | None = None
 
     @property

@@ -31,9 +31,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from caches.matching.base import MATCH_TOTALS
-from caches.matching.budget import ServingLevels, min_evidence
 from caches.matching.calibration import ROUTE as CHECKS_ROUTE
 from caches.matching.calibration import AnswerSignal
+from caches.matching.error_budget import ServingLevels, min_evidence
 
 OUTCOMES: Final = ("exact", "semantic", "negative", "miss", "bypass")
 # Seconds. An exact hit sits near 0.1-0.5 ms, a semantic lookup (embed + search + MGET) near

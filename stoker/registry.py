@@ -178,7 +178,7 @@ def monitor_handler(s: StokerSettings) -> Handler:
     from audits.monitor import MonitorHandler, MonitorOptions
     from backends.base import Backend
     from backends.client import OpenAIBackend
-    from caches.matching.budget import ServingLevels
+    from caches.matching.error_budget import ServingLevels
 
     cache = W.build_cache_client(s)
     url = s.monitor_backend_url or s.upstream_url()

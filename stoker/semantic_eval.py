@@ -52,15 +52,15 @@ from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Accepted, Candidate, Matcher, Query, StaticThreshold, Vector
 from caches.matching.bounds import Shares
-from caches.matching.budget import (
+from caches.matching.calibration import AnswerChecks, AnswerSignal, signal_of
+from caches.matching.cold import DEFAULT_COLD, ColdRule
+from caches.matching.error_budget import (
     ErrorBudget,
     MemoryCounts,
     choose_level,
     cold_open,
     upper_bound,
 )
-from caches.matching.calibration import AnswerChecks, AnswerSignal, signal_of
-from caches.matching.cold import DEFAULT_COLD, ColdRule
 from caches.matching.fallback import DEFAULT_FALLBACK, PromptRule
 from caches.matching.guards import Guarded
 from caches.matching.verified import LADDER, VerifiedMatcher, strength_of

@@ -39,7 +39,7 @@ import numpy as np
 
 from caches.embedders import Embedder
 from caches.matching.base import Accepted, Candidate, Matcher, MatchStats, Query, StaticThreshold
-from caches.matching.budget import upper_bound
+from caches.matching.error_budget import upper_bound
 from caches.matching.guards import Guarded
 from caches.matching.lexical import first_violation
 from stoker.semantic_eval import Stream, run_stream

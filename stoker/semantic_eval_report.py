@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from caches.matching.budget import MemoryCounts
 from caches.matching.cold import DEFAULT_COLD
+from caches.matching.error_budget import MemoryCounts
 from stoker.semantic_eval_score import FIRST, QualityRow
 
 if TYPE_CHECKING:

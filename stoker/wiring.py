@@ -32,10 +32,10 @@ from caches.l1 import L1Cache
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.bounds import Shares
-from caches.matching.budget import ErrorBudget, ServingLevels
 from caches.matching.calibration import AnswerChecks
 from caches.matching.cold import DEFAULT_COLD
 from caches.matching.counts import RedisCounts
+from caches.matching.error_budget import ErrorBudget, ServingLevels
 from caches.matching.fallback import DEFAULT_FALLBACK
 from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES

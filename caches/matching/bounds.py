@@ -1,7 +1,7 @@
 """The upper bound of a wrong-hit rate, from verdicts sampled at unequal rates.
 
 A level's wrong rate is that of every pair it would serve. Its verdicts come from two samples
-of those pairs (budget.py): the monitor audits served hits at `audited` (0.2 by default), and
+of those pairs (error_budget.py): the monitor audits served hits at `audited` (0.2 by default), and
 near misses (a candidate short of the serving level) are shadow-checked at `shadow` (1.0).
 Counted alike, a looser level's evidence over-weighs its marginal pairs (strengths between it
 and the serving level: all of them near misses) by shadow/audited = 5x against the served ones

@@ -22,7 +22,7 @@ So the matcher checks the signal on two kinds of pair that need no label:
 Both kinds come from live traffic: a miss's live answer against its neighbours' (the store-time
 check, caches/client.py) and against an earlier answer of an unrelated prompt, and the
 monitor's re-asks against the answers they audit. Their counts live in the error budget's
-store, two slots past the cold rule's (budget.py), per tenant (every route's traffic feeds and
+store, two slots past the cold rule's (error_budget.py), per tenant (every route's traffic feeds and
 reads them), shared by replicas.
 
 The answers vouch (`AnswerSignal.state` "separates") when both rates are shown, at 95%, at or
@@ -44,7 +44,13 @@ from typing import Literal
 import numpy as np
 
 from caches.matching.base import Query, Vector
-from caches.matching.budget import ErrorBudget, Evidence, LevelBound, ServingLevels, shown_within
+from caches.matching.error_budget import (
+    ErrorBudget,
+    Evidence,
+    LevelBound,
+    ServingLevels,
+    shown_within,
+)
 
 State = Literal["separates", "blind", "unknown"]
 # The checks are kept per tenant, not per route: how a backend answers is the backend's (and the

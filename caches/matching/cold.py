@@ -13,7 +13,7 @@ The cold rule serves on the prompts, strictly (`ColdRule.pick`):
   the rule hits, never adds a wrong one.
 
 When it may serve (budget.cold_open, from the budget's counts; the cold rule's verdicts are a
-stratum of their own, one slot past the ladder's, see budget.py):
+stratum of their own, one slot past the ladder's, see error_budget.py):
 1. on trial, on its calibration alone: while the route holds fewer verdicts in all than any
    level needs to be shown within budget (`min_evidence`: 299 at 1%), and none of the cold
    rule's own came back wrong;

@@ -1,6 +1,6 @@
 """The error budget's verdict counts in Redis, shared by every gateway replica and the monitor.
 
-MemoryCounts (budget.py) keeps one process's verdicts: with N gateway replicas each would see
+MemoryCounts (error_budget.py) keeps one process's verdicts: with N gateway replicas each would see
 1/N of the evidence, and loosen N times later; a restart would forget it all. RedisCounts keeps
 them per tenant, route and time bucket (caches/constants.py):
 
@@ -85,7 +85,7 @@ def audited_key(tenant: str, event_id: str) -> str:
 
 
 class RedisCounts:
-    """VerdictCounts (budget.py) in Redis; thread-safe (redis-py pools connections)."""
+    """VerdictCounts (error_budget.py) in Redis; thread-safe (redis-py pools connections)."""
 
     def __init__(
         self,

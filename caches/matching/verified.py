@@ -26,7 +26,7 @@ reasons say so ("verified:fallback:<state>:...").
 
 Levels form a ladder, loosest first; each accepts a subset of what the one before accepts
 (score, agree and margin never fall along it), so a hit's `strength` (the strictest level it
-passes) says which levels would have served it. The error budget (caches/matching/budget.py)
+passes) says which levels would have served it. The error budget (caches/matching/error_budget.py)
 moves the serving level along the ladder from the monitor's verdicts.
 """
 
@@ -147,7 +147,7 @@ class VerifiedMatcher(Matcher):
         self.level_of = level_of
         self.cold = cold
         self.cold_open = cold_open
-        self.cold_slot = len(self.ladder)  # the cold rule's verdicts' strength (budget.py)
+        self.cold_slot = len(self.ladder)  # the cold rule's verdicts' strength (error_budget.py)
         self.bar = bar
         self.neighbour_floor = neighbour_floor
         self.neighbours = neighbours

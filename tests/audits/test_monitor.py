@@ -23,8 +23,8 @@ from caches.client import CacheClient, CacheRequest
 from caches.embedders import CachedEmbedder
 from caches.matching.answers import AnswerJudge
 from caches.matching.bounds import Strata
-from caches.matching.budget import ErrorBudget
 from caches.matching.counts import RedisCounts
+from caches.matching.error_budget import ErrorBudget
 from caches.matching.verified import LADDER
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticQuery
@@ -245,7 +245,7 @@ def audited(result: str) -> float:
 def test_monitor__built_from_settings_with_the_serving_budget(
     settings: StokerSettings, qdrant_path: Path
 ) -> None:
-    from caches.matching.budget import ServingLevels
+    from caches.matching.error_budget import ServingLevels
     from stoker.registry import monitor_handler
 
     s = settings.model_copy(

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from caches.matching.base import Candidate, Query
-from caches.matching.budget import ErrorBudget, LevelBound, MemoryCounts, ServingLevels
 from caches.matching.calibration import (
     AnswerChecks,
     AnswerSignal,
@@ -15,6 +14,7 @@ from caches.matching.calibration import (
     band,
     signal_of,
 )
+from caches.matching.error_budget import ErrorBudget, LevelBound, MemoryCounts, ServingLevels
 from caches.matching.fallback import PromptRule
 from caches.matching.verified import Level, VerifiedMatcher, strength_of
 

@@ -65,7 +65,7 @@ def test_store_reason__bounded_labels():
 
 
 def test_budget_gauges__per_tenant_and_route_with_the_bound_once_it_can_be_within_budget():
-    from caches.matching.budget import ErrorBudget, MemoryCounts, ServingLevels, min_evidence
+    from caches.matching.error_budget import ErrorBudget, MemoryCounts, ServingLevels, min_evidence
 
     budget = ErrorBudget(MemoryCounts(), levels=3, max_wrong_rate=0.01)
     levels = ServingLevels(budget, refresh_s=0)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from caches.matching.base import Candidate, Query
-from caches.matching.budget import ErrorBudget, MemoryCounts, cold_open, min_evidence
 from caches.matching.cold import ColdRule
+from caches.matching.error_budget import ErrorBudget, MemoryCounts, cold_open, min_evidence
 from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
 
 SAME, OTHER = np.eye(3, dtype=np.float32)[0], np.eye(3, dtype=np.float32)[1]

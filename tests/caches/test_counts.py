@@ -10,8 +10,8 @@ import redis
 
 from caches.client import CacheClient, CacheRequest
 from caches.matching.bounds import Strata
-from caches.matching.budget import ErrorBudget, MemoryCounts, ServingLevels
 from caches.matching.counts import RedisCounts, audited_key, budget_key
+from caches.matching.error_budget import ErrorBudget, MemoryCounts, ServingLevels
 from caches.matching.verified import Level, VerifiedMatcher
 from caches.slots import slot
 from schemas.errors import CacheUnavailable

@@ -16,7 +16,7 @@ from caches.matching import (
     StaticThreshold,
     first_violation,
 )
-from caches.matching.budget import ErrorBudget, MemoryCounts
+from caches.matching.error_budget import ErrorBudget, MemoryCounts
 from caches.matching.verified import Level, VerifiedMatcher
 from caches.policy import CachePolicy
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import redis
 
-from caches.matching.budget import min_evidence
 from caches.matching.counts import RedisCounts
+from caches.matching.error_budget import min_evidence
 from caches.matching.verified import LADDER
 from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import FAST_SIM, GatewayFactory, client, gateway_settings

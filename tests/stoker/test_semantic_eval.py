@@ -108,7 +108,7 @@ def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw
 def test_run_verified__earlier_verdicts_start_the_stream_where_they_allow():
     """The budget's counts carried in decide the first level served; the stream's own verdicts
     count on in them. Far-apart queries: no candidate, so no verdict of the stream's own."""
-    from caches.matching.budget import MemoryCounts, min_evidence
+    from caches.matching.error_budget import MemoryCounts, min_evidence
     from caches.matching.verified import LADDER
     from stoker.semantic_eval import _NS
 

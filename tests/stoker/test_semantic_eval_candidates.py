@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from caches.matching.budget import LevelBound
 from caches.matching.calibration import AnswerSignal
+from caches.matching.error_budget import LevelBound
 from stoker.semantic_eval import Stream, _Tally, evaluate, run_stream
 from stoker.semantic_eval_answers import (
     AnswerCache,

@@ -60,8 +60,8 @@ def test_wiring__verified_by_default_with_its_shared_budget_static_when_set(redi
     import redis as redis_lib
 
     from caches.matching.base import StaticThreshold
-    from caches.matching.budget import ServingLevels
     from caches.matching.counts import RedisCounts
+    from caches.matching.error_budget import ServingLevels
     from caches.matching.verified import LADDER, VerifiedMatcher
     from stoker.wiring import build_judge, build_matcher
 

@@ -9,7 +9,7 @@ from audits.judge import Auditor, ServedHit
 from caches.keys import Namespace
 from caches.matching.answers import AnswerJudge
 from caches.matching.bounds import Strata
-from caches.matching.budget import ErrorBudget, MemoryCounts
+from caches.matching.error_budget import ErrorBudget, MemoryCounts
 
 
 def _unit(v: list[float]) -> np.ndarray:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from caches.matching.bounds import Shares, Strata
-from caches.matching.budget import ErrorBudget, MemoryCounts, shown_within, upper_bound
+from caches.matching.error_budget import ErrorBudget, MemoryCounts, shown_within, upper_bound
 
 
 @pytest.mark.parametrize(
