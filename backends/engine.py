@@ -20,7 +20,7 @@ What each engine exports (Prometheus text at the server's root, not under /v1):
 - restarts (`restarted`): the process start time moved; or a work counter went back (prompt
   and generated tokens, decode calls: counters only reset with the process); or, first seen, it
   has prefilled nothing. The replica watch adds a third sign: a replica that stopped answering
-  and answers again (warmers/replicas.py).
+  and answers again (warmers/prefix/after_restart.py).
 The simulated backend exports vLLM's names (simulation/backend/http.py), so it is read alike.
 
 `EngineReader` fetches through the one backend client (backends/client.py). `latest` reads at

@@ -21,8 +21,8 @@ import numpy.typing as npt
 import redis
 
 from caches import keys as K
-from warmers.profile import TrafficProfile
-from warmers.profile_delta import TenantDelta
+from warmers.traffic.delta import TenantDelta
+from warmers.traffic.profile import TrafficProfile
 
 TENANT, MODEL, TEMPLATE = "big", "llama", "t1"
 # 10k events a batch: a tenant's share of the worker's 50k-event batch when it is one of a few;

@@ -44,7 +44,8 @@ from stoker import modelserver
 from stoker.embedded import EmbeddedStack, LlamaServer
 from stoker.settings import StokerSettings
 from stoker.wiring import build_redis
-from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem
+from warmers.hotset.plan import WarmItem
+from warmers.shadow import ShadowWarmer, WarmConfig
 
 # 8 slots, answers of 8..64 tokens at 4 ms each (~0.15 s mean): ~55 QPS of capacity.
 SIM = SimConfig(

@@ -59,12 +59,13 @@ from caches.policy import CachePolicy
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 from streams.replay import to_event
-from warmers.budget import Budget
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.paraphrase import TextVectors
-from warmers.profile import TrafficProfile
-from warmers.traffic import observe_event
-from warmers.window import Window
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.paraphrase import TextVectors
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import observe_event
 
 SAMPLE = ROOT / "data" / "sample" / "requests-2w.parquet"
 WEEK2 = datetime(2026, 11, 9, tzinfo=UTC)

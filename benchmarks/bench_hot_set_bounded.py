@@ -19,7 +19,7 @@ from _common import emit
 from _longtail_stream import MODEL, TEMPLATE, TENANT, Week, feed, week
 
 from stoker.embedded import RedisServer
-from warmers.profile import HOUR_CAPACITY, WEEK_CAPACITY, TrafficProfile
+from warmers.traffic.profile import HOUR_CAPACITY, WEEK_CAPACITY, TrafficProfile
 
 WEEK_NUMBER = 2900
 

@@ -48,12 +48,13 @@ from simulation.logs.shapes import SHAPES, ShapeSpec, generate
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 from streams.replay import to_event
-from warmers.budget import Budget
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.paraphrase import TextVectors
-from warmers.profile import TrafficProfile
-from warmers.traffic import observe_event
-from warmers.window import Window
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.paraphrase import TextVectors
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import observe_event
 
 WINDOWS = [START + timedelta(days=d, hours=h) for d in range(8, 14) for h in (4, 14)]
 MAX_S = 3_600  # per shape, all windows and budgets: a bound, not a target

@@ -27,8 +27,8 @@ from stoker.settings import StokerSettings
 from stoker.wiring import build_redis, worker_config
 from streams.topics import consumer_config, ensure_topics, producer_config
 from streams.worker import Worker, WorkerStats
-from warmers.profile import TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 # The same batch size for both sides: the traffic worker's (STOKER_WORKER_BATCH_SIZE overrides).
 BATCH = StokerSettings().worker_batch_size or TrafficHandler.batch_size

@@ -30,8 +30,8 @@ from stoker.settings import StokerSettings
 from stoker.wiring import build_redis, worker_config
 from streams.topics import ensure_topics
 from streams.worker import Worker
-from warmers.profile import TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 PARTITIONS = 6  # 3 each for 2 members: no member owns more of the work than the other
 TIMEOUT_S = 300.0

@@ -4,8 +4,8 @@ Each regime runs two freshly started `stoker sim-backend` processes (a deploy: n
 empty prefix cache), on loopback, default latency model (0.2 ms a prompt token, 10 ms a
 decoded one, 8 slots, a 131,072-token prefix cache of 16-token blocks). Before the hour:
 1. yesterday's log (RequestLogged v2 misses of the same template mix) goes through the
-   prefixes worker's handler into a redis-server (warmers/prefixlog.py, real code);
-2. the "with" backend gets the prefix warm (warmers/prefixwarm.py with the settings' defaults:
+   prefixes worker's handler into a redis-server (warmers/prefix/worker.py, real code);
+2. the "with" backend gets the prefix warm (warmers/prefix/warm.py with the settings' defaults:
    the most counted prefixes within 65,536 tokens, max_tokens=1, at a capped QPS) over HTTP;
    the "without" one gets nothing;
 3. the hour's requests go to both at once, in the same order, streamed; TTFT is the time to
@@ -38,7 +38,7 @@ the same store). The server is restarted on one port, twice:
 - without: the first `--real-requests` live requests after the restart (a 10-40-word question
   each, one at a time: the first requests after a restart arrive apart), TTFT as above, each
   answer read to its end (llama-server keeps nothing of a request cut short);
-- with: the scheduler's replica watch (warmers/replicas.py), which read the server before the
+- with: the scheduler's replica watch (warmers/prefix/after_restart.py), which read the server before the
   restart, finds it restarted from what llama.cpp exports (it has no start time: its counters
   went back) and sends the hot system prompts (the prefix warm, max_tokens=1, its budget 0.8 of
   the slots' context, what llama.cpp reports); then the same requests.
@@ -75,10 +75,10 @@ from stoker import modelserver
 from stoker.embedded import EmbeddedStack, LlamaServer, free_port, installed_llama
 from stoker.redisconn import connect
 from stoker.settings import StokerSettings
-from warmers.prefixes import HotPrefixes
-from warmers.prefixlog import PrefixLogHandler
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions, PrefixWarmReport
-from warmers.replicas import ReplicaWatch
+from warmers.prefix.after_restart import ReplicaWatch
+from warmers.prefix.hot import HotPrefixes
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmOptions, PrefixWarmReport
+from warmers.prefix.worker import PrefixLogHandler
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
 MODEL = "sim-model"

@@ -16,7 +16,7 @@ from _common import emit
 from _longtail_stream import feed, tenant_bytes, week
 
 from stoker.embedded import RedisServer
-from warmers.profile import HOUR_CAPACITY, WEEK_CAPACITY, TrafficProfile
+from warmers.traffic.profile import HOUR_CAPACITY, WEEK_CAPACITY, TrafficProfile
 
 SIZES = {"bytes_100k": 100_000, "bytes_1m": 1_000_000, "bytes_5m": 5_000_000}
 WEEK_NUMBER = 2900  # any week: the profile's keys carry it

@@ -22,7 +22,8 @@ from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
-from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem
+from warmers.hotset.plan import WarmItem
+from warmers.shadow import ShadowWarmer, WarmConfig
 
 SIM = SimConfig(
     slots=64,

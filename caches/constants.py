@@ -23,7 +23,7 @@ nothing keyed for one tenant can ever be read through another tenant's key):
     stk:{t:<tenant>}:pc:<model>                                zset prefix digest -> requests that reached the GPU
     stk:{t:<tenant>}:pm:<model>                                hash prefix digest -> the prefix (messages JSON)
     stk:pi:{prefixes}:<model>                                  set of tenants with hot prefixes of the model
-    stk:{t:<tenant>}:p:<part>:...                              the traffic profile (warmers/profile.py)
+    stk:{t:<tenant>}:p:<part>:...                              the traffic profile (warmers/traffic/profile.py)
     stk:p:tenants                                              set of tenants with a traffic profile
 
 Kinds never overlap: a kind is one or two fixed segments, and no kind's segments begin another
@@ -63,10 +63,10 @@ KIND_AUDITED: Final = "a"
 # When an invalidation last touched the tenant (unix seconds, the change event's time): the
 # monitor re-asks a share of the exact hits served soon after it (audits/monitor.py).
 KIND_CHANGED: Final = "ch"
-# A document's text after its latest KB change, and the texts it replaced (warmers/doctexts.py):
+# A document's text after its latest KB change, and the texts it replaced (warmers/hotset/renew.py):
 # what the re-warmer substitutes into the logged requests that inlined an older text.
 KIND_DOC_TEXT: Final = "dt"
-# The forecast's calibration (warmers/calibration.py): a note per landed warm until its window
+# The forecast's calibration (warmers/hotset/calibration.py): a note per landed warm until its window
 # ends, and per day the chances the plans gave the landed warms and how many were asked.
 KIND_CAL_NOTE: Final = "cl"
 KIND_CAL_DAY: Final = "cd"
@@ -76,7 +76,7 @@ KIND_CAL_DAY: Final = "cd"
 # its tenants), beside the other deploy keys in the "{deploy}" slot.
 LIVE_PREFIX: Final = f"{KEY_ROOT}:live:{{deploy}}:"
 
-# Hot prompt prefixes (warmers/prefixes.py): per tenant and model, the system prompts (with
+# Hot prompt prefixes (warmers/prefix/hot.py): per tenant and model, the system prompts (with
 # their template) of the requests that reached the backend, for KV prefix warming. Kept two
 # weeks after their last write: a template retired that long ago is not worth a warm.
 KIND_PREFIX_COUNTS: Final = "pc"
@@ -90,7 +90,7 @@ KIND_PREFIX_COUNTS_BEFORE: Final = "p"
 PREFIX_INDEX_PREFIX: Final = f"{KEY_ROOT}:pi:{{prefixes}}:"
 PREFIX_TTL_S: Final = 14 * 86_400
 
-# The traffic profile (warmers/profile.py): every key of kind "p" is the profile's, each of its
+# The traffic profile (warmers/traffic/profile.py): every key of kind "p" is the profile's, each of its
 # parts one fixed segment: per week "n" (hourly counts), "h" (hourly totals), "s" (summary),
 # "k" (costs), "r" (representatives); per namespace "w" (weeks); per tenant "ns" (namespaces
 # seen) and "wm" (watermarks).

@@ -299,7 +299,7 @@ def entry_key_namespace(key: str) -> tuple[str, str, str, str] | None:
 
 
 def prefix_counts_key(tenant: str, model_id: str) -> str:
-    """The tenant's hot prompt prefixes of a model (zset digest -> count; warmers/prefixes.py)."""
+    """The tenant's hot prompt prefixes of a model (zset digest -> count; warmers/prefix/hot.py)."""
     return f"{tenant_tag(tenant)}:{C.KIND_PREFIX_COUNTS}:{enc(model_id)}"
 
 
@@ -318,7 +318,7 @@ def prefix_index_key(model_id: str) -> str:
     return f"{C.PREFIX_INDEX_PREFIX}{enc(model_id)}"
 
 
-# -- the traffic profile (warmers/profile.py documents each part) --
+# -- the traffic profile (warmers/traffic/profile.py documents each part) --
 # A week's parts: "n" hourly counts (one key per hour), "h" hourly totals, "s" summary,
 # "k" costs, "r" representatives.
 ProfileWeekPart = Literal["h", "s", "k", "r"]

@@ -103,7 +103,7 @@ class RequestLogged(BaseEvent):
     cache_key: str | None = Field(default=None, max_length=128)  # the entry key's digest
     cache_rule: str | None = Field(default=None, max_length=256)  # what accepted a hit
     # A hit's served entry came from a warm or a live miss (the calibration of the warm
-    # forecast counts the warm ones: warmers/calibration.py).
+    # forecast counts the warm ones: warmers/hotset/calibration.py).
     cache_source: Literal["live", "warm"] | None = None
     cache_score: float | None = Field(default=None, ge=-1.0, le=1.0)
     # The generation of each doc named by id alone when the answer was computed (caches/

@@ -54,11 +54,11 @@ class HandlerNotAvailable(StokerError):
 
 def traffic_handler(s: StokerSettings) -> Handler:
     """The traffic profile on the settings' Redis; events outside the settings' time bounds
-    around this process's clock go to the dead-letter topic (warmers/eventtime.py)."""
-    from warmers.calibration import Calibration
-    from warmers.eventtime import EventTimes
-    from warmers.profile import TrafficProfile
-    from warmers.traffic import TrafficHandler
+    around this process's clock go to the dead-letter topic (warmers/traffic/event_time.py)."""
+    from warmers.hotset.calibration import Calibration
+    from warmers.traffic.event_time import EventTimes
+    from warmers.traffic.profile import TrafficProfile
+    from warmers.traffic.worker import TrafficHandler
 
     times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
     profile = TrafficProfile(
@@ -102,7 +102,7 @@ def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handle
 def prefixes_handler(s: StokerSettings) -> Handler:
     """The hot prompt prefixes of the request log, per tenant and model, on the settings'
     Redis (what the prefix warmer sends after a deploy or a restart)."""
-    from warmers.prefixlog import PrefixLogHandler
+    from warmers.prefix.worker import PrefixLogHandler
 
     return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=s.prefix_min_tokens)
 
@@ -110,7 +110,7 @@ def prefixes_handler(s: StokerSettings) -> Handler:
 def rewarm_handler(s: StokerSettings) -> Handler:
     """The re-warm after a KB change that carries the document's new text: the warm runner of
     `stoker warm` (its planner, pace and backend), on the changes' topic."""
-    from warmers.budget import Budget
+    from warmers.hotset.warm_budget import Budget
     from warmers.rewarm import RewarmHandler, RewarmOptions
 
     opts = RewarmOptions(
@@ -126,8 +126,8 @@ def scheduler_service(s: StokerSettings) -> Service:
     import logging
     import time
 
+    from warmers.hotset.window import Window
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
-    from warmers.window import Window
 
     log = logging.getLogger("warmers.scheduler")
     runner = W.build_runner(s, progress=False)
@@ -153,7 +153,7 @@ def scheduler_service(s: StokerSettings) -> Service:
     )
     prefixes = None
     if s.prefix_warm_before_peak_s > 0:
-        from warmers.peaks import PeakPrefixWarm
+        from warmers.prefix.before_peak import PeakPrefixWarm
 
         prefix_warmer = W.build_prefix_warmer(s)
         prefixes = PeakPrefixWarm(
@@ -161,7 +161,7 @@ def scheduler_service(s: StokerSettings) -> Service:
         )
     replicas = None
     if s.prefix_warm_replicas:
-        from warmers.replicas import ReplicaWatch
+        from warmers.prefix.after_restart import ReplicaWatch
 
         def warm_replica(model: str, url: str) -> object:
             return W.build_prefix_warmer(s, backend_url=url).warm(model)

@@ -199,14 +199,14 @@ class StokerSettings(BaseSettings):
     dlq_max_record_bytes: int = Field(default=1_000_000, ge=131_072, le=100_000_000)
     # Weeks of traffic the profile keeps (its keys expire after that).
     traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
-    # The event times the traffic worker learns from, around its clock (warmers/eventtime.py):
+    # The event times the traffic worker learns from, around its clock (warmers/traffic/event_time.py):
     # up to this far ahead (a producer's clock skew; 5 min: NTP keeps hosts within ms) ...
     traffic_max_clock_skew_s: float = Field(default=300.0, ge=0, le=86_400)
     # ... and this far back (a year and a day: a replayed log of last year is still learned
     # from; None: any age, for a replay on a simulated clock). Others are dead-lettered.
     traffic_max_event_age_s: float | None = Field(default=366 * 86_400.0, gt=0)
     # Queries the profile tracks a week (per tenant, model and template), hour by hour: the heavy
-    # hitters, in bounded memory whatever the tail of one-offs (warmers/profile.py). Measured by
+    # hitters, in bounded memory whatever the tail of one-offs (warmers/traffic/profile.py). Measured by
     # benchmarks/bench_profile_memory.py (bytes) and bench_hot_set_bounded.py (coverage kept).
     traffic_week_capacity: int = Field(default=20_000, ge=1, le=1_000_000)
     # ... and of those, the queries each hour of week keeps hourly counts for.
@@ -253,10 +253,10 @@ class StokerSettings(BaseSettings):
     # An entry with less time to live than this is warmed again (an hour: it outlives the window).
     warm_min_ttl_left_s: float = Field(default=3600.0, ge=0)
     # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold under
-    # the static matcher, and no merging under the verified one (warmers/hotset.py: there a
+    # the static matcher, and no merging under the verified one (warmers/hotset/select.py: there a
     # warmed entry serves a paraphrase only where other warmed phrasings vouch for it).
     warm_cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
-    # What a warm is worth (warmers/value.py): "prevented", the one miss it saves before live
+    # What a warm is worth (warmers/hotset/value.py): "prevented", the one miss it saves before live
     # traffic would fill the entry, each GPU-ms priced by the forecast load; "hits", every
     # expected hit x its miss cost. The deploy pre-warm always plans by hits (its bar counts them).
     warm_value_model: Literal["prevented", "hits"] = "prevented"
@@ -269,7 +269,7 @@ class StokerSettings(BaseSettings):
     # 429s alone pace and price the warm.
     warm_load_from_metrics: bool = True
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
-    # the latency is what the query's misses took, as the request log says (warmers/value.py).
+    # the latency is what the query's misses took, as the request log says (warmers/hotset/value.py).
     warm_latency_weight: float = Field(default=0.0, ge=0.0)
     # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at
     # most, the hours it plans (the hour under way and the next), and how long it waits for the
@@ -286,7 +286,7 @@ class StokerSettings(BaseSettings):
     # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
     scheduler_lock_ttl_s: float = Field(default=30.0, gt=0)
 
-    # -- KV prefix warming (warmers/prefixes.py, warmers/prefixwarm.py) --
+    # -- KV prefix warming (warmers/prefix/hot.py, warmers/prefix/warm.py) --
     # The prefixes worker counts, per tenant and model, the system prompts of requests that
     # reached the backend; this many per tenant and model are tracked (space-saving) ...
     prefix_capacity: int = Field(default=200, ge=1, le=100_000)
@@ -313,7 +313,7 @@ class StokerSettings(BaseSettings):
     prefix_warm_concurrency: int = Field(default=4, ge=1, le=256)
     prefix_warm_deadline_s: float = Field(default=120.0, gt=0, le=3_600)
     # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
-    # the traffic profile, per model: warmers/peaks.py), so what the quiet hours evicted is
+    # the traffic profile, per model: warmers/prefix/before_peak.py), so what the quiet hours evicted is
     # held when the peak arrives. 0: off.
     prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
     # Prefixes not seen for this long are not warmed (a retired template).
@@ -321,7 +321,7 @@ class StokerSettings(BaseSettings):
     # Replicas whose restarts the scheduler's leader watches, per model id (JSON:
     # {"llama-3-8b": ["http://vllm-0:8000", "http://vllm-1:8000"]}): every check it reads each
     # one's /metrics, and warms the model's prefixes on a replica that restarted or is new
-    # (warmers/replicas.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
+    # (warmers/prefix/after_restart.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
     prefix_warm_replicas: dict[str, list[str]] = Field(default_factory=dict)
     prefix_warm_replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
 

@@ -55,10 +55,10 @@ from streams.base import Handler
 from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
-from warmers.budget import Budget
-from warmers.hotset import HotSetConfig
-from warmers.prefixes import HotPrefixes
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.warm_budget import Budget
+from warmers.prefix.hot import HotPrefixes
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
@@ -319,9 +319,9 @@ def build_runner(
     semantic store is opened and no job record is written."""
     from backends.base import Backend
     from backends.client import OpenAIBackend
-    from warmers.calibration import Calibration
-    from warmers.hotset import HotSetSelector
-    from warmers.profile import TrafficProfile
+    from warmers.hotset.calibration import Calibration
+    from warmers.hotset.select import HotSetSelector
+    from warmers.traffic.profile import TrafficProfile
 
     cache = build_cache_client(s, semantic=not dry_run)
     # a dry run reads the embedding cache (what the gateway embedded as it served) and

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 from caches.boundary import redis_boundary
 from schemas.errors import BackendUnreachable, ConfigError
-from warmers.budget import Budget
-from warmers.plan import Plan, PlanItem, Skipped
+from warmers.hotset.plan import Plan, PlanItem, Skipped
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.runner import WarmRunner
-from warmers.window import Window
 
 # The first three hours after cutover: the ones that start cold; entries live a day by
 # default, and past the first hours live traffic has filled what the forecast missed.

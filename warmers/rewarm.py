@@ -7,12 +7,12 @@ that carries the document's new text (KnowledgeBaseChanged v2), in a batch:
    version): a warm sent earlier would be deleted as stale, or refused. Not applied within
    `wait_s`, the batch raises InvalidationPending: the worker backs off and reads it again, so
    nothing is lost while the invalidation worker catches up;
-2. keep the text, and the text it replaced, per document (warmers/doctexts.py);
+2. keep the text, and the text it replaced, per document (warmers/hotset/renew.py);
 3. plan the coming hours (the hour under way and `hours` - 1 more) for the requests that
    named a changed document, by the warmer's own rules: what the profile expects asked more
    than its send costs (valued by hits, as the deploy pre-warm: a change empties a document's
    entries at once, as a deploy empties a version), not cached already. The planner renews each logged request
-   with the new text (warmers/hotset.py: _renew_changed_docs) and says why it could not;
+   with the new text (warmers/hotset/select.py: _renew_changed_docs) and says why it could not;
 4. send them through the shadow warmer, at the warm QPS and backing off on 429s.
 Retracted and deleted documents, and updates without a text, are not re-warmed: the next live
 request decides what the retriever now returns.
@@ -31,12 +31,12 @@ from caches.boundary import redis_boundary
 from schemas.errors import RetriableError
 from schemas.events import Event, KnowledgeBaseChanged
 from streams.base import Handler
-from warmers.budget import Budget
-from warmers.doctexts import DocTexts
+from warmers.hotset.renew import DocTexts
+from warmers.hotset.value import ValueModel
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmSummary
-from warmers.value import ValueModel
-from warmers.window import Window
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,14 @@ from rich.console import Console
 from backends.base import Backend
 from caches.client import CacheClient
 from schemas.errors import StokerError
-from streams.jobs import JobRecords, JobState
-from warmers.budget import Budget
-from warmers.calibration import Calibration
-from warmers.hotset import HotSetSelector
-from warmers.plan import Plan
-from warmers.runs import warm_record
+from streams.jobs import JobRecord, JobRecords, JobState
+from warmers.hotset.calibration import Calibration
+from warmers.hotset.plan import Plan
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.value import ValueModel
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
-from warmers.value import ValueModel
-from warmers.window import Window
 
 BackendFactory = Callable[[], Backend]
 log = logging.getLogger(__name__)
@@ -121,3 +120,45 @@ def outcome(s: WarmSummary) -> tuple[JobState, str]:
     return "done", (
         f"sent {s.sent}, landed {s.cached}, skipped {s.skipped_cached} cached, failed {s.failed}"
     )
+
+
+# -- warm runs as job records, so `stoker status` shows the last runs with their figures --
+
+
+def warm_record(
+    job_id: str,
+    summary: WarmSummary,
+    *,
+    state: JobState = "done",
+    started_at: float | None = None,
+    detail: str = "",
+    labels: dict[str, str] | None = None,
+) -> JobRecord:
+    """A finished (or failed) run's record: counts of what happened, figures of how it went."""
+    s = summary
+    counts = {
+        "sent": s.sent,
+        "landed": s.cached,
+        "skipped_cached": s.skipped_cached,
+        "skipped_uncacheable": s.skipped_uncacheable,
+        "skipped_negative": s.skipped_negative,
+        "skipped_priced": s.skipped_priced,
+        "failed": s.failed,
+        "overloaded": s.overloaded,
+        "refused_stale": s.refused_stale,
+        "backoffs": s.backoffs,
+    }
+    figures = {
+        "achieved_qps": round(s.achieved_qps, 3),
+        "final_rate_qps": round(s.final_rate_qps, 3),
+        "gpu_seconds": round(s.gpu_seconds, 3),
+        "elapsed_s": round(s.elapsed_s, 3),
+    }
+    progress = 1.0 if state == "done" else 0.0
+    return JobRecord("warm", job_id, state, progress, detail, counts, figures,
+                     dict(labels or {}), started_at, time.time())  # fmt: skip
+
+
+def record_warm_run(records: JobRecords, job_id: str, summary: WarmSummary, **kw: object) -> None:
+    """Write the run's record (see warm_record for the keywords)."""
+    records.write(warm_record(job_id, summary, **kw))  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ and idempotent), so the lock only has to be right almost always, not always.
 Jobs (apscheduler 3.x BackgroundScheduler, one instance of each job at a time, missed runs
 coalesced): lead (renew/acquire), warm (plan the next hour, warm it; leader only), sweep
 (SemanticStore.sweep_expired; leader only), prefixes (the KV prefix warm before each day's
-peak, warmers/peaks.py; leader only, when given), replicas (the prefix warm of a replica that
-restarted or is new, warmers/replicas.py; leader only, when given).
+peak, warmers/prefix/before_peak.py; leader only, when given), replicas (the prefix warm of a replica that
+restarted or is new, warmers/prefix/after_restart.py; leader only, when given).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from backends.base import Backend, Generation, GenerationRequest
 from backends.engine import EngineReader
 from backends.pacing import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from caches.boundary import redis_boundary
-from caches.client import CacheClient, CacheRequest, LookupResult
+from caches.client import CacheClient, LookupResult
 from caches.policy import request_bypass_reason
 from schemas.errors import (
     BackendOverloaded,
@@ -51,35 +51,12 @@ from schemas.errors import (
 )
 from warmers import metrics as M
 from warmers.engineguard import EngineGuard, GuardConfig
-from warmers.value import Worth, price_at
+from warmers.hotset.plan import WarmItem
+from warmers.hotset.value import price_at
 
 log = logging.getLogger(__name__)
 
 Skip = Literal["cached", "uncacheable", "negative", "priced", "busy"]
-
-
-@dataclass(frozen=True)
-class WarmItem:
-    """A request to send and the cache identity its answer is stored under. The identity's
-    prompt may differ (the user's words vs the rendered template); everything else that keys
-    the answer must match, or the answer would land under someone else's key."""
-
-    request: GenerationRequest
-    identity: CacheRequest
-    # What the send saves and costs (valued by the miss it prevents), to be priced again at the
-    # backend's load when it is sent; None: sent whatever the load (valued by hits).
-    worth: Worth | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        r, i = self.request, self.identity
-        mine = (r.tenant, r.model_id, r.model_version, r.template_version, r.params, r.docs)
-        theirs = (i.tenant, i.model_id, i.model_version, i.template_version, i.params, i.docs)
-        if mine != theirs:
-            raise ConfigError("warm item: request and cache identity differ beyond the prompt")
-
-    @classmethod
-    def of(cls, request: GenerationRequest) -> WarmItem:
-        return cls(request, request.cache_request())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from stoker.app import app, console, examples
 from stoker.connect import QdrantUrl, RedisUrl, WarmBackend, connected
 
 if TYPE_CHECKING:
-    from warmers.plan import Plan
+    from warmers.hotset.plan import Plan
     from warmers.shadow import WarmSummary
 
 # Rows shown by --dry-run; the rest are counted (a 5k-item plan is for machines, not eyes).
@@ -69,8 +69,8 @@ def warm(
     prevents priced by load, fair budget across tenants) and warm it through the shadow warmer
     at a polite rate."""
     from stoker.wiring import build_runner, default_budget
-    from warmers.budget import Budget
-    from warmers.window import Window
+    from warmers.hotset.warm_budget import Budget
+    from warmers.hotset.window import Window
 
     if budget_requests is not None and budget_gpu_seconds is not None:
         raise typer.BadParameter("give one budget, not both", param_hint="--budget-requests")

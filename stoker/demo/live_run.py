@@ -78,9 +78,9 @@ from stoker.wiring import (
 )
 from streams.base import Handler
 from streams.worker import Worker
-from warmers.budget import Budget
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
-from warmers.window import Window
 
 PREFIX_TIMEOUT_S = 180.0
 WAIT_S = 180.0  # the longest wait on a worker: a pre-warm of the real model on a loaded box

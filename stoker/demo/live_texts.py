@@ -8,7 +8,7 @@ per tenant and revision. Both are fixed here, so two runs send the same bytes.
 
 The system message is the tenant's prompt, then the retrieved articles. Each article's text
 opens with its marker, `[kb/card_declined, revision 2]`, inside the text, so that a warm which
-renews a logged request with an article's new text (warmers/doctexts.py) renews the marker too:
+renews a logged request with an article's new text (warmers/hotset/renew.py) renews the marker too:
 what the model read is what the marker says (the live scorer reads it from the request).
 """
 

@@ -17,10 +17,10 @@ from stoker.demo.client import served_entry
 from stoker.demo.scenario import Scenario
 from stoker.settings import StokerSettings
 from stoker.wiring import build_runner
-from warmers.budget import Budget
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
 from warmers.shadow import WarmConfig
-from warmers.window import Window
 
 
 class DemoWarming:

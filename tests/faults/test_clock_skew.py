@@ -23,14 +23,15 @@ from streams.topics import ensure_topics
 from tests.events import encode, request
 from tests.faults.faults_helpers import dead_letters, done_after, headers, produce_raw, run_worker
 from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
-from warmers.budget import Budget
-from warmers.eventtime import EventTimes
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.observe import OUTCOMES
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
-from warmers.profile_delta import aggregate
-from warmers.tally import BatchTally, observe_batch
-from warmers.window import Window
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+from warmers.traffic.count_batch import BatchTally, observe_batch
+from warmers.traffic.decode import OUTCOMES
+from warmers.traffic.delta import aggregate
+from warmers.traffic.event_time import EventTimes
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
 
 FUTURE = [
     "2999-01-01T00:00:00Z",

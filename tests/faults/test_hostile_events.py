@@ -17,8 +17,8 @@ from streams.topics import ensure_topics
 from streams.worker import WorkerConfig
 from tests.events import encode, request
 from tests.faults.faults_helpers import dead_letters, done_after, headers, produce_raw, run_worker
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 # Each made the traffic worker die (an int past 64 bits reached the profile's JSON batch and
 # orjson raised TypeError in apply, on every restart) or was counted under a tenant that is

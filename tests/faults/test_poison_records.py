@@ -28,8 +28,8 @@ from tests.faults.faults_helpers import (
     run_worker,
 )
 from tests.waiting import wait_for
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 ROOT = Path(__file__).resolve().parents[2]
 # Around every limit on the way: librdkafka's message.max.bytes (1,000,000), Kafka's default

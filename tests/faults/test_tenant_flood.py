@@ -14,11 +14,12 @@ from streams.worker import WorkerConfig
 from tests.events import encode, request
 from tests.faults.faults_helpers import done_after, produce_raw, run_worker
 from tests.warmers.hotset_helpers import WordsEmbedder
-from warmers.budget import DEFAULT_CAP, Budget
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.profile import TrafficProfile
-from warmers.traffic import TrafficHandler
-from warmers.window import Window
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import DEFAULT_CAP, Budget
+from warmers.hotset.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)  # a week of history from here
 WINDOW = Window(MONDAY + timedelta(days=7, hours=10), MONDAY + timedelta(days=7, hours=11))

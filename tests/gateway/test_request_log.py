@@ -22,8 +22,8 @@ from tests.gateway.conftest import GatewayFactory, client
 from tests.gateway.upstreams import Script, Served
 from tests.streams.conftest import read_topic
 from tests.waiting import wait_for
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 RAG = [
     {"role": "system", "content": "Answer from the context.\n[kb/reset] Press 'Forgot password'."},

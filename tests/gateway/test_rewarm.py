@@ -22,11 +22,11 @@ from stoker.wiring import build_publisher, build_runner, worker_config
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
 from tests.waiting import wait_for
-from warmers.budget import Budget
-from warmers.profile import TrafficProfile
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.rewarm import InvalidationPending, RewarmHandler, RewarmOptions
-from warmers.traffic import TrafficHandler
-from warmers.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 OLD = "[doc:kb/reset@v3] Open Settings, then Security, then Reset."
 NEW = "[doc:kb/reset@v4] Open Profile, then Password, then Change."

@@ -19,10 +19,10 @@ from streams.topics import topic_name
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
 from tests.streams.conftest import read_topic
-from warmers.budget import Budget
-from warmers.profile import TrafficProfile
-from warmers.traffic import TrafficHandler
-from warmers.window import Window
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 QUESTION = "How do I reset my password?"
 SYSTEM = "Answer only from the context.\n[kb/reset v3] Open Settings, then Security, then Reset."

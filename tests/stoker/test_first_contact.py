@@ -17,7 +17,7 @@ from stoker.redisconn import connect
 from tests.cli import run_stoker, running_stoker, stop
 from tests.waiting import wait_for
 from tests.warmers.hotset_helpers import event, fill
-from warmers.profile import TrafficProfile
+from warmers.traffic.profile import TrafficProfile
 
 
 def _last_week(tenant: str, per_hour: dict[str, int]) -> list:

@@ -13,7 +13,7 @@ from stoker import registry
 from stoker.cli import app
 from stoker.settings import StokerSettings
 from streams.base import Handler
-from warmers.traffic import TrafficHandler
+from warmers.traffic.worker import TrafficHandler
 
 runner = CliRunner()
 
@@ -87,7 +87,7 @@ def test_registry__the_monitor_joins_all_only_with_the_verified_matcher() -> Non
 def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_off(
     redis_url: str, qdrant_path: Path
 ) -> None:
-    from warmers.peaks import PeakPrefixWarm
+    from warmers.prefix.before_peak import PeakPrefixWarm
 
     base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
             "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip
@@ -101,7 +101,7 @@ def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_of
 def test_registry__the_scheduler_watches_the_listed_replicas_only(
     redis_url: str, qdrant_path: Path
 ) -> None:
-    from warmers.replicas import ReplicaWatch
+    from warmers.prefix.after_restart import ReplicaWatch
 
     base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
             "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip

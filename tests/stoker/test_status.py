@@ -15,7 +15,7 @@ from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec
 from schemas.events import JobStatus, ModelDeployed
 from streams.jobs import JobRecord, JobRecords, RecordingStatusSink
 from tests.cli import run_stoker
-from warmers.runs import record_warm_run
+from warmers.runner import record_warm_run
 from warmers.shadow import WarmSummary
 
 JOB_KEYS = {

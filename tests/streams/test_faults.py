@@ -20,9 +20,9 @@ from streams.topics import ensure_topics
 from streams.worker import Worker
 from tests.cli import STOKER, clean_env
 from tests.streams.conftest import encode, produce, request, wait_for
-from warmers.observe import query_key
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.decode import query_key
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 TIMEOUT_S = 60
 ROOT = Path(__file__).resolve().parents[2]

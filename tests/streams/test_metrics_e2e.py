@@ -15,8 +15,8 @@ from stoker.metrics import serve_metrics
 from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker, WorkerConfig, WorkerStats
 from tests.streams.conftest import encode, produce, request
-from warmers.profile import TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -16,8 +16,8 @@ from stoker.wiring import worker_config
 from streams.topics import ensure_topics, producer_config
 from streams.worker import Worker
 from tests.streams.conftest import encode, request, wait_for
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 TIMEOUT_S = 60
 PARTITIONS = 6

@@ -17,8 +17,8 @@ from streams.base import Handler
 from streams.topics import consumer_config, ensure_topics
 from streams.worker import Worker
 from tests.streams.conftest import encode, produce, read_topic, request, wait_for
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 TIMEOUT_S = 60
 

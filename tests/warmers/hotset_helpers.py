@@ -11,8 +11,8 @@ import numpy as np
 from caches.embedders import Embedder, Vectors
 from schemas.events import RequestLogged
 from streams.replay import to_event
-from warmers.profile import TrafficProfile
-from warmers.traffic import observe_event
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import observe_event
 
 
 class WordsEmbedder(Embedder):

@@ -15,13 +15,12 @@ from backends.base import GenerationRequest
 from tests.events import encode, request
 from tests.warmers.hotset_helpers import fill
 from tests.warmers.test_hotset import NEXT_MONDAY_10, _ramp, _selector
-from warmers.budget import Budget
-from warmers.calibration import Calibration
-from warmers.plan import Plan, PlanItem
-from warmers.profile import TrafficProfile
-from warmers.shadow import WarmItem
-from warmers.traffic import TrafficHandler
-from warmers.window import Window
+from warmers.hotset.calibration import Calibration
+from warmers.hotset.plan import Plan, PlanItem, WarmItem
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+from warmers.traffic.profile import TrafficProfile
+from warmers.traffic.worker import TrafficHandler
 
 T0 = datetime(2026, 11, 30, 10, tzinfo=UTC)
 WINDOW = Window(T0, T0 + timedelta(hours=1))

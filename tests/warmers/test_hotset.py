@@ -17,12 +17,13 @@ from caches.semantic.edge import EdgeSemanticStore
 from schemas.common import RequestParams
 from schemas.errors import ConfigError
 from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
-from warmers.budget import Budget, fair_shares
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.observe import query_key
-from warmers.profile import TrafficProfile
-from warmers.value import Worth
-from warmers.window import Window
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.value import Worth
+from warmers.hotset.warm_budget import Budget, fair_shares
+from warmers.hotset.window import Window
+from warmers.traffic.decode import query_key
+from warmers.traffic.profile import TrafficProfile
 
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)  # history: one week from here
 NEXT_MONDAY_10 = Window(MONDAY + timedelta(days=7, hours=10), MONDAY + timedelta(days=7, hours=11))
@@ -224,7 +225,7 @@ def test_hotset__a_query_surging_in_the_last_hours_is_warmed_though_history_neve
     ]
 
 
-# -- valued by the miss it prevents (warmers/value.py) --
+# -- valued by the miss it prevents (warmers/hotset/value.py) --
 
 
 def _flat(tenant: str, per_hour: dict[str, int]) -> list:

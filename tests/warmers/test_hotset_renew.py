@@ -15,11 +15,12 @@ from schemas.common import DocRef
 from schemas.events import LoggedRequest, RequestLogged
 from tests.warmers.hotset_helpers import WordsEmbedder, event, fill
 from tests.warmers.test_hotset import MONDAY, NEXT_MONDAY_10
-from warmers.budget import Budget
-from warmers.doctexts import DocTexts
-from warmers.hotset import HotSetConfig, HotSetSelector
-from warmers.plan import Plan
-from warmers.profile import TrafficProfile
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.plan import Plan
+from warmers.hotset.renew import DocTexts
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import Budget
+from warmers.traffic.profile import TrafficProfile
 
 OLD, NEW = "Refunds take 5 days.", "Refunds take 2 days."
 QUESTION = "how long do refunds take"

@@ -7,7 +7,7 @@ import pytest
 
 from caches.embedders import SentenceTransformerEmbedder
 from simulation.logs.sample import load_clinc
-from warmers.paraphrase import Cluster, TextVectors, cover_greedy
+from warmers.hotset.paraphrase import Cluster, TextVectors, cover_greedy
 
 INTENTS = ("balance", "pin_change", "weather", "timer", "translate", "restaurant_reservation",
            "flight_status", "recipe")  # fmt: skip

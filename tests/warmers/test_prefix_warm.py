@@ -24,9 +24,9 @@ from streams.worker import Worker
 from tests.cli import run_stoker
 from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce
-from warmers.prefixes import HotPrefixes, Prefix
-from warmers.prefixlog import PrefixLogHandler
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+from warmers.prefix.hot import HotPrefixes, Prefix
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+from warmers.prefix.worker import PrefixLogHandler
 
 # 2 ms a prompt token, 1 ms a decoded one: a 300-token system prompt costs 0.6 s of prefill.
 SIM = SimConfig(slots=4, prefill_ms_per_token=2.0, decode_ms_per_token=1.0, default_max_tokens=8)

@@ -19,13 +19,14 @@ from tests.gateway.upstreams import Served
 from tests.warmers.hotset_helpers import WordsEmbedder, fill
 from tests.warmers.refusing import refusing_proxy
 from tests.warmers.test_hotset import MONDAY, _flat, _week
-from warmers.budget import Budget
-from warmers.hotset import HotSetConfig, HotSetSelector
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.select import HotSetSelector
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
-from warmers.profile import TrafficProfile
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
-from warmers.window import Window
+from warmers.traffic.profile import TrafficProfile
 
 
 def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(

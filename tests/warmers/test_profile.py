@@ -10,8 +10,8 @@ from confluent_kafka import Message
 
 from caches import keys as K
 from tests.events import encode, request
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
-from warmers.traffic import TrafficHandler
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
+from warmers.traffic.worker import TrafficHandler
 
 pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
 

@@ -22,8 +22,9 @@ from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.embedded import free_port
 from tests.waiting import wait_for_async
-from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
-from warmers.value import Worth
+from warmers.hotset.plan import WarmItem
+from warmers.hotset.value import Worth
+from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
 
 FAST = WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, jitter_frac=0.1, seed=1)
 

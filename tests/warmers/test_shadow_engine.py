@@ -29,7 +29,8 @@ from tests.gateway.upstreams import Served
 from tests.waiting import wait_for, wait_for_async
 from tests.warmers.test_shadow import FAST, _item, _warm, _worth
 from warmers.engineguard import EngineGuard, GuardConfig, verdict
-from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
+from warmers.hotset.plan import WarmItem
+from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
 
 
 def test_shadow_engine__a_send_that_no_longer_pays_at_a_queueing_engine_is_left_out(

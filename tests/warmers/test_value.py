@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from schemas.errors import ConfigError
-from warmers.value import Prices, after_expiry, first_ask, prevented
+from warmers.hotset.value import Prices, after_expiry, first_ask, prevented
 
 
 def test_first_ask__matches_a_hand_computation_over_three_hours() -> None:

@@ -14,7 +14,7 @@ import redis
 from simulation.backend.http import SimulatorThread
 from tests.warmers.hotset_helpers import fill
 from tests.warmers.test_hotset import _week
-from warmers.profile import TrafficProfile
+from warmers.traffic.profile import TrafficProfile
 
 WINDOW = "2026-11-09T10:00..2026-11-09T11:00"  # a Monday, after a week of history
 

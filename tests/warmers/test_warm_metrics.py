@@ -13,8 +13,9 @@ from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from schemas.common import DocRef
 from simulation.backend.http import SimulatorThread
+from warmers.hotset.plan import WarmItem
 from warmers.scheduler import LeaderLock, WarmScheduler
-from warmers.shadow import ShadowWarmer, WarmConfig, WarmItem, WarmSummary
+from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
 
 # min_ttl_left_s=0: the test cache keeps entries for minutes, and a cached one must count as fresh
 FAST = WarmConfig(

@@ -2,10 +2,10 @@
 
 TenantDelta is one tenant's share of a batch (counts per query and hour of week, miss costs,
 representatives, the partition spans it covers); TenantDelta.script_args renders it for
-APPLY_LUA, which TrafficProfile (warmers/profile.py, where the key layout is described) runs
+APPLY_LUA, which TrafficProfile (warmers/traffic/profile.py, where the key layout is described) runs
 once per tenant per batch: it checks the tenant's watermarks and adds everything in one atomic
 step. aggregate() builds the deltas from per-event Observations; the traffic worker's batch
-tally (warmers/tally.py) builds the same deltas without an object per event.
+tally (warmers/traffic/count_batch.py) builds the same deltas without an object per event.
 """
 
 from __future__ import annotations
@@ -346,7 +346,7 @@ class TenantDelta:
     reps: dict[Where, dict[str, Representative]] = field(default_factory=dict)
     events: int = 0
     # Hits served from a warmed entry: (entry key digest, unix ts), for the forecast's
-    # calibration (warmers/calibration.py); not part of the profile's write.
+    # calibration (warmers/hotset/calibration.py); not part of the profile's write.
     warm_hits: list[tuple[str, float]] = field(default_factory=list)
 
     def count(self, where: Where, how: int, qkey: str, cacheable: bool, n: int) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -27,6 +27,9 @@ import redis
 from caches import keys as K
 from caches import slots
 from caches.boundary import as_bytes, redis_boundary
+from schemas.common import DocRef
+from warmers.hotset.plan import PlanItem
+from warmers.prefix.hot import PREFIX_ROLES
 
 # Texts a document's old versions had: a body logged three changes ago still renews.
 KEEP_OLD = 4
@@ -137,3 +140,71 @@ def _replace(value: Any, sub: Callable[[str], str]) -> Any:
     if isinstance(value, dict):
         return {k: _replace(v, sub) for k, v in value.items()}
     return value
+
+
+# -- a plan's items whose documents changed since they were logged (HotSetSelector) --
+
+
+def changed_docs(
+    i: PlanItem, gens: Mapping[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+) -> tuple[str, ...]:
+    """The docs of a logged request that changed since it was logged: named by id alone, its
+    doc generation moved; versioned, its floor rose above the version."""
+    r = i.item.request
+    if r.body is None:
+        return ()
+    logged = r.doc_generations or {}
+    return tuple(
+        d.doc_id for d in r.docs
+        if (d.version is None and gens[(i.tenant, d.doc_id)] != logged.get(d.doc_id, 0))
+        or (d.version is not None and floors[(i.tenant, d.doc_id)] > d.version)
+    )  # fmt: skip
+
+
+def renewed_item(
+    i: PlanItem,
+    docs: Sequence[str],
+    texts: Mapping[tuple[str, str], DocText],
+    gens: Mapping[tuple[str, str], int],
+    floors: Mapping[tuple[str, str], int],
+) -> tuple[PlanItem | None, str]:
+    """The item with each changed doc's new text in its logged request, its version and
+    generation now; or None and why not."""
+    req, ident = i.item.request, i.item.identity
+    assert req.body is not None  # changed_docs names docs of logged bodies only
+    body, prompt, query, refs = dict(req.body), req.prompt, ident.prompt, list(req.docs)
+    gen_of = dict(req.doc_generations or {})
+    for doc in docs:
+        t = texts.get((i.tenant, doc))
+        floor = floors[(i.tenant, doc)]
+        why = f"its document {doc} changed since it was logged"
+        if t is None:
+            return None, f"{why}, and its new text is not known (a KB change v2 carries it)"
+        if t.version != floor:
+            return None, f"{why}; the text known is of version {t.version}, the doc is at {floor}"
+        got = renew(body, t.old, t.text)
+        if got is None:
+            return None, f"{why}, and the logged request holds none of its known old texts"
+        body, sub = got
+        prompt, query = sub(prompt), sub(query)
+        refs = [DocRef(doc_id=r.doc_id, version=None if r.version is None else t.version)
+                if r.doc_id == doc else r for r in refs]  # fmt: skip
+        gen_of[doc] = gens[(i.tenant, doc)]
+    if ident.template_version.startswith("sys-") and _systems(body) != _systems(req.body):
+        return None, (
+            "its documents sit in the system prompt, whose digest is the template version: "
+            "the new text is a new template (send X-Stoker-Template-Version)"
+        )
+    new_req = replace(req, body=body, prompt=prompt, docs=tuple(refs), doc_generations=gen_of)
+    item = replace(
+        i.item, request=new_req, identity=replace(ident, prompt=query, docs=new_req.docs)
+    )
+    versions = ", ".join(f"{d} v{texts[(i.tenant, d)].version}" for d in docs)
+    return replace(i, query=query, item=item, reason=f"{i.reason}; renewed: {versions}"), ""
+
+
+def _systems(body: Mapping[str, Any]) -> list[Any]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list):
+        return []
+    return [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in PREFIX_ROLES]

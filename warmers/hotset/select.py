@@ -34,8 +34,8 @@ forecast.py, the value a warm is priced at in value.py, what the plan holds in p
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -51,79 +51,17 @@ from caches.keys import canonical_params, doc_floor_key, doc_gen_key, normalise_
 from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
 from schemas.common import DocRef, RequestParams
-from schemas.errors import ConfigError, RequestRejected
-from warmers.budget import DEFAULT_FLOOR, Budget, fair_shares
-from warmers.calibration import Calibration
-from warmers.doctexts import DocText, DocTexts, renew
-from warmers.forecast import Forecaster, NamespaceForecast
-from warmers.paraphrase import Cluster, TextVectors, cover_greedy
-from warmers.plan import Plan, PlanItem, Skipped
-from warmers.prefixes import PREFIX_ROLES
-from warmers.profile import MissCost, TrafficProfile
-from warmers.shadow import WarmItem
-from warmers.value import Prevented, Prices, ValueModel, after_expiry, prevented
-from warmers.window import Window
-
-
-@dataclass(frozen=True)
-class HotSetConfig:
-    bandwidth_h: float = 1.5  # queries drift by an hour or two between days, rarely more
-    # 2% weight on the rest of the day: a query asked only at 09:00 still beats one never asked
-    background: float = 0.02
-    # ... or, with a grid, the weight that best predicts the latest matching day from the
-    # others (Forecaster._background): hour patterns where the history has them, whole-day
-    # shares where hours are noise. () : always `background`.
-    background_grid: tuple[float, ...] = (0.02, 0.1, 0.5, 100.0)
-    # The candidate pool is both who may represent and what is served: the query that serves
-    # the most is often a central phrasing outside the most asked few (CLINC150 sample log, 50
-    # warm sends: pool 200 -> 0.88 of the oracle, 2000 -> 0.90). Cost: one embedding per new
-    # candidate (memoised) and a radius search over the pool.
-    candidates_per_item: float = 5.0
-    min_candidates: int = 2000
-    min_ttl_left_s: float = (
-        3600.0  # the shadow warmer's own bar: under an hour left is warmed again
-    )
-    cluster_threshold: float | None = None  # None: each tenant's semantic threshold
-    # The semantic matcher the gateways serve with (STOKER_SEMANTIC_MATCHER). "static": one
-    # warmed entry serves every paraphrase within the threshold, so a cluster of paraphrases is
-    # warmed once. "verified": an entry serves a paraphrase only where other entries near it,
-    # whose answers agree, vouch for it (caches/matching/verified.py); a lone representative
-    # serves none, so paraphrases are not merged (unless cluster_threshold is set): each asked
-    # phrasing is warmed as itself, and the hot ones vouch for each other. On the sample log's
-    # bench, held at the level a week of verdicts reaches, clusters at 0.92 covered 0.21 of
-    # week 2's requests at K=50, 0.77x naive top-K; unmerged, 0.27.
-    matcher: Literal["static", "verified"] = "static"
-    fairness_floor: float = DEFAULT_FLOOR
-    # Clusters worth less than this (PlanItem.value_ms: GPU ms saved net of the warm's cost,
-    # by either value model) are not warmed: by default only those that save more GPU than
-    # their warm send costs. None: rank past break
-    # even, so a budget of K buys K items (a latency SLO for first requests, the benchmark).
-    min_value_ms: float | None = 0.0
-    # The live log's last hours: a query surging now (a trend, an incident no past day saw),
-    # asked at least `recent_min_count` times there at more than `recent_surge` x the share
-    # the regimes forecast, is expected in the window at its recent share. Only surges: a
-    # blend of every query's last hours adds noise that loses to the regimes (bench
-    # hot_set_shapes: 0.5 blend, drift K=200 0.96x naive; surges only, 1.05x). 0 hours: off.
-    recent_hours: int = 3
-    recent_min_count: int = 3
-    recent_surge: float = 3.0
-    # A query's GPU cost per miss is its own mean shrunk toward the namespace's by this many
-    # pseudo-misses (answer lengths vary request to request; a few long ones are noise).
-    cost_prior_misses: float = 10.0
-    # Past days count less with age (a day this old counts half); None: every day alike.
-    history_half_life_days: float | None = 7.0
-    # What a warm is worth (step 4). "hits": every expected hit x its miss cost, what the
-    # coverage benchmarks measure and the deploy pre-warm (sized to a hit bar) plans by;
-    # "prevented": the one miss it prevents, priced by load (value.py), for a live cache.
-    value_model: ValueModel = "hits"
-    idle_price: float = 0.2  # "prevented": a GPU-ms at idle, as a share of one at peak load
-    latency_weight: float = 0.0  # "prevented": GPU-ms per ms of first-request latency saved
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.idle_price <= 1.0:
-            raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
-        if self.latency_weight < 0:
-            raise ConfigError(f"latency weight must be >= 0, got {self.latency_weight}")
+from schemas.errors import RequestRejected
+from warmers.hotset.calibration import Calibration
+from warmers.hotset.forecast import Forecaster, NamespaceForecast
+from warmers.hotset.options import HotSetConfig
+from warmers.hotset.paraphrase import Cluster, TextVectors, cover_greedy
+from warmers.hotset.plan import Plan, PlanItem, Skipped, WarmItem
+from warmers.hotset.renew import DocTexts, changed_docs, renewed_item
+from warmers.hotset.value import Prevented, Prices, ValueModel, after_expiry, prevented
+from warmers.hotset.warm_budget import Budget, fair_shares
+from warmers.hotset.window import Window
+from warmers.traffic.profile import MissCost, TrafficProfile
 
 
 class HotSetSelector:
@@ -153,7 +91,7 @@ class HotSetSelector:
         self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
         # Valued by the miss prevented, each tenant's forecast rates are scaled by how the
-        # landed warms' chances compared with their hits (warmers/calibration.py); None: not.
+        # landed warms' chances compared with their hits (warmers/hotset/calibration.py); None: not.
         self.calibration = calibration
 
     def plan(
@@ -384,7 +322,7 @@ class HotSetSelector:
         """Logged requests whose documents changed since they were logged inline the old
         text, and a key naming the doc by id alone could not tell a stale warm from a fresh
         one; a versioned doc under its floor would be refused at the write. Each is renewed
-        with the doc's new text (warmers/doctexts.py: what a KB change of schema v2 carried)
+        with the doc's new text (warmers/hotset/renew.py: what a KB change of schema v2 carried)
         where the body holds an old one, else dropped with the reason (one MGET, and one
         more for the texts when something changed)."""
         docs = sorted({(i.tenant, d.doc_id) for i in items if i.item.request.body is not None
@@ -399,7 +337,7 @@ class HotSetSelector:
             )
         gens = {doc: int(g or 0) for doc, g in zip(docs, now[: len(docs)], strict=True)}
         floors = {doc: int(f or 0) for doc, f in zip(docs, now[len(docs) :], strict=True)}
-        changed = {id(i): ds for i in items if (ds := _changed(i, gens, floors))}
+        changed = {id(i): ds for i in items if (ds := changed_docs(i, gens, floors))}
         if not changed:
             return items
         texts = self.doc_texts.read({(i.tenant, d) for i in items for d in changed.get(id(i), ())})
@@ -408,7 +346,7 @@ class HotSetSelector:
             if id(i) not in changed:
                 out.append(i)
                 continue
-            renewed, why = _renewed(i, changed[id(i)], texts, gens, floors)
+            renewed, why = renewed_item(i, changed[id(i)], texts, gens, floors)
             if renewed is None:
                 plan.skipped.append(Skipped(i.tenant, i.query, why))
             else:
@@ -585,71 +523,6 @@ def _touching(items: list[PlanItem], docs: Collection[tuple[str, str]] | None) -
     if docs is None:
         return items
     return [i for i in items if any((i.tenant, d.doc_id) in docs for d in i.item.request.docs)]
-
-
-def _changed(
-    i: PlanItem, gens: Mapping[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
-) -> tuple[str, ...]:
-    """The docs of a logged request that changed since it was logged: named by id alone, its
-    doc generation moved; versioned, its floor rose above the version."""
-    r = i.item.request
-    if r.body is None:
-        return ()
-    logged = r.doc_generations or {}
-    return tuple(
-        d.doc_id for d in r.docs
-        if (d.version is None and gens[(i.tenant, d.doc_id)] != logged.get(d.doc_id, 0))
-        or (d.version is not None and floors[(i.tenant, d.doc_id)] > d.version)
-    )  # fmt: skip
-
-
-def _renewed(
-    i: PlanItem,
-    docs: Sequence[str],
-    texts: Mapping[tuple[str, str], DocText],
-    gens: Mapping[tuple[str, str], int],
-    floors: Mapping[tuple[str, str], int],
-) -> tuple[PlanItem | None, str]:
-    """The item with each changed doc's new text in its logged request, its version and
-    generation now; or None and why not."""
-    req, ident = i.item.request, i.item.identity
-    assert req.body is not None  # _changed names docs of logged bodies only
-    body, prompt, query, refs = dict(req.body), req.prompt, ident.prompt, list(req.docs)
-    gen_of = dict(req.doc_generations or {})
-    for doc in docs:
-        t = texts.get((i.tenant, doc))
-        floor = floors[(i.tenant, doc)]
-        why = f"its document {doc} changed since it was logged"
-        if t is None:
-            return None, f"{why}, and its new text is not known (a KB change v2 carries it)"
-        if t.version != floor:
-            return None, f"{why}; the text known is of version {t.version}, the doc is at {floor}"
-        got = renew(body, t.old, t.text)
-        if got is None:
-            return None, f"{why}, and the logged request holds none of its known old texts"
-        body, sub = got
-        prompt, query = sub(prompt), sub(query)
-        refs = [DocRef(doc_id=r.doc_id, version=None if r.version is None else t.version)
-                if r.doc_id == doc else r for r in refs]  # fmt: skip
-        gen_of[doc] = gens[(i.tenant, doc)]
-    if ident.template_version.startswith("sys-") and _systems(body) != _systems(req.body):
-        return None, (
-            "its documents sit in the system prompt, whose digest is the template version: "
-            "the new text is a new template (send X-Stoker-Template-Version)"
-        )
-    new_req = replace(req, body=body, prompt=prompt, docs=tuple(refs), doc_generations=gen_of)
-    item = replace(
-        i.item, request=new_req, identity=replace(ident, prompt=query, docs=new_req.docs)
-    )
-    versions = ", ".join(f"{d} v{texts[(i.tenant, d)].version}" for d in docs)
-    return replace(i, query=query, item=item, reason=f"{i.reason}; renewed: {versions}"), ""
-
-
-def _systems(body: Mapping[str, Any]) -> list[Any]:
-    msgs = body.get("messages")
-    if not isinstance(msgs, list):
-        return []
-    return [m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") in PREFIX_ROLES]
 
 
 def _scope(item: WarmItem) -> tuple[str, tuple[tuple[str, int], ...]]:

@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from caches import keys as K
-from warmers.doctexts import KEEP_OLD, DocText, DocTexts, renew
+from warmers.hotset.renew import KEEP_OLD, DocText, DocTexts, renew
 
 pytestmark = pytest.mark.topologies
 

@@ -26,8 +26,7 @@ from msgspec import UNSET
 from schemas.codec import MAX_EVENT_BYTES
 from schemas.errors import EventDecodeError
 from streams.base import Decoded, Poison, message_value
-from warmers.eventtime import TimeWindow, aware
-from warmers.observe import (
+from warmers.traffic.decode import (
     DECODE_ERRORS,
     DECODER,
     GPU_OUTCOMES,
@@ -41,8 +40,9 @@ from warmers.observe import (
     shape_ok,
     tenant_ok,
 )
-from warmers.profile import week_and_hour
-from warmers.profile_delta import Observation, TenantDelta
+from warmers.traffic.delta import Observation, TenantDelta
+from warmers.traffic.event_time import TimeWindow, aware
+from warmers.traffic.profile import week_and_hour
 
 _HOUR: Final = timedelta(hours=1)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -92,7 +92,7 @@ class BatchTally:
         self, messages: Sequence[Message], out: Decoded, times: TimeWindow | None = None
     ) -> tuple[dict[str, TenantDelta], int]:
         """(deltas, good events) of a batch; poison and cache outcomes go into `out`. Events
-        outside `times` are poison (warmers/eventtime.py).
+        outside `times` are poison (warmers/traffic/event_time.py).
 
         The hot loop: aggregate() inlined into the decode loop (~1.5 us an event besides
         msgspec's decode), so it stays one function; a call per event costs ~0.1 us."""

@@ -24,9 +24,9 @@ from stoker.modelserver import MODEL_ALIAS as MODEL
 from stoker.settings import StokerSettings
 from tests.gateway.upstreams import Served
 from tests.warmers.test_prefix_warm import SIM, _live_gpu_ms, _store
-from warmers.prefixes import HotPrefixes, Prefix
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
-from warmers.replicas import CAME_BACK, ReplicaWatch
+from warmers.prefix.after_restart import CAME_BACK, ReplicaWatch
+from warmers.prefix.hot import HotPrefixes, Prefix
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmOptions
 
 
 def test_replicas__a_restarted_and_a_new_replica_are_warmed_a_busy_one_is_not(

@@ -4,9 +4,9 @@ arrives.
 
 A prefix cache fills itself on first use, and the quiet hours before a peak evict what the day
 did not ask (vLLM's blocks go least recently used first). The traffic profile knows, per model,
-how many requests each hour of the week held over the retained weeks (warmers/profile.py); the
+how many requests each hour of the week held over the retained weeks (warmers/traffic/profile.py); the
 busiest hour of each weekday is that day's peak. In the `lead_s` before it, once per model and
-day, the scheduler's leader sends the model's hot prefixes (warmers/prefixwarm.py). A prefix
+day, the scheduler's leader sends the model's hot prefixes (warmers/prefix/warm.py). A prefix
 still held costs a token or two of prefill and one decoded token; one evicted costs its
 prefill now, at the quiet hour's price, instead of during the peak.
 """
@@ -21,7 +21,7 @@ from datetime import date, datetime, timedelta
 import numpy as np
 
 from schemas.common import utcnow
-from warmers.profile import HOURS_PER_WEEK, TrafficProfile
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
 
 log = logging.getLogger(__name__)
 

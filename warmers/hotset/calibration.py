@@ -10,7 +10,7 @@ note is consumed, so a re-delivered batch counts nothing twice).
 
 `factor` is (realised + prior) / (expected + prior) over the tenant's last `days` days, clipped
 to [1/4, 4]: the planner scales the forecast rates of that tenant by it when it values a warm by
-the miss it prevents (warmers/hotset.py), so a forecast that keeps promising hits the traffic
+the miss it prevents (warmers/hotset/select.py), so a forecast that keeps promising hits the traffic
 does not deliver warms less, and one that is too shy warms more. Expected and realised are
 counted on the days they happened (landed, hit); over a week the split at midnight is noise.
 
@@ -33,7 +33,7 @@ from caches import keys as K
 from caches.boundary import as_bytes, redis_boundary
 
 if TYPE_CHECKING:  # the traffic worker imports this module, and never the planner
-    from warmers.plan import Plan, PlanItem
+    from warmers.hotset.plan import Plan, PlanItem
 
 DAY_TTL_S = 9 * 86_400
 # A note outlives its window by this much: a hit logged at the window's last second reaches the

@@ -12,10 +12,10 @@ from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
 from tests.events import encode, request
-from warmers.observe import FastDecoder, observe_event, query_key
-from warmers.profile import week_and_hour
-from warmers.tally import BatchTally
-from warmers.traffic import TrafficHandler
+from warmers.traffic.count_batch import BatchTally
+from warmers.traffic.decode import FastDecoder, observe_event, query_key
+from warmers.traffic.profile import week_and_hour
+from warmers.traffic.worker import TrafficHandler
 
 # Each case: (name, overrides or a callable editing the payload). Some are valid, some not.
 _DROP = object()

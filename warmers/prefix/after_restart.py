@@ -1,6 +1,6 @@
 """The prefix warm after a replica restart or a scale-out, found by watching the replicas.
 
-A deploy's prefix warm is sent by the cutover (warmers/prefixwarm.py). A replica that restarts
+A deploy's prefix warm is sent by the cutover (warmers/prefix/warm.py). A replica that restarts
 later (an OOM kill, a node drained, a scale-out) comes back with an empty KV prefix cache, and
 nothing told stoker. A postStart hook in the replica's pod could call `stoker warm-prefixes`,
 but that puts stoker in the inference image. Instead, the scheduler's leader reads each listed

@@ -7,7 +7,7 @@ surely parses. Whatever the fast path refuses goes through decode_event: a valid
 accepts in lax mode ("5" for 5) is still counted, and poison gets decode_event's precise reason.
 A test holds the fast path to "accepts only what decode_event accepts, and reads it the same".
 
-FastDecoder.observe is the per-event reference; warmers.tally does the same work per batch
+FastDecoder.observe is the per-event reference; warmers.traffic.count_batch does the same work per batch
 without an Observation per event, and a test holds the two to the same profile deltas.
 """
 
@@ -27,9 +27,9 @@ from schemas.codec import decode_event
 from schemas.common import MAX_INT64, tenant_problem
 from schemas.errors import EventDecodeError
 from schemas.events import MAX_REQUEST_MS, MAX_REQUEST_TOKENS, RequestLogged
-from warmers.eventtime import TimeWindow, aware
-from warmers.profile import week_and_hour
-from warmers.profile_delta import Observation, observation
+from warmers.traffic.delta import Observation, observation
+from warmers.traffic.event_time import TimeWindow, aware
+from warmers.traffic.profile import week_and_hour
 
 _Id = Annotated[str, Meta(min_length=1, max_length=256)]
 _Short = Annotated[str, Meta(max_length=256)]
@@ -188,7 +188,7 @@ class QueryKeys:
 
 class FastDecoder:
     """msgspec for one RequestLogged; returns None whenever it is not sure (the slow path
-    decides). The per-event reference for warmers.tally.BatchTally."""
+    decides). The per-event reference for warmers.traffic.count_batch.BatchTally."""
 
     def __init__(self) -> None:
         self.qkeys = QueryKeys()

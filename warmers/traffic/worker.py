@@ -1,29 +1,36 @@
 """The traffic worker: RequestLogged events from inference.requests into the traffic profile.
 
-Decoding is the hot path (one event per served request): warmers.observe decodes with msgspec
-and falls back to decode_event for anything it is unsure of (poison keeps decode_event's
-reason), and warmers.tally counts a batch while decoding it, without an object per event.
+Decoding is the hot path (one event per served request): warmers.traffic.decode decodes with
+msgspec and falls back to decode_event for anything it is unsure of (poison keeps decode_event's
+reason), and warmers.traffic.count_batch counts a batch while decoding it, without an object per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from confluent_kafka import Message
 
 from schemas.common import utcnow
 from streams.base import Decoded, Handler
 from streams.metrics import count_gateway_outcomes
-from warmers.calibration import Calibration
-from warmers.eventtime import EventTimes, TimeWindow
-from warmers.observe import OUTCOMES, observe_event
-from warmers.profile import TrafficProfile
-from warmers.profile_delta import Observation, TenantDelta
-from warmers.tally import BatchTally, observe_batch
+from warmers.traffic.count_batch import BatchTally, observe_batch
+from warmers.traffic.decode import OUTCOMES, observe_event
+from warmers.traffic.delta import Observation, TenantDelta
+from warmers.traffic.event_time import EventTimes, TimeWindow
+from warmers.traffic.profile import TrafficProfile
 
 __all__ = ["TrafficBatch", "TrafficHandler", "observe_event"]
+
+
+class WarmHits(Protocol):
+    """Where the hits of warmed entries are credited (warmers/hotset/calibration.py's
+    Calibration): declared here so that the traffic stage imports nothing of the hot set."""
+
+    def hits(self, warm_hits: Mapping[str, Sequence[tuple[str, float]]]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,11 @@ class TrafficHandler(Handler):
         profile: TrafficProfile,
         times: EventTimes | None = None,
         clock: Callable[[], datetime] = utcnow,
-        calibration: Calibration | None = None,
+        calibration: WarmHits | None = None,
     ) -> None:
         """times: the event times counted, around `clock` (None: any; the shell always sets
-        them, see warmers/eventtime.py); the rest is dead-lettered. calibration: where the hits
-        of warmed entries are credited (warmers/calibration.py; None: nowhere)."""
+        them, see warmers/traffic/event_time.py); the rest is dead-lettered. calibration: where the hits
+        of warmed entries are credited (warmers/hotset/calibration.py; None: nowhere)."""
         self.profile = profile
         self.tally = BatchTally()
         self.times = times

@@ -12,9 +12,9 @@ from schemas.codec import decode_event
 from schemas.errors import EventDecodeError
 from streams.base import Decoded
 from tests.events import encode, request
-from warmers.observe import OUTCOMES
-from warmers.profile_delta import TenantDelta, aggregate
-from warmers.tally import BatchTally, observe_batch
+from warmers.traffic.count_batch import BatchTally, observe_batch
+from warmers.traffic.decode import OUTCOMES
+from warmers.traffic.delta import TenantDelta, aggregate
 
 TOPIC = "inference.requests"
 # Values chosen to hit every branch of the tally: hour boundaries (1 us apart), naive and

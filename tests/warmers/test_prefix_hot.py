@@ -10,7 +10,7 @@ import redis
 from caches.keys import prefix_counts_key, prefix_index_key, prefix_meta_key, tenant_tag
 from schemas.events import RequestLogged
 from tests.events import request
-from warmers.prefixes import HotPrefixes, Prefix, prefix_of
+from warmers.prefix.hot import HotPrefixes, Prefix, prefix_of
 
 pytestmark = pytest.mark.topologies
 

@@ -1,4 +1,4 @@
-"""Steps 1-2 of the hot set (warmers/hotset.py): each query's expected requests in a window.
+"""Steps 1-2 of the hot set (warmers/hotset/select.py): each query's expected requests in a window.
 
 Per (tenant, model, template): the past days of each window day's regime, the live log's
 surges, the retained weeks' tail; per window hour as well as summed, with the namespace's
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from warmers.dayclusters import DayRegimes, cluster_days
-from warmers.profile import HourlyCounts, TrafficProfile, daily_from, week_and_hour
-from warmers.window import Window
+from warmers.hotset.regimes import DayRegimes, cluster_days
+from warmers.hotset.window import Window
+from warmers.traffic.profile import HourlyCounts, TrafficProfile, daily_from, week_and_hour
 
 if TYPE_CHECKING:
-    from warmers.hotset import HotSetConfig
+    from warmers.hotset.options import HotSetConfig
 
 # A query the matching days did not ask (or barely): its floor, as a share of its share of every
 # retained week. With the value bar, a token share (it is ranked, not expected); ranked past

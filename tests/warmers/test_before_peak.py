@@ -11,10 +11,10 @@ import redis
 
 from simulation.backend.http import SimulatorThread
 from tests.warmers.hotset_helpers import event, fill
-from warmers.peaks import PeakPrefixWarm, busiest_hours
-from warmers.prefixes import HotPrefixes, Prefix
-from warmers.prefixwarm import PrefixWarmer, PrefixWarmOptions
-from warmers.profile import TrafficProfile
+from warmers.prefix.before_peak import PeakPrefixWarm, busiest_hours
+from warmers.prefix.hot import HotPrefixes, Prefix
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmOptions
+from warmers.traffic.profile import TrafficProfile
 
 MONDAY = datetime(2026, 11, 2, tzinfo=UTC)
 LATER = MONDAY + timedelta(days=14)  # a Monday two weeks on: the history is retained

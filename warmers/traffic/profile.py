@@ -15,7 +15,7 @@ atomically; no key is shared across tenants):
     stk:p:tenants                                          set   tenants seen (not atomic with the rest)
 
 Bounded: the week's summary "s" holds at most `week_capacity` queries, a space-saving summary
-merged one batch at a time (APPLY_LUA in warmers/profile_delta.py). Only the queries it holds
+merged one batch at a time (APPLY_LUA in warmers/traffic/delta.py). Only the queries it holds
 get hourly counts ("n"), a cost ("k") and a representative ("r"); an evicted query loses its
 cost and representative, and its hourly counts rank last among equals until their hour needs
 the room. Each hour keeps at most `hour_capacity` queries, by the hour's count, then the
@@ -42,7 +42,7 @@ latency (the value model's earlier assumption) when it is read and when it is ad
 00:00-01:00 UTC. The model *version* is left out on purpose: traffic learned under one version
 is what the deploy worker pre-warms the next one with.
 
-A batch is aggregated in memory first (warmers/profile_delta.py: TenantDelta, APPLY_LUA).
+A batch is aggregated in memory first (warmers/traffic/delta.py: TenantDelta, APPLY_LUA).
 
 Exactly-once counting: the per-partition watermark lives in the tenant's own slot (one hash per
 tenant, not one global hash, which would sit in another slot and break atomicity on Cluster),
@@ -70,7 +70,7 @@ from caches.boundary import redis_boundary
 from caches.constants import PROFILE_TENANTS
 from schemas.common import utcnow
 from schemas.errors import CacheUnavailable
-from warmers.profile_delta import APPLY_LUA, Observation, RepMemo, TenantDelta, aggregate
+from warmers.traffic.delta import APPLY_LUA, Observation, RepMemo, TenantDelta, aggregate
 
 HOURS_PER_WEEK = 168
 WEEK_S = 7 * 86_400
@@ -266,7 +266,7 @@ class TrafficProfile:
         """Weeks with data, newest first, at most retention_weeks of them, none after the
         clock's week. The clock bounds them, not the newest event: events dated 2999 once made
         the newest weeks an attacker's, and the tenant's real weeks fell out of the reads.
-        (The traffic worker refuses such events too: warmers/eventtime.py.)"""
+        (The traffic worker refuses such events too: warmers/traffic/event_time.py.)"""
         key = K.profile_weeks_key(tenant, model_id, template_version)
         now_week = week_and_hour(self.clock())[0]
         with redis_boundary("profile weeks"):

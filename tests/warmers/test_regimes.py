@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from warmers.dayclusters import cluster_days
+from warmers.hotset.regimes import cluster_days
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "requests-2w.parquet"
 

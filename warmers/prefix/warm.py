@@ -2,7 +2,7 @@
 
 After a deploy (new weights) or a replica restart, vLLM's (or SGLang's) automatic prefix cache
 is empty, and the first request of every system prompt pays its whole prefill. One run:
-1. plan: the model's most counted prefixes (warmers/prefixes.py) over its tenants, seen within
+1. plan: the model's most counted prefixes (warmers/prefix/hot.py) over its tenants, seen within
    max_age_s, the same messages of several tenants once, cut at top_n and at a token budget
    (summed prefix tokens: warming more than the backend's cache holds evicts the hottest):
    `kv_share` of the cache the backend's engine reports (backends/engine.py: vLLM's
@@ -44,7 +44,7 @@ from schemas.errors import (
     ConfigError,
     StokerError,
 )
-from warmers.prefixes import HotPrefix, HotPrefixes
+from warmers.prefix.hot import HotPrefix, HotPrefixes
 
 # The user turn a warm appends: a chat template needs one, and a single token adds ~nothing.
 WARM_USER_TURN = "."

@@ -2,7 +2,7 @@
 
 Its own consumer group on the request log, beside the traffic worker (whose decode path is
 tuned for 100k+ events/s and is left alone): a batch is aggregated per (tenant, model), then
-written with one script per pair (warmers/prefixes.py). Approximate on redelivery, see there.
+written with one script per pair (warmers/prefix/hot.py). Approximate on redelivery, see there.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from schemas.events import Event, RequestLogged
 from streams.base import Handler
-from warmers.prefixes import HotPrefixes, Prefix, prefix_of
+from warmers.prefix.hot import HotPrefixes, Prefix, prefix_of
 
 
 class PrefixLogHandler(Handler):

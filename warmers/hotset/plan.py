@@ -1,6 +1,6 @@
 """The hot set's plan: each warm send, what was left out and why, and what it should serve.
 
-warmers/hotset.py makes it; `stoker warm` prints it, the shadow warmer sends its items, the
+warmers/hotset/select.py makes it; `stoker warm` prints it, the shadow warmer sends its items, the
 deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
 """
 
@@ -9,10 +9,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from warmers.budget import Budget
-from warmers.shadow import WarmItem
-from warmers.value import Worth
-from warmers.window import Window
+from backends.base import GenerationRequest
+from caches.client import CacheRequest
+from schemas.errors import ConfigError
+from warmers.hotset.value import Worth
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
+
+
+@dataclass(frozen=True)
+class WarmItem:
+    """A request to send and the cache identity its answer is stored under. The identity's
+    prompt may differ (the user's words vs the rendered template); everything else that keys
+    the answer must match, or the answer would land under someone else's key."""
+
+    request: GenerationRequest
+    identity: CacheRequest
+    # What the send saves and costs (valued by the miss it prevents), to be priced again at the
+    # backend's load when it is sent; None: sent whatever the load (valued by hits).
+    worth: Worth | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        r, i = self.request, self.identity
+        mine = (r.tenant, r.model_id, r.model_version, r.template_version, r.params, r.docs)
+        theirs = (i.tenant, i.model_id, i.model_version, i.template_version, i.params, i.docs)
+        if mine != theirs:
+            raise ConfigError("warm item: request and cache identity differ beyond the prompt")
+
+    @classmethod
+    def of(cls, request: GenerationRequest) -> WarmItem:
+        return cls(request, request.cache_request())
 
 
 @dataclass(frozen=True)
@@ -83,7 +109,7 @@ class Plan:
     skipped: list[Skipped] = field(default_factory=list)
     shares: dict[str, float] = field(default_factory=dict)  # budget each tenant was offered
     regimes: dict[str, str] = field(default_factory=dict)  # tenant/model/template -> regime note
-    # tenant -> how its forecast was scaled by the landed warms' hits (warmers/calibration.py)
+    # tenant -> how its forecast was scaled by the landed warms' hits (warmers/hotset/calibration.py)
     calibration: dict[str, str] = field(default_factory=dict)
     over_budget: int = 0  # clusters worth warming that the budget left out
     # Expected warmable requests in the window per tenant (the profile's forecast, the long
