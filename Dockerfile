@@ -29,6 +29,8 @@ COPY caches caches
 COPY audits audits
 COPY simulation simulation
 COPY stoker stoker
+COPY demo demo
+COPY evals evals
 COPY data data
 # stoker itself, without dependencies: the lock brought all of them.
 RUN pip install --no-deps --no-build-isolation . && pip check \

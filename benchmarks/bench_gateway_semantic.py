@@ -49,9 +49,9 @@ import orjson
 from _common import emit, pct
 from bench_gateway import _BANNER, _env, _process
 
+from evals.semantic import load_clinc
 from stoker.embedded import EmbeddedStack, free_port
 from stoker.modelserver import cache_root
-from stoker.semantic_eval import load_clinc
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
 CHAT = b"/v1/chat/completions"

@@ -1,7 +1,7 @@
 """Served-answer correctness on CLINC150: the static-threshold curve and the verified matcher
 under its error budget, same run, with the simulator's answers and with a real model's.
 
-Protocol in stoker/semantic_eval.py (test + oos_test shuffled, streamed through a Qdrant Edge
+Protocol in evals/semantic.py (test + oos_test shuffled, streamed through a Qdrant Edge
 store, misses stored with their answers, labels only score).
 
 Simulated rows (answers="simulated: ..."): the simulated backend knows which queries share a
@@ -32,7 +32,7 @@ verified matcher as shipped and as it was before its answer checks); goal 2x sta
 hits at <= 1% wrong, and never fewer hits than static 0.92 at a wrong share no worse.
 
 semantic_candidates_real: on the same answers and stream, label-free signals side by side
-(stoker/semantic_eval_candidates.py): the shipped matcher; a re-ask at temperature 0.7 judged
+(evals/candidates.py): the shipped matcher; a re-ask at temperature 0.7 judged
 against the cached answer; the model asked whether the two requests mean the same; a threshold
 per cached entry learned from shadow verdicts; the prompt guards alone at 0.84-0.90 (with their
 figures on all 5,500 test queries, which need no backend). Per candidate: hits, wrong share,
@@ -52,8 +52,8 @@ from _common import emit
 
 from caches.embedders import SentenceTransformerEmbedder
 from caches.matching.verified import LADDER
-from stoker.semantic_eval import STATIC_CURVE, coverage, evaluate
-from stoker.semantic_eval_report import BASELINE
+from evals.report import BASELINE
+from evals.semantic import STATIC_CURVE, coverage, evaluate
 
 SIMULATED = "simulated: told each query's intent"
 
@@ -135,11 +135,11 @@ def long_history(args: argparse.Namespace) -> None:
 
 
 def real(args: argparse.Namespace) -> None:
+    from evals.answers import AnswerCache, AskParams, default_cache_path
+    from evals.candidates import Candidates, measure
+    from evals.real import backend_answers, evaluate_real, report_fields, sample
+    from evals.semantic import MONITOR_SHARE
     from stoker import modelserver
-    from stoker.semantic_eval import MONITOR_SHARE
-    from stoker.semantic_eval_answers import AnswerCache, AskParams, default_cache_path
-    from stoker.semantic_eval_candidates import Candidates, measure
-    from stoker.semantic_eval_real import backend_answers, evaluate_real, report_fields, sample
     from stoker.settings import StokerSettings
 
     t0 = time.perf_counter()

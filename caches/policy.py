@@ -23,7 +23,7 @@ class CachePolicy:
     route_thresholds: dict[str, float] = field(default_factory=dict)
     # Sensitive routes ("tenant/route" or "*/route"): a semantic hit there must clear
     # max(threshold, conservative_threshold) and every lexical guard, whatever the matcher says.
-    # 0.95 served 1.2% wrong on CLINC150 against 1.6% at 0.92 (stoker/semantic_eval.py).
+    # 0.95 served 1.2% wrong on CLINC150 against 1.6% at 0.92 (evals/semantic.py).
     conservative_routes: frozenset[str] = frozenset()
     conservative_threshold: float = 0.95
 

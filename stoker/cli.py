@@ -9,14 +9,14 @@ import sys
 
 from rich.markup import escape
 
+from demo import command as _demo  # noqa: F401
+from evals import command as _eval_semantic  # noqa: F401
 from schemas.errors import ConfigError, StokerError, UsageError
 from stoker.app import app, console
 
 # Each import registers its commands on `app`.
 from stoker.commands import analyze as _analyze  # noqa: F401
-from stoker.commands import demo as _demo  # noqa: F401
 from stoker.commands import deploy as _deploy  # noqa: F401
-from stoker.commands import eval_semantic as _eval_semantic  # noqa: F401
 from stoker.commands import gateway as _gateway  # noqa: F401
 from stoker.commands import invalidate as _invalidate  # noqa: F401
 from stoker.commands import model as _model  # noqa: F401

@@ -16,8 +16,8 @@ import pytest
 
 from caches import onnxengine
 from caches.embedders import SentenceTransformerEmbedder
+from evals.semantic import load_clinc
 from stoker.data import CLINC
-from stoker.semantic_eval import load_clinc
 
 
 @pytest.fixture(scope="module")

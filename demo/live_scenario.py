@@ -1,0 +1,158 @@
+"""The live demo's scenario: which day of the sample log, scaled down how, and what happens when.
+
+A day of the sample log is ~6,000 requests of three tenants; on this 2-core box the real model
+answers a miss in 0.5-5 s, so the demo serves a slice of it: every request of one question in
+`slice_n` (by a hash of the normalised question). Sampling every n-th request instead would
+thin the repeats n-fold (29% of the day's requests repeat an earlier one of their tenant; of
+every 40th request, 2.6%), and a cache lives on repeats. Of `slice_candidates` salts of the
+hash, the slice whose share of repeated requests is nearest the whole day's is served; the
+same slice of week 1 is the request-log history the profile learns from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from caches.keys import normalise_prompt
+from demo.scenario import SAMPLE_LOG
+from stoker.modelserver import MODEL_ALIAS
+
+OLD_VERSION = "2026-11-01"  # the version the sample log ran
+NEW_VERSION = "2026-11-10"  # deployed during the demo's day
+
+
+@dataclass(frozen=True)
+class LiveScenario:
+    log: Path = SAMPLE_LOG
+    day: int = 8  # days after the log's first (a Monday): the Tuesday of week 2
+    slice_n: int = 40  # serve every request of one question in slice_n
+    slice_candidates: int = 8
+    tenants: tuple[str, ...] = ()  # () = every tenant of the log
+    kb_change_h: int = 10  # the help center changes two articles at 10:00 ...
+    kb_docs: int = 2
+    deploy_h: int = 13  # ... and new weights go live at 13:00
+    # The scheduled warm: at these hours, the hot set of the next warm_horizon_h hours. The
+    # warm sends cost the real model what a miss costs, so the budget is small.
+    warm_at_h: tuple[int, ...] = (0, 6, 17)
+    warm_horizon_h: int = 6
+    warm_budget: int = 12
+    deploy_budget: int = 16  # the deploy's hot-set pre-warm
+    deploy_window_h: int = 3  # ... of the first hours after the cutover
+    rewarm_budget: int = 4  # the re-warm after the KB change
+    # prefixes the prefix warm sends: the tenants' system prompts. The next ones by count are a
+    # prompt with the hottest article, as week 1 logged it: after the KB change, its old text
+    prefix_top_n: int = 3
+    probes: int = 8  # TTFT: the first requests after the deploy, with and without prefix warm
+    # Answers: greedy, one line or sentence (demo.live_texts), at most max_tokens.
+    max_tokens: int = 48
+    stop: tuple[str, ...] = ("\n", ". ")
+    concurrency: int = 2  # requests in flight: the server's two slots
+    # The probes go one at a time: the day's first requests after a deploy arrive minutes apart
+    # (~4 a minute at the whole day's rate), so each meets an idle server; two at once made
+    # the second wait for the first's prefill, whatever the warm did.
+    probe_concurrency: int = 1
+    grace_s: int = 3  # wall seconds before the old version is purged
+    short_prompts: bool = False  # the tenants' opening lines alone (the test's run)
+
+    @classmethod
+    def tiny(cls) -> LiveScenario:
+        """The test's run: two tenants with short prompts, a thin slice, a few probes (a couple
+        of minutes)."""
+        return cls(
+            slice_n=160, tenants=("acme", "globex"), warm_at_h=(0,), warm_budget=4,
+            deploy_budget=4, rewarm_budget=2, probes=4, prefix_top_n=2, kb_change_h=9,
+            deploy_h=12, short_prompts=True,
+        )  # fmt: skip
+
+    def params(self, logged: str) -> dict[str, Any]:
+        """A row's parameters for the real model: its temperature and no_cache as logged, the
+        demo's max_tokens and stop."""
+        p = orjson.loads(logged)
+        out: dict[str, Any] = {"temperature": p.get("temperature", 0.0)}
+        out |= {"max_tokens": self.max_tokens, "stop": list(self.stop)}
+        if p.get("no_cache"):
+            out["no_cache"] = True
+        return out
+
+
+@dataclass
+class LiveTraffic:
+    week1: list[dict[str, Any]]  # the profile's history
+    day: list[dict[str, Any]]  # served, in time order
+    start: datetime  # the day's first instant
+    salt: str
+    kb_docs: list[str] = field(default_factory=list)  # the articles the KB change edits
+    full_day_requests: int = 0
+    full_day_repeat_share: float = 0.0
+
+    def hour_of(self, row: dict[str, Any]) -> int:
+        return int((row["ts"] - self.start).total_seconds() // 3600)
+
+    @property
+    def repeat_share(self) -> float:
+        return _repeat_share(self.day)
+
+
+def load_live_traffic(sc: LiveScenario) -> LiveTraffic:
+    df = pd.read_parquet(sc.log)
+    if sc.tenants:
+        df = df[df.tenant.isin(sc.tenants)]
+    df = df.assign(q=df.prompt.map(normalise_prompt), model_id=MODEL_ALIAS)
+    first = df.ts.min().floor("D")
+    start = first + pd.Timedelta(days=sc.day)
+    week1 = df[df.ts < first + pd.Timedelta(days=7)]
+    day = df[(df.ts >= start) & (df.ts < start + pd.Timedelta(days=1))].sort_values("ts")
+    whole = _repeat_share(day.to_dict("records"))
+    salt = min(
+        (f"s{i}" for i in range(sc.slice_candidates)),
+        key=lambda s: abs(_repeat_share(_slice(day, s, sc.slice_n).to_dict("records")) - whole),
+    )
+    w1 = _slice(week1, salt, sc.slice_n)
+    docs = w1.context_docs[w1.context_docs != "[]"].map(lambda s: orjson.loads(s)[0]["doc_id"])
+    return LiveTraffic(
+        week1=_records(w1),
+        day=_records(_slice(day, salt, sc.slice_n)),
+        start=start.to_pydatetime(),
+        salt=salt,
+        kb_docs=list(docs.value_counts().index[: sc.kb_docs]),
+        full_day_requests=len(day),
+        full_day_repeat_share=whole,
+    )
+
+
+def doc_ids(row: dict[str, Any]) -> list[str]:
+    return [str(d["doc_id"]) for d in orjson.loads(row["context_docs"])]
+
+
+def _slice(df: pd.DataFrame, salt: str, n: int) -> pd.DataFrame:
+    if n <= 1:
+        return df
+    keep = df.q.map(lambda q: int(hashlib.sha256(f"{salt}|{q}".encode()).hexdigest()[:8], 16) % n)
+    return df[keep == 0]
+
+
+def _repeat_share(rows: list[dict[str, Any]]) -> float:
+    """Share of requests that ask what an earlier one of the same tenant asked (question and
+    articles): the most an exact cache could serve with no warming."""
+    if not rows:
+        return 0.0
+    distinct = {(r["tenant"], r["q"], r["context_docs"]) for r in rows}
+    return 1.0 - len(distinct) / len(rows)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = df.to_dict("records")
+    for r in rows:
+        r["ts"] = r["ts"].to_pydatetime()
+    return rows
+
+
+def hours_after(start: datetime, h: int) -> datetime:
+    return start + timedelta(hours=h)
