@@ -55,12 +55,13 @@ from backends.base import Backend, Generation, GenerationRequest
 from backends.pacing import Aimd, AimdConfig, MonotonicClock, TokenBucket
 from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.keys import CacheKey
 from caches.matching.answers import Judgement
 from caches.matching.base import Vector
 from caches.matching.error_budget import ErrorBudget, ServingLevels
 from caches.matching.verified import strength_of
+from caches.request import CacheRequest
 from caches.semantic.base import SemanticPoint
 from schemas.entries import CacheEntry
 from schemas.errors import BackendRejected, BackendUnavailable, StokerError

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from schemas.common import DocRef, RequestParams
 
 FinishReason = Literal["stop", "length", "tool_calls", "unknown"]

@@ -11,7 +11,8 @@ import time
 
 from _common import emit, pct
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from schemas.common import DocRef
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis

@@ -23,8 +23,9 @@ import numpy as np
 from _common import emit, pct
 from confluent_kafka import Producer
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.embedders import CachedEmbedder, Embedder, Vectors
+from caches.request import CacheRequest
 from caches.semantic.edge import EdgeSemanticStore
 from invalidators.handlers import InvalidationHandler
 from invalidators.invalidation import Invalidator

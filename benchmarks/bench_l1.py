@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from _common import emit, pct
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.l1 import L1Cache
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 

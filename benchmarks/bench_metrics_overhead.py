@@ -13,7 +13,8 @@ import time
 from _common import emit, pct
 from prometheus_client import REGISTRY, generate_latest
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from stoker.embedded import EmbeddedStack
 from stoker.metrics import register_all
 from stoker.wiring import build_redis

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from caches.client import LookupResult
+from caches.request import LookupResult
 from demo.live_client import TEMPLATE, request_of
 from demo.live_scenario import OLD_VERSION, LiveScenario
 from gateway.cachegate import Decision

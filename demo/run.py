@@ -27,8 +27,9 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from rich.progress import Progress
 
-from caches.client import CacheClient, LookupResult
+from caches.client import CacheClient
 from caches.keys import entries_pattern, normalise_prompt
+from caches.request import LookupResult
 from demo.client import (
     DemoClient,
     Scorer,

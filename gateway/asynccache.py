@@ -20,7 +20,7 @@ from caches import constants as C
 from caches import metrics as CM
 from caches import slots
 from caches.boundary import REDIS_ERRORS
-from caches.client import CacheClient, CacheRequest, LookupResult, PreparedWrite, Probe
+from caches.client import CacheClient
 from caches.generations import (
     WRITE_LUA,
     gen_keys,
@@ -29,6 +29,7 @@ from caches.generations import (
     write_outcome,
 )
 from caches.keys import retired_marker_key
+from caches.request import CacheRequest, LookupResult, PreparedWrite, Probe
 from schemas.errors import CacheUnavailable
 
 

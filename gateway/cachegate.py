@@ -34,9 +34,10 @@ import redis.asyncio as aredis
 
 from caches import keys as K
 from caches.boundary import REDIS_ERRORS
-from caches.client import AnswerExtras, CacheClient, CacheRequest, LookupResult, StoreResult
+from caches.client import CacheClient
 from caches.embedders import EmbedDeadlinePassed, embed_deadline
 from caches.live import scopes_of, version_for
+from caches.request import AnswerExtras, CacheRequest, LookupResult, StoreResult
 from gateway import metrics as M
 from gateway.asynccache import AsyncExact, count_store
 from gateway.identity import Resolved

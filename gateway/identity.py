@@ -27,7 +27,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
 from gateway.options import GatewayOptions
 from schemas.common import DocRef, RequestParams, Tenant, tenant_problem

@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 # Tenant ids key every cache entry and vector filter, so one rule serves the events, the cache
-# client (caches.client.CacheRequest) and the gateway's tenant header.
+# client (caches.request.CacheRequest) and the gateway's tenant header.
 TENANT_MAX_CHARS = 128
 MAX_INT64 = 2**63 - 1
 

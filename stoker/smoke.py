@@ -15,8 +15,9 @@ from confluent_kafka import Consumer, Producer
 from rich.console import Console
 from rich.table import Table
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.keys import doc_index_key, normalise_prompt
+from caches.request import CacheRequest
 from schemas.codec import decode_event, encode_event
 from schemas.common import DocRef
 from schemas.errors import EventDecodeError

@@ -39,8 +39,9 @@ from backends.base import Backend, Generation, GenerationRequest
 from backends.engine import EngineReader
 from backends.pacing import Aimd, AimdConfig, Backoff, Clock, MonotonicClock, Ramp, TokenBucket
 from caches.boundary import redis_boundary
-from caches.client import CacheClient, LookupResult
+from caches.client import CacheClient
 from caches.policy import request_bypass_reason
+from caches.request import LookupResult
 from schemas.errors import (
     BackendOverloaded,
     BackendRejected,

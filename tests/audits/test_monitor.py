@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from audits.judge import Auditor
 from audits.monitor import MonitorHandler, MonitorOptions, sampled
 from backends.client import OpenAIBackend
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.embedders import CachedEmbedder
 from caches.matching.answers import AnswerJudge
 from caches.matching.bounds import Strata
@@ -27,6 +27,7 @@ from caches.matching.counts import RedisCounts
 from caches.matching.error_budget import ErrorBudget
 from caches.matching.verified import LADDER
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from caches.semantic.base import SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.codec import decode_event

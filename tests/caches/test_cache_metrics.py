@@ -7,7 +7,8 @@ import redis
 from prometheus_client import REGISTRY, generate_latest
 
 from caches import metrics as M
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from schemas.common import RequestParams
 
 

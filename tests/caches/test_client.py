@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from caches import keys as K
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.errors import RequestRejected
 

@@ -8,11 +8,12 @@ import random
 import pytest
 import redis
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.matching.bounds import Strata
 from caches.matching.counts import RedisCounts, audited_key, budget_key
 from caches.matching.error_budget import ErrorBudget, MemoryCounts, ServingLevels
 from caches.matching.verified import Level, VerifiedMatcher
+from caches.request import CacheRequest
 from caches.slots import slot
 from schemas.errors import CacheUnavailable
 from stoker.redisconn import connect

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from caches import keys as K
 from caches import slots
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from schemas.errors import CacheUnavailable
 from stoker.embedded_cluster import NODE_TIMEOUT_MS, EmbeddedCluster
 from stoker.settings import StokerSettings

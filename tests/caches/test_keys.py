@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from caches import constants as C
 from caches import keys as K
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from schemas.common import DocRef, RequestParams
 
 text = st.text(min_size=1, max_size=24)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client import REGISTRY
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.embedders import SentenceTransformerEmbedder
 from caches.matching import (
     Candidate,
@@ -19,6 +19,7 @@ from caches.matching import (
 from caches.matching.error_budget import ErrorBudget, MemoryCounts
 from caches.matching.verified import Level, VerifiedMatcher
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 
 C2F = "how do i convert celsius to fahrenheit"
 F2C = "how do i convert fahrenheit to celsius"

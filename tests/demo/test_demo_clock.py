@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.embedders import CachedEmbedder
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from caches.semantic.edge import EdgeSemanticStore
 from demo.clock import HOUR_MS, SimTTL, stored_ttl_s
 from tests.warmers.hotset_helpers import WordsEmbedder

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from caches.client import CacheClient, CacheRequest, LookupResult, Probe
+from caches.client import CacheClient
 from caches.keys import entry_key_namespace, tenant_tag
+from caches.request import CacheRequest, LookupResult, Probe
 from schemas.common import DocRef, RequestParams, tenant_problem
 from schemas.errors import RequestRejected
 

@@ -135,7 +135,7 @@ def _metric(url: str, series: str) -> float:
 
 def test_request_log__decodes_as_the_model_says(tmp_path: Path) -> None:
     """The gateway builds events as dicts (no pydantic on the hot path): the model must agree."""
-    from caches.client import LookupResult
+    from caches.request import LookupResult
     from gateway.cachegate import Answer, Decision
     from gateway.completions import Served as S
     from gateway.completions import log_event

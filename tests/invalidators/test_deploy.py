@@ -15,8 +15,9 @@ import redis
 from confluent_kafka import Consumer, Producer
 
 from caches import keys as K
-from caches.client import CacheClient, CacheRequest, LookupResult
+from caches.client import CacheClient
 from caches.live import LiveVersions
+from caches.request import CacheRequest, LookupResult
 from caches.semantic.edge import EdgeSemanticStore
 from invalidators.cutover import Cutover
 from invalidators.deploy import DeployHandler

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from invalidators.handlers import InvalidationHandler
 from invalidators.invalidation import Invalidator
 from schemas.codec import encode_event

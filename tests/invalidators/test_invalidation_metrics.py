@@ -8,7 +8,8 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from invalidators import metrics as M
 from invalidators.handlers import InvalidationHandler
 from invalidators.invalidation import Invalidator

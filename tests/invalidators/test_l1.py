@@ -8,9 +8,10 @@ import pytest
 import redis
 
 from caches import slots
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.l1 import L1Cache
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from invalidators.invalidation import Invalidator
 from invalidators.purge import Purger, PurgeSpec
 from schemas.common import DocRef

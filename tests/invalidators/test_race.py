@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from caches import keys as K
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from invalidators.invalidation import Invalidator
 from schemas.common import DocRef
 from schemas.entries import CacheEntry

@@ -9,7 +9,7 @@ import orjson
 import redis
 from rich.console import Console
 
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from schemas.common import DocRef
 from schemas.events import KnowledgeBaseChanged
 from stoker import embedded_state

@@ -8,7 +8,8 @@ import threading
 import orjson
 import redis
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from invalidators.cutover import Cutover
 from invalidators.jobs import all_jobs
 from invalidators.purge import PurgeOptions, PurgeProgress, Purger, PurgeSpec

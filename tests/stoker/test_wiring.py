@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from stoker.settings import StokerSettings
 from stoker.wiring import build_cache_client, build_semantic, semantic_dim
 

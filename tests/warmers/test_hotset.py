@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
 from caches.embedders import CachedEmbedder
 from caches.live import LiveVersions
 from caches.policy import CachePolicy
+from caches.request import CacheRequest
 from caches.semantic.edge import EdgeSemanticStore
 from schemas.common import RequestParams
 from schemas.errors import ConfigError

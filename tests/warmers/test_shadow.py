@@ -14,7 +14,8 @@ from redis.retry import Retry
 from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy
 from backends.pacing import AimdConfig, ManualClock
-from caches.client import CacheClient, CacheRequest
+from caches.client import CacheClient
+from caches.request import CacheRequest
 from schemas.common import DocRef, RequestParams
 from schemas.entries import CacheEntry as Entry
 from schemas.errors import CacheUnavailable, ConfigError

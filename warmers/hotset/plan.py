@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from backends.base import GenerationRequest
-from caches.client import CacheRequest
+from caches.request import CacheRequest
 from schemas.errors import ConfigError
 from warmers.hotset.value import Worth
 from warmers.hotset.warm_budget import Budget
