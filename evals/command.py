@@ -184,7 +184,7 @@ def _check_split(split: str, simulated: bool, other_history: bool) -> None:
 
 def _clinc_history(clinc: dict[str, Pairs], seed: int, split: str, cap: int) -> Pairs:
     """CLINC150's earlier traffic for --simulated: `split`, cut to `cap` queries (0: all)."""
-    from stoker.semantic_eval_data import history_stream
+    from evals.data import history_stream
 
     return history_stream(clinc, seed, split)[: cap or None]
 
