@@ -170,7 +170,7 @@ def eval_semantic(
 
 def _check_split(split: str, simulated: bool, other_history: bool) -> None:
     """--history-split names CLINC150's earlier traffic, for --simulated alone."""
-    from stoker.semantic_eval_data import history_keys
+    from evals.data import history_keys
 
     history_keys(split)  # UsageError (exit 2) naming the choices
     if split != "val" and not simulated:

@@ -143,7 +143,7 @@ def test_split_history__the_earlier_share_is_apart_from_the_stream():
 
 
 def test_history_stream__train_val_is_val_with_the_train_split_and_val_stays_the_default():
-    from stoker.semantic_eval import history_stream, load_clinc
+    from evals.data import history_stream, load_clinc
 
     d = load_clinc()
     val, long = history_stream(d, 7), history_stream(d, 7, "train+val")
