@@ -102,7 +102,7 @@ def _level_evidence(strata: list[list[int]], level: int, prefix: str) -> dict[st
 
 
 def long_history(args: argparse.Namespace) -> None:
-    from stoker.semantic_eval_data import history_stream, load_clinc
+    from evals.data import history_stream, load_clinc
 
     t0 = time.perf_counter()
     earlier = history_stream(load_clinc(), args.seed, "train+val")[: args.long_history or None]
