@@ -19,13 +19,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Self
 
 import uvicorn
 
 from gateway.app import GatewayParts, build_app, wrap
 from schemas.errors import ServiceStartError
+from schemas.lifecycle import Startable
 
 # How long a thread-hosted server may take to come up.
 _START_S = 10.0
@@ -92,7 +92,7 @@ class _Server(uvicorn.Server):
         yield  # see the module docstring
 
 
-class GatewayServer:
+class GatewayServer(Startable):
     def __init__(self, parts: GatewayParts, host: str = "127.0.0.1", port: int = 0) -> None:
         self.parts = parts
         # Bound and listening here, so the port is known before serving starts, and a client
@@ -157,14 +157,7 @@ class GatewayServer:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Drain and wait for the thread (bounded by the drain and 10 s more)."""
         self.stop()
         self.join(self.parts.opts.drain_s + 10)

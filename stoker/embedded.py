@@ -19,7 +19,6 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, NoReturn, Self
 
 import redis
@@ -29,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from schemas.errors import ServiceStartError
+from schemas.lifecycle import Startable
 from stoker.modelserver import ServeOptions
 from stoker.settings import StokerSettings
 
@@ -418,7 +418,7 @@ def installed_llama(settings: StokerSettings, port: int | None = None) -> LlamaS
     return LlamaServer(got.server, got.model, modelserver.serve_options(settings, port=port))
 
 
-class EmbeddedStack:
+class EmbeddedStack(Startable):
     """Kafka (Tansu), Redis and a Qdrant Edge folder for one `with` block; for tests and demos.
 
     Invariant: once the block is left (normally, by an exception, by Ctrl-C, or at interpreter
@@ -464,17 +464,6 @@ class EmbeddedStack:
             temp, self._temp_qdrant_path = self._temp_qdrant_path, None
             if temp is not None:
                 shutil.rmtree(temp, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def kafka_bootstrap(self) -> str:

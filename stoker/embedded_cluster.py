@@ -21,7 +21,6 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import redis
@@ -29,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from schemas.errors import ServiceStartError
+from schemas.lifecycle import Startable
 from stoker.embedded import LOOPBACK, RedisServer
 
 SLOTS = 16_384
@@ -101,7 +101,7 @@ class ClusterNode(RedisServer):
         )
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(Startable):
     """`primaries` primaries with `replicas` replicas each, for one `with` block.
 
     Invariant, as EmbeddedStack's: once the block is left no node runs and no temp dir is left.
@@ -145,17 +145,6 @@ class EmbeddedCluster:
         atexit.unregister(self.stop)
         for node in self.nodes:
             node.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- forming --
 

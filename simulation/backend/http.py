@@ -28,11 +28,11 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
-from types import TracebackType
 from typing import Any, Self
 
 import orjson
 
+from schemas.lifecycle import Startable
 from simulation.backend.prefix_cache import PrefixCacheStats
 from simulation.backend.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
 
@@ -447,7 +447,7 @@ class SimServer:
         return 200, _completion(path, model, answer)
 
 
-class SimulatorThread:
+class SimulatorThread(Startable):
     """A SimServer on its own event loop in a daemon thread, for tests and benchmarks.
 
     `with SimulatorThread(cfg) as sim: ... sim.url ...`; exit stops the server, the loop
@@ -470,7 +470,7 @@ class SimulatorThread:
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self.server.start(port=self._port))
-        except BaseException as e:  # hand the failure to __enter__, then end the thread
+        except BaseException as e:  # hand the failure to start(), then end the thread
             self._started.set_exception(e)
             self._loop.close()
             return
@@ -479,17 +479,12 @@ class SimulatorThread:
         self._loop.run_until_complete(self.server.stop())
         self._loop.close()
 
-    def __enter__(self) -> Self:
+    def start(self) -> Self:
         self._thread.start()
         self._started.result(timeout=self.START_TIMEOUT_S)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=self.START_TIMEOUT_S)
