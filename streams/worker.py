@@ -20,9 +20,9 @@ effects and commits per batch is unchanged; a failed apply rewinds both batches.
 Each step (one pass through 1-5) runs with the cyclic GC paused, and collects once after it. A
 batch makes no reference cycles, so refcounting frees all of it; but its records (tracked
 confluent-kafka Messages) live until the commit, and with collections on, every few hundred
-allocations re-traversed the young generations that held them: 0.6-0.7 s of GC per 300k events
-on the traffic worker, 15-20% of its time, against ~0.25 s with one collection per batch
-(measured). Cycles that do arise (an exception's traceback, say) wait at most one batch.
+allocations re-traversed the young generations that held them, a sixth of the traffic worker's
+time (bench_ingest: ingest_traffic; the figures are in docs/benchmarks.md, "Ingest"). Cycles
+that do arise (an exception's traceback, say) wait at most one batch.
 """
 
 from __future__ import annotations

@@ -139,10 +139,10 @@ class WarmSummary:
 
 
 class ShadowWarmer:
-    """One run at a time. The cache client is sync. Measured here (loaded 2-core box, loopback
-    redis-server): lookup 0.42 ms on the loop vs 0.71 ms through asyncio.to_thread, so the
-    lookup runs on the loop (2% of it at 50 QPS); `store` runs in a thread (+0.35 ms) because
-    with a semantic store it embeds the prompt, milliseconds of CPU that would stall pacing."""
+    """One run at a time. The cache client is sync. A lookup is cheaper on the loop than through
+    asyncio.to_thread, so it runs on the loop (2% of it at 50 QPS; bench_warm_qps, see
+    docs/benchmarks.md, "Warm pacing"); `store` runs in a thread because with a semantic store
+    it embeds the prompt, milliseconds of CPU that would stall pacing."""
 
     def __init__(
         self,
@@ -208,7 +208,7 @@ class _Run:
         self.ramp = w.cfg.ramp()
         self.aimd = w.aimd = Aimd(w.cfg.aimd, self.ramp.ceiling(0.0), self.clock)
         # Burst 2, not 1: a timer fires ~1 ms late on a busy loop, and with room for one token
-        # only, that time is lost every interval (measured: 47.6 of 50 QPS); a second token
+        # only, that time is lost every interval (bench_warm_qps: warm_qps_50); a second token
         # keeps the fraction, and an idle spell still buys at most one extra send.
         self.bucket = TokenBucket(self.aimd.rate, self.clock, burst=2.0)
         self.sem = asyncio.Semaphore(w.cfg.concurrency)

@@ -49,8 +49,8 @@ class HotSetConfig:
     # The live log's last hours: a query surging now (a trend, an incident no past day saw),
     # asked at least `recent_min_count` times there at more than `recent_surge` x the share
     # the regimes forecast, is expected in the window at its recent share. Only surges: a
-    # blend of every query's last hours adds noise that loses to the regimes (bench
-    # hot_set_shapes: 0.5 blend, drift K=200 0.96x naive; surges only, 1.05x). 0 hours: off.
+    # blend of every query's last hours adds noise that loses to the regimes (bench_hot_set_shapes:
+    # hot_set_drift_k200_t092; docs/benchmarks.md, "On five traffic shapes"). 0 hours: off.
     recent_hours: int = 3
     recent_min_count: int = 3
     recent_surge: float = 3.0

@@ -9,10 +9,10 @@ coverage (the value served, not the count of entries), solved greedily as usual 
    (one matrix product of unit vectors per chunk of rows), itself included;
 3. repeatedly, the query whose neighbourhood holds the most value not yet served becomes the next
    representative, and its cluster is that unserved value; until nothing is left unserved.
-So a representative is the centre of its paraphrases, not merely the most asked phrasing (on
-CLINC150 with all-MiniLM-L6-v2 at 0.5, value-order claiming from the most asked phrasing left a
-second entry for the same intent in 44% of a 50-entry hot set; the greedy centre, ~20%), and no
-value is counted twice: a member belongs to the first representative that serves it.
+So a representative is the centre of its paraphrases, not merely the most asked phrasing (which
+leaves about twice as many second entries for one intent in a hot set: bench_hot_set, see
+docs/benchmarks.md, "The hot set"), and no value is counted twice: a member belongs to the
+first representative that serves it.
 The threshold is the tenant's semantic threshold unless the caller passes a looser one.
 """
 

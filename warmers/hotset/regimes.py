@@ -87,7 +87,7 @@ def cluster_days(
 
     best: tuple[float, int, np.ndarray] | None = None
     # One thread: a few dozen days fit in microseconds, and OpenMP's thread start-up on a busy
-    # 2-core box cost ~20 ms per KMeans init (measured: 1.2 s per tenant -> ~30 ms).
+    # 2-core box cost ~20 ms per KMeans init (bench_hot_set; docs/benchmarks.md, "The hot set").
     with threadpool_limits(limits=1):
         distinct = len(np.unique(x.round(9), axis=0))  # KMeans cannot find more than these
         for k in range(2, min(max_k, len(days) - 1, distinct) + 1):

@@ -1,12 +1,12 @@
 """The traffic worker's batch tally: RequestLogged bytes straight into the profile's TenantDeltas.
 
-At 100k events/s one core has 10 us per event, consume (~2.5 us) and the Redis write included.
-An Observation per event (FastDecoder.observe) and aggregate() over them afterwards cost 9.6 us
-an event on the benchmark's batches (loaded machine; msgspec ~2.5, hour of week 0.6, tenant
-pattern 0.35, Observation 0.5, aggregate 1.0); this loop, the same work fused, 7.1 us:
+At 100k events/s one core has 10 us per event, consume and the Redis write included. An
+Observation per event (FastDecoder.observe) and aggregate() over them afterwards spent nearly
+all of it, so this loop does the same work fused (bench_ingest: ingest_traffic; the cost of
+each step is in docs/benchmarks.md, "Ingest"):
 - aggregate() is inlined into the decode loop: no Observation and no second pass;
 - the hour of week comes from comparing the time with the current hour's bounds (a batch
-  spans a few hours), not from converting every datetime (0.6 us -> ~0.05 us);
+  spans a few hours), not from converting every datetime;
 - the tenant's brace ban is checked once per tenant and batch, not by a regex per event;
 - query keys are memoised per (prompt, params, docs, cluster key): traffic is Zipf.
 What the fast path refuses goes to observe_slow (decode_event): counted if valid, else poison.

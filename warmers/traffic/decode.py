@@ -1,10 +1,11 @@
 """RequestLogged bytes to Observations: a strict msgspec fast path, decode_event's slow path.
 
-pydantic's decode_event runs ~90k events/s here, below the traffic worker's 100k/s goal on its
-own, so the traffic worker decodes with msgspec into a strict mirror of RequestLogged (no
-coercion, unknown fields refused) and checks the timestamp against the ISO subset pydantic
-surely parses. Whatever the fast path refuses goes through decode_event: a valid event pydantic
-accepts in lax mode ("5" for 5) is still counted, and poison gets decode_event's precise reason.
+pydantic's decode_event alone runs below the traffic worker's 100k events/s goal (bench_ingest:
+ingest_traffic; the figure is in docs/benchmarks.md, "Ingest"), so the traffic worker decodes
+with msgspec into a strict mirror of RequestLogged (no coercion, unknown fields refused) and
+checks the timestamp against the ISO subset pydantic surely parses. Whatever the fast path
+refuses goes through decode_event: a valid event pydantic accepts in lax mode ("5" for 5) is
+still counted, and poison gets decode_event's precise reason.
 A test holds the fast path to "accepts only what decode_event accepts, and reads it the same".
 
 FastDecoder.observe is the per-event reference; warmers.traffic.count_batch does the same work per batch

@@ -32,7 +32,8 @@ the exact coverage at K=200; benchmarks/bench_hot_set_bounded.py).
 Per-query counts are hashes, not zsets, and a query's cost figures (misses, GPU us, tokens,
 latency us) share one field: the write is a read-modify-write per field in APPLY_LUA, where a
 hash field costs Redis about a third less than a zset member (no skiplist), and one packed cost
-field about 60% of three (measured); the smallest count is found by reading the summary only when it overflows. The
+field less than three (bench_ingest; docs/benchmarks.md, "The traffic profile"); the smallest
+count is found by reading the summary only when it overflows. The
 kinds "n" and "k" replaced the first layout's "q" (zsets) and "c" (three fields per query), so
 a profile written by an older stoker is never read as the new one; it ages out with its TTL.
 A cost field written before latency was kept has three figures; its GPU time stands in for its

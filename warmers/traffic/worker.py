@@ -53,8 +53,8 @@ class TrafficHandler(Handler):
     topics = ["inference.requests"]  # noqa: RUF012  (the Handler contract: a plain list)
     pipelined = True  # decode touches only self.tally, apply only self.profile
     # Profile writes per event fall as a batch aggregates more (a hot query is one field per
-    # hour, however often it is asked): 50k against 20k measured +15-20% events/s on the
-    # embedded stack. A batch holds ~50 MB of records; two are in flight.
+    # hour, however often it is asked; bench_ingest runs at this size, and docs/benchmarks.md,
+    # "Ingest", has 50k against 20k). A batch holds ~50 MB of records; two are in flight.
     batch_size = 50_000
     times: EventTimes | None = None  # see __init__
 
