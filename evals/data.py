@@ -7,10 +7,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from caches.matching.base import Vector
 from schemas.errors import UsageError
+from simulation.logs.sample import read_clinc
 from stoker.data import CLINC
 
 OOS = "oos"
@@ -18,13 +17,8 @@ Pairs = list[tuple[str, str]]
 
 
 def load_clinc(path: Path = CLINC) -> dict[str, Pairs]:
-    if not path.is_file():
-        raise UsageError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
-    try:
-        raw: dict[str, list[list[str]]] = orjson.loads(path.read_bytes())
-        return {k: [(u, i) for u, i in v] for k, v in raw.items()}
-    except (OSError, orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
-        raise UsageError(f"{path} is not CLINC150's data_full.json: {type(e).__name__}: {e}") from e
+    """CLINC150 by split (simulation.logs.sample.read_clinc: the one reader of the file)."""
+    return read_clinc(path)
 
 
 def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) -> Pairs:

@@ -67,18 +67,29 @@ def clinc_path(data_dir: Path | None = None) -> Path:
     return root / "clinc150" / "data_full.json"
 
 
-def load_clinc(split: str = "train", data_dir: Path | None = None) -> dict[str, list[str]]:
-    """intent -> utterances of one split (out-of-scope ones under "oos"); UsageError when the
-    file is missing or is not CLINC150's data_full.json (a split of [text, intent] pairs)."""
-    path = clinc_path(data_dir)
+def read_clinc(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """CLINC150's data_full.json: split -> [(text, intent)]. UsageError when the file is missing
+    or is not that file (a JSON object of splits, each a list of [text, intent] pairs). The one
+    reader: the sample-log generators group it by intent, eval-semantic streams its pairs."""
     if not path.is_file():
         raise UsageError(f"CLINC150 not found at {path}; set STOKER_DATA_DIR")
-    out: dict[str, list[str]] = {}
     try:
-        for text, intent in orjson.loads(path.read_bytes())[split]:
-            out.setdefault(str(intent), []).append(str(text))
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raw = orjson.loads(path.read_bytes())
+        return {str(k): [(str(u), str(i)) for u, i in v] for k, v in raw.items()}
+    except (OSError, orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
         raise UsageError(f"{path} is not CLINC150's data_full.json: {type(e).__name__}: {e}") from e
+
+
+def load_clinc(split: str = "train", data_dir: Path | None = None) -> dict[str, list[str]]:
+    """intent -> utterances of one split (out-of-scope ones under "oos"); UsageError as
+    read_clinc's, or when the split is missing."""
+    path = clinc_path(data_dir)
+    pairs = read_clinc(path)
+    if split not in pairs:
+        raise UsageError(f"{path} is not CLINC150's data_full.json: it has no {split!r} split")
+    out: dict[str, list[str]] = {}
+    for text, intent in pairs[split]:
+        out.setdefault(intent, []).append(text)
     return out
 
 
