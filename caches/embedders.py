@@ -95,9 +95,8 @@ class Embedder(ABC):
 
 # torch's intra-op threads for a local model. One: all-MiniLM-L6-v2 is small and prompts are
 # short, so a second thread gains little on an idle box, and on a busy one it costs up to 25x:
-# its OpenMP workers spin at a barrier for a core another process holds. Measured here
-# (2 cores, load average 7-9): one prompt 20-35 ms on 1 thread against 250-800 ms on 2 (torch's
-# default, one per core); 32 prompts 300-420 ms against 1,000-1,300 ms.
+# its OpenMP workers spin at a barrier for a core another process holds (bench_cache_semantic;
+# the figures are in docs/benchmarks.md, "The semantic lookup under load").
 DEFAULT_TORCH_THREADS = 1
 
 

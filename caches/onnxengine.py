@@ -2,9 +2,10 @@
 machine, run fp32, and checked equal to torch before it serves.
 
 Why: in the gateway's process torch hands the GIL back on every operator, and a busy event loop
-holds it for up to the switch interval (5 ms) each time, so one prompt took ~100 ms there
-against 22-35 ms alone. ONNX Runtime runs the whole graph in one call without the GIL: 9-10 ms
-a prompt alone, ~40 ms beside a busy Python thread, vectors equal to torch's within 2e-7.
+holds it for up to the switch interval (5 ms) each time, so one prompt took several times as
+long there as alone. ONNX Runtime runs the whole graph in one call without the GIL, with vectors
+equal to torch's within 2e-7 (bench_gateway_semantic: gateway_semantic_load against torch;
+docs/benchmarks.md, "The semantic lookup under load").
 int8 (ORT's or torch's dynamic quantisation) drifted to cosine 0.91 / 0.86 against torch on
 CLINC150: not used.
 

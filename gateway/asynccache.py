@@ -2,12 +2,12 @@
 
 The synchronous client on threads lost to the GIL: under load every Redis call on a thread
 waited for the busy event loop to hand the GIL over (a switch interval, 5 ms, each time), so a
-miss's four round trips outgrew a 50 ms budget and the gateway bypassed its own cache (600
-misses/s at a 47 ms mean lookup, measured here). These calls run on the loop instead, between
-the I/O-free steps of caches.client (probe, found, prepare_store, finish_store) and of
-caches.generations (gen_keys, ticket_of, write_call, write_outcome), so the key scheme, the
-generation snapshot and the write script stay one implementation. What costs CPU (embedding,
-vector search, indexing) still runs on threads.
+miss's four round trips outgrew a 50 ms budget and the gateway bypassed its own cache
+(bench_gateway; docs/benchmarks.md, "The gateway", has the figures). These calls run on the
+loop instead, between the I/O-free steps of caches.client (probe, found, prepare_store,
+finish_store) and of caches.generations (gen_keys, ticket_of, write_call, write_outcome), so the
+key scheme, the generation snapshot and the write script stay one implementation. What costs
+CPU (embedding, vector search, indexing) still runs on threads.
 """
 
 from __future__ import annotations

@@ -270,8 +270,9 @@ class Completions:
 
         Whole is what the stream said (a finish_reason, then [DONE]; Assembler.answer), not
         how it ended: the openai SDK closes its connection as soon as it reads [DONE], which
-        cancels this generator while it still waits for the upstream's end of body (with
-        llama-server, 4 streamed misses in 12 were dropped so: not stored, logged at 0 ms).
+        cancels this generator while it still waits for the upstream's end of body (a streamed
+        miss ended so would be dropped: not stored, logged at 0 ms; docs/benchmarks.md, "The
+        gateway").
         An upstream that breaks off before [DONE] (killed, its connection lost) ends the stream
         with an OpenAI-shaped error event, which the SDKs raise: an early end alone reads as
         an answer."""

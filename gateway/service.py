@@ -60,11 +60,11 @@ class _WhileServing:
     def _apply(self, interval_s: float) -> None:
         # The objects alive at start (the embedding model, torch, transformers: ~520k of them)
         # sit in the collector's permanent generation while serving. A full collection walks
-        # every tracked object, and with the model loaded one took 740 ms here; the process then
-        # runs no Python, so every lookup in flight missed its 50 ms budget (one such pause in a
-        # 30 s run of gateway_semantic_load cut ~30 lookups). Frozen, a full collection walks
-        # only what serving made. The young generations are collected first (~1 ms), so little
-        # garbage is frozen; what is, is collected after serving.
+        # every tracked object, and with the model loaded one took far longer than the 50 ms
+        # lookup budget, while the process runs no Python: every lookup in flight missed it
+        # (bench_gateway_semantic: gateway_semantic_load; docs/benchmarks.md). Frozen, a full
+        # collection walks only what serving made. The young generations are collected first
+        # (~1 ms), so little garbage is frozen; what is, is collected after serving.
         gc.collect(1)
         gc.freeze()
         self._interval_before = sys.getswitchinterval()

@@ -29,7 +29,8 @@ from invalidators import metrics as M
 from invalidators.checkpoint import Checkpoints
 
 # SCAN COUNT per call: 1,000 keeps each call under ~1 ms of server time on a 1M-key node
-# (SCAN is O(COUNT)) while amortising the round trip; measured 1.3x faster than COUNT 100.
+# (SCAN is O(COUNT)) while amortising the round trip (bench_purge; docs/benchmarks.md,
+# "Invalidation").
 DEFAULT_BATCH = 1_000
 
 

@@ -3,12 +3,12 @@
 The verified ladder (verified.py) and the monitor (audits/judge.py) both read one signal:
 two answers "agree" when their embeddings' cosine clears the judge's bar (answers.py). That
 signal is worth something only if the backend answers one meaning alike and other meanings
-otherwise. The simulator does (it was built to); a real model may not. Measured on
-SmolLM2-135M-Instruct at temperature 0 (CLINC150, 408 queries, all-MiniLM-L6-v2): answers to
-prompts of one intent at prompt cosine >= 0.9 cleared the 0.52 bar 77% of the time, at 0.7-0.8
-55%, while answers to prompts of other intents at 0.55-0.7 cleared it 23%. A judge that calls
-a quarter of right hits wrong can never show a 1% budget, and one that calls a quarter of
-wrong neighbours agreeing vouches for them.
+otherwise. The simulator does (it was built to); a real model may not: on SmolLM2-135M-Instruct
+about a quarter of same-intent pairs at prompt cosine >= 0.9 fell under the 0.52 bar, and about
+a quarter of other-intent pairs cleared it (bench_semantic_quality: semantic_quality_clinc_real;
+docs/benchmarks.md, "Semantic quality"). A judge that calls a quarter of right hits wrong can
+never show a 1% budget, and one that calls a quarter of wrong neighbours agreeing vouches for
+them.
 
 So the matcher checks the signal on two kinds of pair that need no label:
 - near pairs: prompt cosine >= NEAR (0.85; on CLINC150 with all-MiniLM-L6-v2 such

@@ -26,11 +26,11 @@ So a route moves to the ladder as verdicts come in. Nothing here reads a label.
 Calibration (the trial serves on it; labels score these figures, the rule never reads one):
 eval-semantic's queries (CLINC150 test + oos_test, seed 7), the prompt half alone (cosine and
 guards, no answer consulted, never closed). A young cache's look-alikes are rarely of another
-meaning: at 0.90 it served 17 of the first 500 queries and 105 of the first 1,500, none wrong;
-over all 5,500 (a full cache, dense with near intents) 926 at 1.4% wrong, over the 1% budget,
-which is why it serves on trial only. 0.92 (static's default) served 12 of the first 500, and
-fewer than static 0.92 itself in one of six orders of the stream: the guards cost it hits that
-the ladder's few early hits did not make up. The answer veto moved none of these figures on the
+meaning, none wrong at 0.90 over the first queries; over a full cache, dense with near intents,
+it goes over the 1% budget, which is why it serves on trial only. At 0.92 (static's default)
+the guards cost it hits that the ladder's few early hits did not make up
+(bench_semantic_quality: semantic_quality_clinc_cold_first500; the figures are in
+docs/benchmarks.md, "Semantic quality"). The answer veto moved none of these figures on the
 simulator (the wrong look-alikes had no rival near), and it can only lower them.
 """
 

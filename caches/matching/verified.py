@@ -58,10 +58,10 @@ class Level:
 
 
 # Loosest first, chosen on the eval-semantic protocol (CLINC150 test + oos_test, seed 7,
-# simulated answers worded anew), each level held fixed for the whole run: from ~43% hits at
-# ~2.7% wrong (first) through ~31% at ~0.5% (L4) to ~14% at ~0.3% (last, what a route with no
-# verdicts yet serves: static 0.92's hit rate). The margin does most of the work: without it
-# (the earlier ladder) ~27% hits cost ~1.3% wrong.
+# simulated answers worded anew), each level held fixed for the whole run; the last is what a
+# route with no verdicts yet serves, static 0.92's hit rate. The margin does most of the work
+# (bench_semantic_quality; each level's hits and wrong share, and the ladder without a margin,
+# are in docs/benchmarks.md, "Semantic quality").
 LADDER: tuple[Level, ...] = (
     Level(0.62, 1, 0.10),
     Level(0.62, 2, 0.10),
