@@ -9,10 +9,9 @@ Everything stoker sends to a model server goes through OpenAIBackend:
 So there is one of each of these, here:
 1. HTTP stack: aiohttp, one pooled session per client, made on the event loop of its first
    use (a session belongs to one loop) and closed by `aclose`, after which the client can
-   serve another loop. aiohttp, not httpx: 32 concurrent requests to the simulated backend on
-   loopback ran at ~5,900/s through an aiohttp ClientSession against ~315/s through an httpx
-   AsyncClient (the same process, measured here); httpx's pool checks every idle connection
-   on every request.
+   serve another loop. aiohttp, not httpx: httpx's pool checks every idle connection on every
+   request, which made it an order of magnitude slower at 32 concurrent requests (the figures
+   are in docs/benchmarks.md, "The gateway").
 2. base URL: as users write it (schemas/baseurl.py: http://host:8000, .../v1, http://host/llm/v1);
    every error names the URL it was for.
 3. error translation (`translated`): aiohttp's errors into schemas/errors.py's tree, a timeout
@@ -25,13 +24,13 @@ So there is one of each of these, here:
    client (a client serves one run), open it: that call and every later one raise
    BackendUnreachable at once, naming the URL (and the setting it came from), so a run against
    a backend that is not there stops in a second instead of retrying each of its items
-   (measured before: a deploy's pre-warm logged 174 failed sends and failed after 183 s).
+   (docs/benchmarks.md, "The gateway", has the deploy that did not).
 6. the cost of an answer (`backend_ms`): the server's own account first, wall time last.
 A client built with `stream=True` asks for every generation as a stream and assembles it, so a
 caller that cancels it stops the server's work at once: llama-server stops a streamed request
-at its next token after the client went away (one decode step, ~40 ms here), and a plain one
-only at its next look at the connection (~1 s here: 79 of 400 tokens decoded for a call
-cancelled at 2 s, measured).
+at its next token after the client went away (one decode step), and a plain one only at its next
+look at the connection, tens of tokens later (bench_backend_protection: backend_protection_real;
+docs/benchmarks.md, "The `_real` rows").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def demo(
     ] = False,
     fast: Annotated[
         bool,
-        typer.Option(help="--simulated on 36 hours of a third of the traffic: 5-7 min"),
+        typer.Option(help="--simulated on 36 hours of a third of the traffic: about 6 min"),
     ] = False,
 ) -> None:
     """The main job on the real model: a day of three tenants through the gateway in front of
@@ -34,11 +34,10 @@ def demo(
     hot set). It writes report.json, summary.txt and plots to --out: hit rates, false semantic
     hits, stale and cross-tenant hits scored from the text served, TTFT after the deploy with
     and without prefix warming, and the model's seconds from its own timings. Its time is the
-    model's: on 2 cores, 5.5 min at a load of 1-4, and 18 min when other work held them (a
-    load of 9-10: the model decoded ~3 tokens/s).
+    model's: on 2 cores about 6 min, three times that when other work holds them.
 
     --simulated: two weeks of traffic, with and without warming, in two TTL regimes, against the
-    simulated GPU backend (about 40 min at a load of 7-8; --fast, which implies it, 5-7 min).
+    simulated GPU backend (about 40 min; --fast, which implies it, about 6 min).
     Off a terminal either prints a progress line every 5 s.
     """
     if simulated or fast:

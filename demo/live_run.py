@@ -497,8 +497,8 @@ class LiveDemo:
 
 def prefix_warmer(settings: StokerSettings) -> Any:
     """The prefix warmer of the settings, one prompt at a time with a long read timeout: a
-    cold prefill of a ~700-token prompt on this loaded 2-core box takes 15-60 s, and with the
-    defaults (4 at a time, 30 s) 4 of 6 sends timed out in one run (41 s, nothing warmed)."""
+    cold prefill of a ~700-token prompt on a loaded 2-core box takes 15-60 s, past the
+    defaults' 30 s with 4 at a time (docs/demo.md, "The live demo on the real model")."""
     w = build_prefix_warmer(settings)
     w.options = dataclasses.replace(w.options, concurrency=1, timeout_s=PREFIX_TIMEOUT_S)
     return w

@@ -1,10 +1,10 @@
 """The demo's progress: rich's live bars on a terminal, a plain line every few seconds elsewhere.
 
 Off a terminal (CI, `make demo > log`, a test's pipe) rich draws no live display at all, so a
-demo whose every step reports through bars said nothing for minutes: 237 s of silence after its
-first line in one `--fast` run. Here a heartbeat thread prints what runs, with its count, at
-least every `every_s` seconds, whatever the main thread is blocked on (a stack starting, the
-embedding model loading, a wait on a worker).
+demo whose every step reports through bars said nothing for minutes (docs/demo.md). Here a
+heartbeat thread prints what runs, with its count, at least every `every_s` seconds, whatever
+the main thread is blocked on (a stack starting, the embedding model loading, a wait on a
+worker).
 """
 
 from __future__ import annotations

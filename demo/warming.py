@@ -90,8 +90,8 @@ class DemoWarming:
         """The deploy job's pre-warm for the new version, sized to the settings' hit bar. Its
         window is the scheduler's current one (the horizon, 6 h), not
         STOKER_DEPLOY_PREWARM_HOURS: the demo's figures after the deploy stay comparable with
-        the runs before the bar (a 3-hour window planned 15 items where 6 hours planned 67,
-        and the fast run's hit rate fell 26.1% -> 24.9%)."""
+        the runs before the bar (a 3-hour window plans far fewer items; docs/demo.md, "The
+        simulated two weeks", has the run)."""
         s = self.settings
         inner = HotSetPrewarmer(
             self.runner, Budget(requests=3 * self.sc.warm_budget), lambda: self.window,

@@ -28,7 +28,8 @@ from backends.client import OpenAIBackend, Timeouts
 from schemas.errors import BackendRejected, BackendUnavailable, UsageError
 
 # A voice assistant's brief: CLINC150's queries are requests to one (banking, travel, kitchen,
-# small talk, ...). Short answers: 40 tokens took ~1-2 s on one core here.
+# small talk, ...). Short answers keep the eval's run on one core in bounds (docs/benchmarks.md,
+# "The `_real` rows").
 SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer the user's request in one or two short sentences."
 )

