@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from caches.request import CacheRequest
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
 from gateway.options import GatewayOptions
+from schemas.codec import NotJsonObject, json_object
 from schemas.common import DocRef, RequestParams, Tenant, tenant_problem
 
 Api = Literal["chat", "completion"]
@@ -91,12 +92,9 @@ def parse_body(raw: bytes, limit: int) -> dict[str, Any]:
     if len(raw) > limit:
         raise PayloadTooLarge(f"request body of {len(raw)} bytes is over the limit of {limit}")
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise BadRequest(f"the request body is not JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
+        return json_object(raw)
+    except NotJsonObject as e:
+        raise BadRequest(f"the request body {e}") from None
 
 
 def resolve(

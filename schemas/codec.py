@@ -22,6 +22,22 @@ _KNOWN_VERSIONS: dict[str, tuple[int, ...]] = {
 }
 
 
+class NotJsonObject(ValueError):
+    """Bytes that are not a JSON object; the message says which part failed, to follow a
+    noun ("the request body " + message)."""
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """`raw` parsed as a JSON object (an HTTP request body), or NotJsonObject."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise NotJsonObject(f"is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise NotJsonObject("must be a JSON object")
+    return obj
+
+
 def decode_event(data: bytes, *, max_bytes: int = MAX_EVENT_BYTES) -> Event:
     """Parse one Kafka value into an event, or raise EventDecodeError with a `reason` tag.
 

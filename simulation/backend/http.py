@@ -32,6 +32,7 @@ from typing import Any, Self
 
 import orjson
 
+from schemas.codec import NotJsonObject, json_object
 from schemas.lifecycle import Startable
 from simulation.backend.prefix_cache import PrefixCacheStats
 from simulation.backend.simulator import QueueFull, SimAnswer, SimConfig, SimStats, Simulator
@@ -423,12 +424,9 @@ class SimServer:
     @staticmethod
     def _json(body: bytes) -> dict[str, Any]:
         try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise BadRequest(f"body is not JSON: {e}") from e
-        if not isinstance(obj, dict):
-            raise BadRequest("body must be a JSON object")
-        return obj
+            return json_object(body)
+        except NotJsonObject as e:
+            raise BadRequest(f"body {e}") from e
 
     async def _generate(self, path: str, body: dict[str, Any]) -> Reply | StreamJob:
         model = body.get("model")

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.codec import MAX_EVENT_BYTES, decode_event, decode_many, encode_event
+from schemas.codec import (
+    MAX_EVENT_BYTES,
+    NotJsonObject,
+    decode_event,
+    decode_many,
+    encode_event,
+    json_object,
+)
 from schemas.common import DocRef, RequestParams, tenant_problem
 from schemas.errors import EventDecodeError, PoisonError
 from schemas.events import (
@@ -391,3 +398,20 @@ def test_decode_many__passes_max_bytes() -> None:
 
 def test_decode_many__empty_batch() -> None:
     assert decode_many([]) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"{not json", "is not JSON: "),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'"x"', "must be a JSON object"),
+    ],
+)
+def test_json_object__anything_but_an_object_is_named(raw: bytes, says: str) -> None:
+    with pytest.raises(NotJsonObject, match=says):
+        json_object(raw)
+
+
+def test_json_object__an_object_comes_back_as_a_dict() -> None:
+    assert json_object(b'{"model": "m", "n": 1}') == {"model": "m", "n": 1}
