@@ -31,7 +31,12 @@ CLASS = "StokerSettings"
 _SECTION = re.compile(r"^\s*#\s*--\s*(.+?)\s*--\s*$")
 _BOUNDS = ("ge", "gt", "le", "lt", "min_length")
 # how a type reads in the table (pydantic's names are the code's, not the user's)
-_TYPE_WORDS = {"SecretStr": "secret", "Tenant": "str", "Path": "path"}
+_TYPE_WORDS = {
+    "SecretStr": "secret",
+    "Tenant": "str",
+    "Path": "path",
+    "Thresholds": "dict[str, float]",
+}
 
 INTRO = """\
 # Settings

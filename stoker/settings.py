@@ -16,17 +16,19 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from caches.constants import DEFAULT_BUDGET_WINDOW_S
 from caches.matching.answers import DEFAULT_ANSWER_BAR
+from caches.policy import CachePolicy, Thresholds
 from schemas.baseurl import BaseURL
 from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
 from stoker.modelserver import DEFAULT_SERVE
+from stoker.options import option, origins
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -36,6 +38,7 @@ NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
 _SECRET_FIELDS: Final = frozenset(
     {"qdrant_api_key", "embedder_api_key", "gateway_upstream_api_key", "gateway_api_keys"}
 )
+Opts = TypeVar("Opts", bound=BaseModel)
 
 
 class StokerSettings(BaseSettings):
@@ -92,13 +95,16 @@ class StokerSettings(BaseSettings):
     embedder_batch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
 
     # -- cache policy --
-    semantic_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
-    tenant_thresholds: dict[str, float] = Field(default_factory=dict)
+    # The cosine a semantic hit must clear (the defaults and bounds of this section are
+    # caches/policy.py's CachePolicy, which these settings point at).
+    semantic_threshold: float = option(CachePolicy, "threshold")
+    # tenant -> its own threshold, each in [0, 1]
+    tenant_thresholds: Thresholds = option(CachePolicy, "tenant_thresholds")
     # "tenant/route" or "*/route" -> threshold; the most specific wins (CacheRequest.route)
-    route_thresholds: dict[str, float] = Field(default_factory=dict)
+    route_thresholds: Thresholds = option(CachePolicy, "route_thresholds")
     # sensitive routes ("tenant/route" or "*/route"): semantic hits must clear the stricter bar
-    conservative_routes: list[str] = Field(default_factory=list)
-    conservative_threshold: float = Field(default=0.95, ge=0.0, le=1.0)
+    conservative_routes: frozenset[str] = option(CachePolicy, "conservative_routes")
+    conservative_threshold: float = option(CachePolicy, "conservative_threshold")
     # Which rule accepts a semantic hit: "static" (the cosine threshold above) or "verified"
     # (caches/matching/verified.py: served only where the backend's answers near the query
     # agree, at the loosest level the error budget allows). Verified is the default: on the
@@ -154,12 +160,12 @@ class StokerSettings(BaseSettings):
     # or the monitor's for an audit), so near misses checked more often than hits are audited
     # do not stand for more traffic than they are; keep both shares as the processes run them.
     budget_shadow_share: float = Field(default=1.0, ge=0.0, le=1.0)
-    exact_ttl_s: int = Field(default=86_400, gt=0)
-    semantic_ttl_s: int = Field(default=86_400, gt=0)
-    negative_ttl_s: int = Field(default=30, gt=0)
-    embedding_ttl_s: int = Field(default=30 * 86_400, gt=0)
-    max_prompt_chars: int = Field(default=32_000, gt=0)
-    max_response_bytes: int = Field(default=256_000, gt=0)
+    exact_ttl_s: int = option(CachePolicy, "exact_ttl_s")
+    semantic_ttl_s: int = option(CachePolicy, "semantic_ttl_s")
+    negative_ttl_s: int = option(CachePolicy, "negative_ttl_s")
+    embedding_ttl_s: int = option(CachePolicy, "embedding_ttl_s")
+    max_prompt_chars: int = option(CachePolicy, "max_prompt_chars")
+    max_response_bytes: int = option(CachePolicy, "max_response_bytes")
 
     # -- in-process L1 for exact hits (caches/l1.py), Redis-tracked; off by default --
     # Serves repeat hits without a Redis round trip in each serving process; Redis client-side
@@ -167,14 +173,6 @@ class StokerSettings(BaseSettings):
     l1_enabled: bool = False
     l1_max_entries: int = Field(default=10_000, ge=1)
     l1_ttl_s: float = Field(default=5.0, gt=0)
-
-    @field_validator("tenant_thresholds", "route_thresholds")
-    @classmethod
-    def _thresholds_in_range(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = {t: x for t, x in v.items() if not 0.0 <= x <= 1.0}
-        if bad:
-            raise ValueError(f"thresholds must lie in [0, 1], got {bad}")
-        return v
 
     # -- streams --
     # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings
@@ -366,6 +364,12 @@ class StokerSettings(BaseSettings):
     # stops sending first (0: close at once; Kubernetes manifests set 5).
     gateway_drain_notice_s: float = Field(default=0.0, ge=0, le=60)
 
+    def options(self, owner: type[Opts], **override: Any) -> Opts:
+        """The owner's options model from the settings that point at it (stoker/options.py);
+        `override` wins (a CLI flag, or a field the shell derives)."""
+        mine = {f: getattr(self, flat) for flat, (o, f) in _ORIGINS.items() if o is owner}
+        return owner(**(mine | override))
+
     def warm_url(self) -> str:
         """Where warms go: STOKER_WARM_BACKEND_URL, else the gateway's upstream."""
         return _model_server(self.warm_backend_url or self.gateway_upstream_url)
@@ -412,6 +416,10 @@ class StokerSettings(BaseSettings):
     llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
     # Context size in tokens, split between the slots.
     llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+
+
+# flat setting -> (owner, field): which settings options() hands to which owner
+_ORIGINS: Final = origins(StokerSettings)
 
 
 def _model_server(url: str | None) -> str:

@@ -74,22 +74,6 @@ _MEMORY_STORES: dict[str, Any] = {}  # collection -> ServerSemanticStore on ":me
 _KNOWN_DIMS = {("sentence-transformers", "all-MiniLM-L6-v2"): 384}
 
 
-def policy_from(s: StokerSettings) -> CachePolicy:
-    return CachePolicy(
-        exact_ttl_s=s.exact_ttl_s,
-        semantic_ttl_s=s.semantic_ttl_s,
-        negative_ttl_s=s.negative_ttl_s,
-        embedding_ttl_s=s.embedding_ttl_s,
-        max_prompt_chars=s.max_prompt_chars,
-        max_response_bytes=s.max_response_bytes,
-        threshold=s.semantic_threshold,
-        tenant_thresholds=dict(s.tenant_thresholds),
-        route_thresholds=dict(s.route_thresholds),
-        conservative_routes=frozenset(s.conservative_routes),
-        conservative_threshold=s.conservative_threshold,
-    )
-
-
 # -- stores and clients --
 
 
@@ -249,7 +233,7 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
 def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:
     """The serving side's cache client. Close it (CacheClient.close) to stop its L1 listener."""
     r = build_redis(s)
-    pol = policy_from(s)
+    pol = s.options(CachePolicy)
     l1 = build_l1(s, r)
     if not semantic or not s.semantic_enabled:
         return CacheClient(r, policy=pol, l1=l1)
@@ -341,7 +325,7 @@ def build_runner(
     # against the cache (a dry run opens no semantic store: it sees exact entries only)
     calibration = Calibration(cache.redis)  # read by every plan; written after a real run
     selector = HotSetSelector(
-        profile, emb, policy=policy_from(s), config=hot_set_config(s),
+        profile, emb, policy=s.options(CachePolicy), config=hot_set_config(s),
         cache=None if dry_run else cache, calibration=calibration,
     )  # fmt: skip
     # a dry run plans without a model server; a run needs one (ConfigError names the settings)

@@ -1,0 +1,66 @@
+"""One source for each default: a flat setting points at the field of the options model that
+owns it, and takes that field's default, bounds and type from there, never writing them again.
+
+Each package below the shell owns a frozen pydantic model of its options (CachePolicy, ...),
+whose fields hold the default, the bounds and the why. StokerSettings keeps its flat fields (the
+environment variables STOKER_<FIELD> stay), each made by `option(Owner, "field")`, and
+`StokerSettings.options(Owner)` builds the owner's model from the settings that point at it.
+Two copies of a default drifted before (the hot set planned for the static matcher while the
+gateways served the verified one); tests/stoker/test_options.py fails if one can again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from caches.policy import CachePolicy
+
+# Where a setting made by option() records its owner's field: a string ("Owner.field"), so
+# that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
+OPTION_KEY: Final = "stoker_option"
+
+# The option models settings point at, listed once.
+OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy,)
+
+# Fields of an owner that no setting exposes (a test's knob, or one the shell derives and
+# passes explicitly): every other field of an owner is a setting.
+OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
+    CachePolicy: frozenset(),
+}
+
+# Settings that belong to the shell alone: where the services are, what to build, how this
+# process logs and where it keeps files. No package below the shell has an option for them.
+SHELL_ONLY: Final = frozenset(
+    {
+        "semantic_enabled", "semantic_backend", "kafka_bootstrap", "kafka_broker", "redis_url",
+        "qdrant_url", "qdrant_api_key", "qdrant_collection", "qdrant_path", "topic_prefix",
+        "embedder", "embedder_url", "embedder_api_key", "embedder_dim", "model_cache_dir",
+        "warm_backend_url", "monitor_backend_url", "prefix_warm_backend_url",
+        "prefix_warm_on_deploy", "gateway_host", "gateway_port", "gateway_upstream_url",
+        "gateway_upstream_api_key", "gateway_api_keys", "metrics_port", "log_format",
+        "log_level", "state_dir", "llama_server_bin", "llama_model_path",
+    }
+)  # fmt: skip
+
+
+def option(owner: type[BaseModel], name: str) -> Any:
+    """A flat setting that IS `owner.name`: its default (or default factory), bounds and
+    description are a copy of the owner's field, made at import and never written here."""
+    info = FieldInfo.merge_field_infos(owner.model_fields[name])  # a copy, not the owner's
+    info.json_schema_extra = {OPTION_KEY: f"{owner.__qualname__}.{name}"}
+    return info
+
+
+def origins(settings_cls: type[BaseModel]) -> dict[str, tuple[type[BaseModel], str]]:
+    """Flat setting -> (owner, field), for every setting made by option()."""
+    by_name = {o.__qualname__: o for o in OWNERS}
+    out = {}
+    for flat, f in settings_cls.model_fields.items():
+        extra = f.json_schema_extra
+        if isinstance(extra, dict) and OPTION_KEY in extra:
+            cls, _, field = str(extra[OPTION_KEY]).rpartition(".")
+            out[flat] = (by_name[cls], field)
+    return out
