@@ -240,7 +240,7 @@ def main() -> None:
                 profile,
                 vectors,
                 policy=CachePolicy(),
-                config=HotSetConfig(cluster_threshold=thr, min_value_ms=None),
+                config=HotSetConfig(cluster_threshold=thr, min_value_ms=None, matcher="static"),
             )
             for k in (int(x) for x in args.ks.split(",")):
                 t0 = time.perf_counter()

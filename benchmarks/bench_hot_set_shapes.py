@@ -80,7 +80,10 @@ def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
     with EmbeddedStack(kafka=False) as stack:
         profile = TrafficProfile(build_redis(stack.settings()))
         sel = HotSetSelector(
-            profile, TextVectors(emb), policy=CachePolicy(), config=HotSetConfig(min_value_ms=None)
+            profile,
+            TextVectors(emb),
+            policy=CachePolicy(),
+            config=HotSetConfig(min_value_ms=None, matcher="static"),
         )
         done = 0
         for start in WINDOWS:

@@ -17,18 +17,31 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from caches.policy import CachePolicy
+from warmers.hotset.options import HotSetConfig
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
 # that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
 OPTION_KEY: Final = "stoker_option"
 
 # The option models settings point at, listed once.
-OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy,)
+OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy, HotSetConfig)
+
+# The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
+_HOTSET_TUNING: Final = frozenset(
+    {
+        "bandwidth_h", "background", "background_grid", "candidates_per_item", "min_candidates",
+        "fairness_floor", "min_value_ms", "recent_hours", "recent_min_count", "recent_surge",
+        "cost_prior_misses", "history_half_life_days",
+        # drifted: "hits" here, "prevented" in warm_value_model; settled in its own change
+        "value_model",
+    }
+)  # fmt: skip
 
 # Fields of an owner that no setting exposes (a test's knob, or one the shell derives and
 # passes explicitly): every other field of an owner is a setting.
 OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     CachePolicy: frozenset(),
+    HotSetConfig: _HOTSET_TUNING,
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

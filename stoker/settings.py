@@ -29,6 +29,7 @@ from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
 from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
+from warmers.hotset.options import HotSetConfig
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -113,7 +114,7 @@ class StokerSettings(BaseSettings):
     # (docs/benchmarks.md: the budget's bound now weighs audits and shadow checks by how each
     # is sampled, and the eval's ~360 audits show no looser level within 1%). Static stays one
     # setting away; the simulated demo uses it.
-    semantic_matcher: Literal["static", "verified"] = "verified"
+    semantic_matcher: Literal["static", "verified"] = option(HotSetConfig, "matcher")
     # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
     # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
@@ -249,17 +250,17 @@ class StokerSettings(BaseSettings):
     warm_budget_requests: int = Field(default=500, ge=0)
     warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
     # An entry with less time to live than this is warmed again (an hour: it outlives the window).
-    warm_min_ttl_left_s: float = Field(default=3600.0, ge=0)
+    warm_min_ttl_left_s: float = option(HotSetConfig, "min_ttl_left_s")
     # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold under
     # the static matcher, and no merging under the verified one (warmers/hotset/select.py: there a
     # warmed entry serves a paraphrase only where other warmed phrasings vouch for it).
-    warm_cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+    warm_cluster_threshold: float | None = option(HotSetConfig, "cluster_threshold")
     # What a warm is worth (warmers/hotset/value.py): "prevented", the one miss it saves before live
     # traffic would fill the entry, each GPU-ms priced by the forecast load; "hits", every
     # expected hit x its miss cost. The deploy pre-warm always plans by hits (its bar counts them).
     warm_value_model: Literal["prevented", "hits"] = "prevented"
     # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
-    warm_idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
+    warm_idle_price: float = option(HotSetConfig, "idle_price")
     # Read the backend's engine on <warm backend>/metrics (backends/engine.py: vLLM's requests
     # waiting and KV cache in use, llama.cpp's busy and deferred slots): each send is priced at
     # that load too, waits for room the live traffic leaves, and makes way when it comes back
@@ -268,7 +269,7 @@ class StokerSettings(BaseSettings):
     warm_load_from_metrics: bool = True
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
     # the latency is what the query's misses took, as the request log says (warmers/hotset/value.py).
-    warm_latency_weight: float = Field(default=0.0, ge=0.0)
+    warm_latency_weight: float = option(HotSetConfig, "latency_weight")
     # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at
     # most, the hours it plans (the hour under way and the next), and how long it waits for the
     # invalidation worker to apply a change before it reads the batch again.

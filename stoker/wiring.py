@@ -359,11 +359,7 @@ def warm_config(s: StokerSettings, backend_url: str | None, qps: float | None = 
 def hot_set_config(s: StokerSettings) -> HotSetConfig:
     """The planner's options; its value model is the settings' (the deploy pre-warm overrides
     it per plan: warmers/prewarm.py)."""
-    return HotSetConfig(
-        min_ttl_left_s=s.warm_min_ttl_left_s, cluster_threshold=s.warm_cluster_threshold,
-        value_model=s.warm_value_model, idle_price=s.warm_idle_price,
-        latency_weight=s.warm_latency_weight, matcher=s.semantic_matcher,
-    )  # fmt: skip
+    return s.options(HotSetConfig, value_model=s.warm_value_model)
 
 
 def default_budget(s: StokerSettings) -> Budget:

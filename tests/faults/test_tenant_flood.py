@@ -52,7 +52,9 @@ def _profile_from_kafka(
 
 
 def _plan(profile: TrafficProfile) -> dict[str, int]:
-    sel = HotSetSelector(profile, WordsEmbedder(), config=HotSetConfig(cluster_threshold=0.99))
+    sel = HotSetSelector(
+        profile, WordsEmbedder(), config=HotSetConfig(cluster_threshold=0.99, matcher="static")
+    )
     plan = sel.plan(WINDOW, Budget(requests=BUDGET))
     assert len(plan.items) <= BUDGET
     return {t: sum(1 for i in plan.items if i.tenant == t) for t in (*HONEST, "evil")}

@@ -10,6 +10,7 @@ from caches.policy import CachePolicy
 from schemas.errors import UsageError
 from stoker.options import OWNER_ONLY, OWNERS, SHELL_ONLY, origins
 from stoker.settings import StokerSettings
+from warmers.hotset.options import HotSetConfig
 
 # Settings not yet pointed at an owner (issue #32 converts them one owner at a time). This set
 # may only shrink: a new setting must get an owner or be SHELL_ONLY, never land here, and a
@@ -34,11 +35,11 @@ NOT_YET_OWNED = frozenset(
         "prefix_warm_replica_check_s", "prefix_warm_replicas", "prefix_warm_token_budget",
         "prefix_warm_top_n", "rewarm_budget_requests", "rewarm_hours", "rewarm_value_model",
         "rewarm_wait_s", "scheduler_lock_ttl_s", "semantic_answer_checks",
-        "semantic_cold_start", "semantic_matcher", "sweep_interval_s", "traffic_hour_capacity",
+        "semantic_cold_start", "sweep_interval_s", "traffic_hour_capacity",
         "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
         "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
-        "warm_budget_requests", "warm_cluster_threshold", "warm_idle_price", "warm_interval_s",
-        "warm_latency_weight", "warm_load_from_metrics", "warm_min_ttl_left_s", "warm_qps",
+        "warm_budget_requests", "warm_interval_s",
+        "warm_load_from_metrics", "warm_qps",
         "warm_value_model", "worker_backoff_base_s", "worker_backoff_max_s",
         "worker_batch_size", "worker_create_topics", "worker_poll_s",
     }
@@ -128,3 +129,11 @@ def test_options__an_override_wins_and_is_validated_by_the_owner():
     assert s.options(CachePolicy).threshold == 0.9
     with pytest.raises(ValueError, match="less than or equal to 1"):
         s.options(CachePolicy, threshold=1.5)
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_options__a_planner_built_without_settings_plans_for_the_gateways_matcher():
+    """HotSetConfig() once planned for "static" while the gateways served "verified": a hot
+    set built without wiring (a test, a benchmark, a tool) merged paraphrases no served entry
+    would vouch for. The owner now holds the one default."""
+    assert HotSetConfig().matcher == StokerSettings().semantic_matcher == "verified"

@@ -37,7 +37,9 @@ def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(
     fill(profile, _week("globex", {"where is my parcel": 15}, {}))
     cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600))
     # entries live 600 s here: a 60 s bar keeps them fresh for the second run
-    selector = HotSetSelector(profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60))
+    selector = HotSetSelector(
+        profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60, matcher="static")
+    )
 
     def backend() -> Backend:
         return OpenAIBackend(sim.url, retry=RetryPolicy(attempts=1))
@@ -77,7 +79,9 @@ def bar_prewarmer(
     if "acme" not in profile.tenants():
         fill(profile, _week("acme", HOT, {}))
     cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600))
-    selector = HotSetSelector(profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60))
+    selector = HotSetSelector(
+        profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60, matcher="static")
+    )
     runner = WarmRunner(
         selector, cache, lambda: OpenAIBackend(url, retry=RetryPolicy(attempts=1)),
         WarmConfig(target_qps=200, capacity_qps=1000, ramp_s=0, min_ttl_left_s=60), progress=False,
@@ -172,7 +176,7 @@ def test_prewarm__plans_by_hits_whatever_value_model_the_selector_has(
     # so `stoker warm` plans nothing. The bar counts hits: the pre-warm keeps its hot set.
     profile = TrafficProfile(redis_client)
     fill(profile, _flat("acme", {"flat hot question": 4, "flat warm question": 1}))
-    cfg = HotSetConfig(min_ttl_left_s=60, value_model="prevented")
+    cfg = HotSetConfig(min_ttl_left_s=60, value_model="prevented", matcher="static")
     runner = WarmRunner(
         HotSetSelector(profile, WordsEmbedder(), config=cfg),
         CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600)),

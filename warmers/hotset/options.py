@@ -4,16 +4,20 @@ and the selector (which runs them) import it, not each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from schemas.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field
+
 from warmers.hotset.value import ValueModel
 from warmers.hotset.warm_budget import DEFAULT_FLOOR
 
 
-@dataclass(frozen=True)
-class HotSetConfig:
+class HotSetConfig(BaseModel):
+    """The owner of these defaults: the warm_* settings of the planner and semantic_matcher
+    point here (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     bandwidth_h: float = 1.5  # queries drift by an hour or two between days, rarely more
     # 2% weight on the rest of the day: a query asked only at 09:00 still beats one never asked
     background: float = 0.02
@@ -27,10 +31,10 @@ class HotSetConfig:
     # candidate (memoised) and a radius search over the pool.
     candidates_per_item: float = 5.0
     min_candidates: int = 2000
-    min_ttl_left_s: float = (
-        3600.0  # the shadow warmer's own bar: under an hour left is warmed again
-    )
-    cluster_threshold: float | None = None  # None: each tenant's semantic threshold
+    # the shadow warmer's own bar: under an hour left is warmed again
+    min_ttl_left_s: float = Field(default=3600.0, ge=0)
+    # None: each tenant's semantic threshold
+    cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     # The semantic matcher the gateways serve with (STOKER_SEMANTIC_MATCHER). "static": one
     # warmed entry serves every paraphrase within the threshold, so a cluster of paraphrases is
     # warmed once. "verified": an entry serves a paraphrase only where other entries near it,
@@ -38,8 +42,9 @@ class HotSetConfig:
     # serves none, so paraphrases are not merged (unless cluster_threshold is set): each asked
     # phrasing is warmed as itself, and the hot ones vouch for each other. On the sample log's
     # bench, held at the level a week of verdicts reaches, clusters at 0.92 covered 0.21 of
-    # week 2's requests at K=50, 0.77x naive top-K; unmerged, 0.27.
-    matcher: Literal["static", "verified"] = "static"
+    # week 2's requests at K=50, 0.77x naive top-K; unmerged, 0.27. Verified, as the gateways
+    # serve by default: a planner built without settings planned for the wrong matcher.
+    matcher: Literal["static", "verified"] = "verified"
     fairness_floor: float = DEFAULT_FLOOR
     # Clusters worth less than this (PlanItem.value_ms: GPU ms saved net of the warm's cost,
     # by either value model) are not warmed: by default only those that save more GPU than
@@ -63,11 +68,7 @@ class HotSetConfig:
     # coverage benchmarks measure and the deploy pre-warm (sized to a hit bar) plans by;
     # "prevented": the one miss it prevents, priced by load (value.py), for a live cache.
     value_model: ValueModel = "hits"
-    idle_price: float = 0.2  # "prevented": a GPU-ms at idle, as a share of one at peak load
-    latency_weight: float = 0.0  # "prevented": GPU-ms per ms of first-request latency saved
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.idle_price <= 1.0:
-            raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
-        if self.latency_weight < 0:
-            raise ConfigError(f"latency weight must be >= 0, got {self.latency_weight}")
+    # "prevented": a GPU-ms at idle, as a share of one at peak load
+    idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
+    # "prevented": GPU-ms per ms of first-request latency saved
+    latency_weight: float = Field(default=0.0, ge=0.0)
