@@ -71,8 +71,9 @@ class TokenBucket:
     the rest at the rate, and a short run is not front-loaded by a full bucket. Payment after
     the work (`spend(n)`, for batches of deletions whose size is known only once done): the
     bucket may go into debt and the caller waits it off, so a run of k batches of n lasts
-    exactly k * n / rate (paying before, the first batch is free: +2.6% over the target at 40
-    batches, measured on the purge). The rate may change between grants."""
+    exactly k * n / rate (paying before would hand the first batch out free, a run of k batches
+    one batch short; tests/backends/test_pacing.py holds it). The rate may change between
+    grants."""
 
     def __init__(
         self, rate: float, clock: Clock | None = None, burst: float = 1.0, start: float = 1.0
