@@ -32,7 +32,8 @@ class CachePolicy(BaseModel):
     route_thresholds: Thresholds = Field(default_factory=dict)
     # Sensitive routes ("tenant/route" or "*/route"): a semantic hit there must clear
     # max(threshold, conservative_threshold) and every lexical guard, whatever the matcher says.
-    # 0.95 served 1.2% wrong on CLINC150 against 1.6% at 0.92 (evals/semantic.py).
+    # 0.95 serves fewer wrong hits than 0.92 (bench_semantic_quality; docs/benchmarks.md,
+    # "Semantic quality", has the eval's figures).
     conservative_routes: frozenset[str] = frozenset()
     conservative_threshold: float = Field(default=0.95, ge=0.0, le=1.0)
 
