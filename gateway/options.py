@@ -1,42 +1,53 @@
-"""The gateway's options: a plain frozen object the shell builds from StokerSettings."""
+"""The gateway's options: a frozen model the shell builds from StokerSettings, and the owner of
+the gateway_* settings' defaults and bounds (stoker/options.py points them here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-# Lookups give up after this and the request goes upstream: the seeds' practitioners bypass
-# their cache at 50 ms, about a tenth of a short generation.
-DEFAULT_LOOKUP_BUDGET_S = 0.05
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.common import Tenant
 
 
-@dataclass(frozen=True)
-class GatewayOptions:
+class GatewayOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     upstream_url: str
     # Sent upstream as the bearer token; None passes the client's Authorization through
     # (unless an API-key map is set: the client's key is then the gateway's, never forwarded).
     upstream_api_key: str | None = None
-    upstream_timeout_s: float = 300.0  # a long generation streams for minutes
-    upstream_connections: int = 256
-    lookup_budget_s: float = DEFAULT_LOOKUP_BUDGET_S
-    lookup_threads: int = 16  # the cache client is synchronous: lookups and stores run here
+    upstream_timeout_s: float = Field(default=300.0, gt=0)  # a long generation streams for minutes
+    upstream_connections: int = Field(default=256, ge=1)
+    # Lookups give up after this and the request goes upstream: the seeds' practitioners bypass
+    # their cache at 50 ms, about a tenth of a short generation. In ms, the setting's unit.
+    lookup_budget_ms: float = Field(default=50.0, gt=0)
+    # the cache client is synchronous: lookups and stores run here
+    lookup_threads: int = Field(default=16, ge=1, le=256)
     # Identical misses in flight wait this long for the first one's answer, then go upstream.
-    herd_wait_s: float = 30.0
-    max_body_bytes: int = 4 * 1024 * 1024
+    herd_wait_s: float = Field(default=30.0, ge=0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # sha256(api key) -> tenant; empty: the tenant comes from X-Stoker-Tenant.
-    api_key_tenants: Mapping[str, str] = field(default_factory=dict)
-    default_tenant: str | None = None
+    api_key_tenants: Mapping[str, str] = Field(default_factory=dict)
+    default_tenant: Tenant | None = None
     tenant_from_body: bool = False  # the `stoker.tenant` body field: forgeable, off by default
-    default_model_version: str = "default"
+    default_model_version: str = Field(default="default", min_length=1)
     live_version_ttl_s: float = 1.0
     # The temperature of a request that gives none. OpenAI's API samples at 1 by default, so a
     # request without one is not cached; set 0 where the upstream decodes greedily by default.
-    default_temperature: float = 1.0
+    default_temperature: float = Field(default=1.0, ge=0)
     # Live answers up to this size go into the request log whole (the workers learn from
     # them); a longer one is logged by digest.
-    log_answer_max_bytes: int = 16_384
-    log_buffer: int = 10_000
-    drain_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
+    log_answer_max_bytes: int = Field(default=16_384, ge=0)
+    log_buffer: int = Field(default=10_000, ge=1)
+    drain_s: float = Field(
+        default=30.0, gt=0
+    )  # SIGTERM: in-flight requests get this long to finish
     # SIGTERM: keep accepting (with /readyz at 503) this long first, so a load balancer sees
     # the gateway leave before its listener closes (Kubernetes: a few seconds).
-    drain_notice_s: float = 0.0
+    drain_notice_s: float = Field(default=0.0, ge=0, le=60)
+
+    @property
+    def lookup_budget_s(self) -> float:
+        """The lookup budget in the seconds asyncio's timeouts take."""
+        return self.lookup_budget_ms / 1000.0

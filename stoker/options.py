@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from caches.policy import CachePolicy
+from gateway.options import GatewayOptions
 from warmers.hotset.options import HotSetConfig
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
@@ -24,7 +25,7 @@ from warmers.hotset.options import HotSetConfig
 OPTION_KEY: Final = "stoker_option"
 
 # The option models settings point at, listed once.
-OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy, HotSetConfig)
+OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy, HotSetConfig, GatewayOptions)
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
 _HOTSET_TUNING: Final = frozenset(
@@ -37,11 +38,19 @@ _HOTSET_TUNING: Final = frozenset(
     }
 )  # fmt: skip
 
+# The gateway's upstream and key map are derived by the shell (its URL falls back to the warm
+# backend's, the keys are hashed); its connection pool and version cache are not tuned per site.
+_GATEWAY_DERIVED: Final = frozenset(
+    {"upstream_url", "upstream_api_key", "api_key_tenants", "upstream_connections",
+     "live_version_ttl_s"}
+)  # fmt: skip
+
 # Fields of an owner that no setting exposes (a test's knob, or one the shell derives and
 # passes explicitly): every other field of an owner is a setting.
 OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     CachePolicy: frozenset(),
     HotSetConfig: _HOTSET_TUNING,
+    GatewayOptions: _GATEWAY_DERIVED,
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from caches.constants import DEFAULT_BUDGET_WINDOW_S
 from caches.matching.answers import DEFAULT_ANSWER_BAR
 from caches.policy import CachePolicy, Thresholds
+from gateway.options import GatewayOptions
 from schemas.baseurl import BaseURL
 from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
@@ -342,28 +343,28 @@ class StokerSettings(BaseSettings):
     # embedded model server (llama-server).
     gateway_upstream_url: str | None = None
     gateway_upstream_api_key: SecretStr | None = None
-    gateway_upstream_timeout_s: float = Field(default=300.0, gt=0)
+    gateway_upstream_timeout_s: float = option(GatewayOptions, "upstream_timeout_s")
     # API key -> tenant. Set: the bearer key names the tenant, an unknown one is refused (401)
     # and X-Stoker-Tenant is ignored. Unset: the tenant comes from X-Stoker-Tenant.
     gateway_api_keys: dict[SecretStr, Tenant] = Field(default_factory=dict)
-    gateway_default_tenant: Tenant | None = None
+    gateway_default_tenant: Tenant | None = option(GatewayOptions, "default_tenant")
     # Let `stoker.tenant` in the request body name the tenant (a client can forge it).
-    gateway_tenant_from_body: bool = False
+    gateway_tenant_from_body: bool = option(GatewayOptions, "tenant_from_body")
     # The namespace's version before any deploy went READY for a model.
-    gateway_default_model_version: str = Field(default="default", min_length=1)
-    gateway_lookup_budget_ms: float = Field(default=50.0, gt=0)
-    gateway_lookup_threads: int = Field(default=16, ge=1, le=256)
-    gateway_herd_wait_s: float = Field(default=30.0, ge=0)
+    gateway_default_model_version: str = option(GatewayOptions, "default_model_version")
+    gateway_lookup_budget_ms: float = option(GatewayOptions, "lookup_budget_ms")
+    gateway_lookup_threads: int = option(GatewayOptions, "lookup_threads")
+    gateway_herd_wait_s: float = option(GatewayOptions, "herd_wait_s")
     # A request without a temperature samples at the upstream's default: 1 in OpenAI's API, so
     # it is not cached. Set 0 where your upstream decodes greedily by default.
-    gateway_default_temperature: float = Field(default=1.0, ge=0)
-    gateway_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    gateway_log_buffer: int = Field(default=10_000, ge=1)
-    gateway_log_answer_max_bytes: int = Field(default=16_384, ge=0)
-    gateway_drain_s: float = Field(default=30.0, gt=0)
+    gateway_default_temperature: float = option(GatewayOptions, "default_temperature")
+    gateway_max_body_bytes: int = option(GatewayOptions, "max_body_bytes")
+    gateway_log_buffer: int = option(GatewayOptions, "log_buffer")
+    gateway_log_answer_max_bytes: int = option(GatewayOptions, "log_answer_max_bytes")
+    gateway_drain_s: float = option(GatewayOptions, "drain_s")
     # On SIGTERM, /readyz answers 503 this long before the listener closes, so a load balancer
     # stops sending first (0: close at once; Kubernetes manifests set 5).
-    gateway_drain_notice_s: float = Field(default=0.0, ge=0, le=60)
+    gateway_drain_notice_s: float = option(GatewayOptions, "drain_notice_s")
 
     def options(self, owner: type[Opts], **override: Any) -> Opts:
         """The owner's options model from the settings that point at it (stoker/options.py);

@@ -439,23 +439,11 @@ def gateway_options(s: StokerSettings, *, upstream_url: str | None = None) -> Ga
         for k, tenant in s.gateway_api_keys.items()
     }
     up_key = s.gateway_upstream_api_key
-    return GatewayOptions(
+    return s.options(
+        GatewayOptions,
         upstream_url=upstream_url or s.upstream_url(),
         upstream_api_key=up_key.get_secret_value() if up_key else None,
-        upstream_timeout_s=s.gateway_upstream_timeout_s,
-        lookup_budget_s=s.gateway_lookup_budget_ms / 1000.0,
-        lookup_threads=s.gateway_lookup_threads,
-        herd_wait_s=s.gateway_herd_wait_s,
-        max_body_bytes=s.gateway_max_body_bytes,
         api_key_tenants=keys,
-        default_tenant=s.gateway_default_tenant,
-        tenant_from_body=s.gateway_tenant_from_body,
-        default_model_version=s.gateway_default_model_version,
-        default_temperature=s.gateway_default_temperature,
-        log_answer_max_bytes=s.gateway_log_answer_max_bytes,
-        log_buffer=s.gateway_log_buffer,
-        drain_s=s.gateway_drain_s,
-        drain_notice_s=s.gateway_drain_notice_s,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from caches.policy import CachePolicy
+from gateway.options import GatewayOptions
 from schemas.errors import UsageError
 from stoker.options import OWNER_ONLY, OWNERS, SHELL_ONLY, origins
 from stoker.settings import StokerSettings
@@ -22,11 +23,11 @@ NOT_YET_OWNED = frozenset(
         "deploy_prewarm_min_share", "deploy_purge_batch", "deploy_purge_rate",
         "dlq_max_record_bytes", "embedder_batch_max_texts", "embedder_batch_wait_ms",
         "embedder_engine", "embedder_model", "embedder_threads",
-        "gateway_default_model_version", "gateway_default_temperature",
-        "gateway_default_tenant", "gateway_drain_notice_s", "gateway_drain_s",
-        "gateway_herd_wait_s", "gateway_log_answer_max_bytes", "gateway_log_buffer",
-        "gateway_lookup_budget_ms", "gateway_lookup_threads", "gateway_max_body_bytes",
-        "gateway_tenant_from_body", "gateway_upstream_timeout_s", "l1_enabled",
+
+
+
+
+        "l1_enabled",
         "l1_max_entries", "l1_ttl_s", "llama_ctx", "llama_parallel", "llama_threads",
         "max_wrong_hit_rate", "monitor_busy_load", "monitor_qps", "monitor_share",
         "monitor_stale_share", "monitor_stale_window_s", "prefix_capacity", "prefix_min_tokens",
@@ -45,8 +46,8 @@ NOT_YET_OWNED = frozenset(
     }
 )  # fmt: skip
 
-# Owner fields without a default: what options() must be given (none yet).
-REQUIRED: dict[type, dict[str, object]] = {}
+# Owner fields without a default: what options() must be given.
+REQUIRED: dict[type, dict[str, object]] = {GatewayOptions: {"upstream_url": "http://up"}}
 
 
 @pytest.fixture
