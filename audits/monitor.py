@@ -46,13 +46,14 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from audits import metrics as M
 from audits.judge import Auditor, ServedHit
+from audits.options import MonitorOptions
 from backends.base import Backend, Generation, GenerationRequest
-from backends.pacing import Aimd, AimdConfig, MonotonicClock, TokenBucket
+from backends.pacing import Aimd, MonotonicClock, TokenBucket
 from caches import changes, slots
 from caches.boundary import as_bytes, redis_boundary
 from caches.client import CacheClient
@@ -79,32 +80,6 @@ class AuditSink(Protocol):
     def publish(self, logical: str, event: BaseEvent, key: str | None = None) -> None: ...
 
     def flush(self, timeout_s: float = ...) -> None: ...
-
-
-@dataclass(frozen=True)
-class MonitorOptions:
-    share: float = 0.2  # of served semantic hits (STOKER_MONITOR_SHARE)
-    qps: float = 2.0  # re-asks per second at most (STOKER_MONITOR_QPS)
-    probe_ttl_s: float = 86_400.0
-    # of the exact hits served within stale_window_s after a change in their tenant
-    # (STOKER_MONITOR_STALE_SHARE, STOKER_MONITOR_STALE_WINDOW_S)
-    stale_share: float = 0.2
-    stale_window_s: float = 3_600.0
-    # drop a sample while the backend's load is at or over this (STOKER_MONITOR_BUSY_LOAD);
-    # None: re-ask at any load, within the cap
-    busy_load: float | None = 0.5
-    aimd: AimdConfig = field(default_factory=AimdConfig)
-
-    def __post_init__(self) -> None:
-        for name in ("share", "stale_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"monitor {name} {getattr(self, name)} must lie in [0, 1]")
-        if not self.stale_window_s > 0:
-            raise ValueError(f"monitor stale window {self.stale_window_s} must be positive")
-        if self.busy_load is not None and not 0.0 < self.busy_load <= 1.0:
-            raise ValueError(f"monitor busy load {self.busy_load} must lie in (0, 1]")
-        if not self.qps > 0:
-            raise ValueError(f"monitor qps {self.qps} must be positive")
 
 
 def sampled(event_id: str, share: float) -> bool:

@@ -16,6 +16,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from audits.options import MonitorOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from warmers.hotset.options import HotSetConfig
@@ -25,7 +26,12 @@ from warmers.hotset.options import HotSetConfig
 OPTION_KEY: Final = "stoker_option"
 
 # The option models settings point at, listed once.
-OWNERS: Final[tuple[type[BaseModel], ...]] = (CachePolicy, HotSetConfig, GatewayOptions)
+OWNERS: Final[tuple[type[BaseModel], ...]] = (
+    CachePolicy,
+    HotSetConfig,
+    GatewayOptions,
+    MonitorOptions,
+)
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
 _HOTSET_TUNING: Final = frozenset(
@@ -51,6 +57,8 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     CachePolicy: frozenset(),
     HotSetConfig: _HOTSET_TUNING,
     GatewayOptions: _GATEWAY_DERIVED,
+    # how long a probe point lives, and the re-ask rate's back-off: not tuned per site
+    MonitorOptions: frozenset({"probe_ttl_s", "aimd"}),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

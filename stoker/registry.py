@@ -175,7 +175,8 @@ def monitor_handler(s: StokerSettings) -> Handler:
     probes, and with the verified matcher its error budget), the backend to re-ask, and
     stoker.audit."""
     from audits.judge import Auditor
-    from audits.monitor import MonitorHandler, MonitorOptions
+    from audits.monitor import MonitorHandler
+    from audits.options import MonitorOptions
     from backends.base import Backend
     from backends.client import OpenAIBackend
     from caches.matching.error_budget import ServingLevels
@@ -189,10 +190,7 @@ def monitor_handler(s: StokerSettings) -> Handler:
 
     level_of = getattr(cache.matcher, "level_of", None)
     levels = level_of if isinstance(level_of, ServingLevels) else None
-    opts = MonitorOptions(
-        share=s.monitor_share, qps=s.monitor_qps, stale_share=s.monitor_stale_share,
-        stale_window_s=s.monitor_stale_window_s, busy_load=s.monitor_busy_load,
-    )  # fmt: skip
+    opts = s.options(MonitorOptions)
     # its verdicts reach the budget once each, by the handler; its audits of near look-alikes
     # are answer checks (caches/matching/calibration.py)
     auditor = Auditor(cache.judge, checks=getattr(cache.matcher, "checks", None))

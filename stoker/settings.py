@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from audits.options import MonitorOptions
 from caches.constants import DEFAULT_BUDGET_WINDOW_S
 from caches.matching.answers import DEFAULT_ANSWER_BAR
 from caches.policy import CachePolicy, Thresholds
@@ -144,16 +145,16 @@ class StokerSettings(BaseSettings):
     # served semantic hits it re-asks (each re-ask costs the backend a request), at most this
     # many a second (a hit over the cap is dropped, not
     # queued), from this backend (unset: the gateway's upstream, else the warm backend).
-    monitor_share: float = Field(default=0.2, ge=0.0, le=1.0)
-    monitor_qps: float = Field(default=2.0, gt=0)
+    monitor_share: float = option(MonitorOptions, "share")
+    monitor_qps: float = option(MonitorOptions, "qps")
     # The stale-serve check of the same monitor: the share of exact hits served within the
     # window after an invalidation in their tenant that it re-asks (within the same QPS cap).
-    monitor_stale_share: float = Field(default=0.2, ge=0.0, le=1.0)
-    monitor_stale_window_s: float = Field(default=3_600.0, gt=0)
+    monitor_stale_share: float = option(MonitorOptions, "stale_share")
+    monitor_stale_window_s: float = option(MonitorOptions, "stale_window_s")
     # Off-peak: a sampled hit is dropped (not re-asked) while the backend's load, as its answers
     # show it (latency per token over its baseline; full after a 429 or 5xx), is at or over
     # this. 1.0 drops only while the backend is refusing or failing.
-    monitor_busy_load: float = Field(default=0.5, gt=0.0, le=1.0)
+    monitor_busy_load: float | None = option(MonitorOptions, "busy_load")
     monitor_backend_url: str | None = None
     # The share of near misses (a candidate short of the serving level) whose live answer is
     # judged against the candidate's, as budget evidence. Free: the verified matcher embeds

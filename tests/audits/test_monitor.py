@@ -236,7 +236,7 @@ def test_monitor__adds_no_load_to_a_backend_that_shows_it_is_full(
         handler(cache, settings, idle).apply(events)  # type: ignore[arg-type]
         got = [audited(r) - b for r, b in zip(results, before, strict=True)]
         assert got[:2] == [0, 0] and got[2] + got[3] == 5
-    with pytest.raises(ValueError, match="busy load"):
+    with pytest.raises(ValueError, match="busy_load"):
         MonitorOptions(busy_load=0.0)
 
 

@@ -29,8 +29,8 @@ NOT_YET_OWNED = frozenset(
 
         "l1_enabled",
         "l1_max_entries", "l1_ttl_s", "llama_ctx", "llama_parallel", "llama_threads",
-        "max_wrong_hit_rate", "monitor_busy_load", "monitor_qps", "monitor_share",
-        "monitor_stale_share", "monitor_stale_window_s", "prefix_capacity", "prefix_min_tokens",
+        "max_wrong_hit_rate",
+        "prefix_capacity", "prefix_min_tokens",
         "prefix_warm_before_peak_s", "prefix_warm_concurrency", "prefix_warm_deadline_s",
         "prefix_warm_kv_share", "prefix_warm_max_age_s", "prefix_warm_qps",
         "prefix_warm_replica_check_s", "prefix_warm_replicas", "prefix_warm_token_budget",
