@@ -20,6 +20,7 @@ from audits.options import MonitorOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from warmers.hotset.options import HotSetConfig
+from warmers.rewarm import RewarmOptions
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
 # that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
@@ -31,6 +32,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     HotSetConfig,
     GatewayOptions,
     MonitorOptions,
+    RewarmOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -59,6 +61,7 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     GatewayOptions: _GATEWAY_DERIVED,
     # how long a probe point lives, and the re-ask rate's back-off: not tuned per site
     MonitorOptions: frozenset({"probe_ttl_s", "aimd"}),
+    RewarmOptions: frozenset({"poll_s"}),  # how often it looks for the invalidation's floor
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

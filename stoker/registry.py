@@ -110,14 +110,9 @@ def prefixes_handler(s: StokerSettings) -> Handler:
 def rewarm_handler(s: StokerSettings) -> Handler:
     """The re-warm after a KB change that carries the document's new text: the warm runner of
     `stoker warm` (its planner, pace and backend), on the changes' topic."""
-    from warmers.hotset.warm_budget import Budget
     from warmers.rewarm import RewarmHandler, RewarmOptions
 
-    opts = RewarmOptions(
-        budget=Budget(requests=s.rewarm_budget_requests), hours=s.rewarm_hours,
-        wait_s=s.rewarm_wait_s, value_model=s.rewarm_value_model,
-    )  # fmt: skip
-    return RewarmHandler(W.build_runner(s, progress=False), opts)
+    return RewarmHandler(W.build_runner(s, progress=False), s.options(RewarmOptions))
 
 
 def scheduler_service(s: StokerSettings) -> Service:

@@ -32,6 +32,7 @@ from schemas.errors import ConfigError, UsageError
 from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
 from warmers.hotset.options import HotSetConfig
+from warmers.rewarm import RewarmOptions
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -275,12 +276,12 @@ class StokerSettings(BaseSettings):
     # The re-warm after a KB change (warmers/rewarm.py): warm sends per batch of changes at
     # most, the hours it plans (the hour under way and the next), and how long it waits for the
     # invalidation worker to apply a change before it reads the batch again.
-    rewarm_budget_requests: int = Field(default=200, ge=0)
-    rewarm_hours: int = Field(default=2, ge=1, le=24)
-    rewarm_wait_s: float = Field(default=30.0, gt=0, le=3_600)
+    rewarm_budget_requests: int = option(RewarmOptions, "budget_requests")
+    rewarm_hours: int = option(RewarmOptions, "hours")
+    rewarm_wait_s: float = option(RewarmOptions, "wait_s")
     # What a re-warm is worth: "hits" (what is expected asked more than once pays its send, as
     # the deploy pre-warm plans), or "prevented" (as the scheduler; see warm_value_model).
-    rewarm_value_model: Literal["prevented", "hits"] = "hits"
+    rewarm_value_model: Literal["prevented", "hits"] = option(RewarmOptions, "value_model")
     # Scheduler: warm the next hour this often; sweep expired semantic points this often.
     warm_interval_s: float = Field(default=900.0, gt=0)
     sweep_interval_s: float = Field(default=600.0, gt=0)

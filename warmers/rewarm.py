@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from caches import keys as K
 from caches import slots
@@ -45,16 +46,25 @@ class InvalidationPending(RetriableError):
     """A KB change the invalidation worker has not applied yet; its re-warm must wait."""
 
 
-@dataclass(frozen=True)
-class RewarmOptions:
-    budget: Budget = field(default_factory=lambda: Budget(requests=200))  # sends per batch
-    hours: int = 2  # the hour under way and the next: a change at :50 still warms what follows
-    wait_s: float = 30.0  # for the invalidation worker, before the batch is read again
-    poll_s: float = 0.2
+class RewarmOptions(BaseModel):
+    """The owner of the rewarm_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budget_requests: int = Field(default=200, ge=0)  # warm sends per batch of changes at most
+    # the hour under way and the next: a change at :50 still warms what follows
+    hours: int = Field(default=2, ge=1, le=24)
+    # for the invalidation worker, before the batch is read again
+    wait_s: float = Field(default=30.0, gt=0, le=3_600)
+    poll_s: float = Field(default=0.2, gt=0)
     # "hits", as the deploy pre-warm: a change empties a document's entries all at once, as a
     # deploy empties a version, and what is expected asked more than once pays its send. By
     # "prevented", only what the load's rise before the window pays for is sent (value.py).
     value_model: ValueModel = "hits"
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(requests=self.budget_requests)
 
 
 class RewarmHandler(Handler):

@@ -22,7 +22,6 @@ from stoker.wiring import build_publisher, build_runner, worker_config
 from streams.worker import Worker
 from tests.gateway.conftest import GatewayFactory, client
 from tests.waiting import wait_for
-from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.rewarm import InvalidationPending, RewarmHandler, RewarmOptions
 from warmers.traffic.profile import TrafficProfile
@@ -135,7 +134,7 @@ def test_rewarm__waits_for_the_invalidation_and_renews_nothing_before_it(
     floor and be deleted as stale: the batch fails retriably (read again), sending nothing."""
     _, s = learned
     handler = RewarmHandler(
-        build_runner(s, progress=False), RewarmOptions(budget=Budget(requests=5), wait_s=0.3),
+        build_runner(s, progress=False), RewarmOptions(budget_requests=5, wait_s=0.3),
         window=_tomorrow,
     )  # fmt: skip
     served = sim.server.sim.stats.served
