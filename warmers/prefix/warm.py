@@ -78,7 +78,9 @@ class PrefixWarmOptions:
     max_age_s: float = 7 * 86_400.0
     concurrency: int = 4
     timeout_s: float = 30.0
-    deadline_s: float = 300.0
+    # Two minutes, the setting's (prefix_warm_deadline_s): the deploy's pre-warm waits for the
+    # run; this said 300, so a warmer built without settings waited 2.5x as long.
+    deadline_s: float = 120.0
     model: str | None = None  # the served model name to send; None: each prefix's own
     api_key: str | None = None
 
