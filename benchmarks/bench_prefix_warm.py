@@ -256,7 +256,7 @@ def regime(name: str, n: int, store: HotPrefixes, tr: Traffic, args: argparse.Na
     hour = [tr.messages()[1] for _ in range(n)]
     used = {m[0]["content"] for m in hour}
     with sim_backend() as with_url, sim_backend() as without_url:
-        opts = PrefixWarmOptions(with_url, qps=args.warm_qps, top_n=args.top_n)
+        opts = PrefixWarmOptions(backend_url=with_url, qps=args.warm_qps, top_n=args.top_n)
         warm = PrefixWarmer(store, opts).warm(MODEL)  # step 2, on the "with" backend only
         # the warm's own queries are not the hour's: read the counters' start after it
         before = _counts(with_url)
@@ -369,7 +369,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     def warm(model: str, replica: str) -> PrefixWarmReport:
         """The scheduler's warm of one replica (stoker/registry.py), one prompt at a time: two
         at once share the one thread, and neither is held sooner."""
-        opts = PrefixWarmOptions(replica, qps=args.warm_qps, concurrency=1,
+        opts = PrefixWarmOptions(backend_url=replica, qps=args.warm_qps, concurrency=1,
                                  timeout_s=args.real_max_seconds,
                                  deadline_s=args.real_max_seconds)  # fmt: skip
         warms.append(PrefixWarmer(store, opts).warm(model))

@@ -27,7 +27,6 @@ one process); the model runs beside it, one llama-server at a time, behind the l
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -500,7 +499,7 @@ def prefix_warmer(settings: StokerSettings) -> Any:
     cold prefill of a ~700-token prompt on a loaded 2-core box takes 15-60 s, past the
     defaults' 30 s with 4 at a time (docs/demo.md, "The live demo on the real model")."""
     w = build_prefix_warmer(settings)
-    w.options = dataclasses.replace(w.options, concurrency=1, timeout_s=PREFIX_TIMEOUT_S)
+    w.options = w.options.model_copy(update={"concurrency": 1, "timeout_s": PREFIX_TIMEOUT_S})
     return w
 
 

@@ -20,6 +20,7 @@ from audits.options import MonitorOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from warmers.hotset.options import HotSetConfig
+from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
@@ -33,6 +34,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     GatewayOptions,
     MonitorOptions,
     RewarmOptions,
+    PrefixWarmOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -62,6 +64,9 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     # how long a probe point lives, and the re-ask rate's back-off: not tuned per site
     MonitorOptions: frozenset({"probe_ttl_s", "aimd"}),
     RewarmOptions: frozenset({"poll_s"}),  # how often it looks for the invalidation's floor
+    # where and as whom it sends (derived by the shell: the warm backend's URL and model), and
+    # one send's timeout
+    PrefixWarmOptions: frozenset({"backend_url", "model", "api_key", "timeout_s"}),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -32,6 +32,7 @@ from schemas.errors import ConfigError, UsageError
 from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
 from warmers.hotset.options import HotSetConfig
+from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 
 PREFIX: Final = "STOKER_"
@@ -303,23 +304,23 @@ class StokerSettings(BaseSettings):
     # The hottest prefixes sent per run, and their summed tokens at most: more than the
     # backend's KV cache holds would evict the hottest (vLLM logs its "GPU KV cache size").
     # The token budget is what binds; the count only stops a run of many tiny prefixes.
-    prefix_warm_top_n: int = Field(default=200, ge=1, le=10_000)
-    prefix_warm_token_budget: int = Field(default=65_536, ge=1)
+    prefix_warm_top_n: int = option(PrefixWarmOptions, "top_n")
+    prefix_warm_token_budget: int = option(PrefixWarmOptions, "token_budget")
     # ... unless the backend reports its KV cache on /metrics (vLLM's vllm:cache_config_info):
     # then this share of it. Warmed blocks are free blocks vLLM evicts least recently used when
     # a running request needs room, so they never hold one back; the rest is room for the live
     # traffic's own prefixes. 0: always the fixed token budget.
-    prefix_warm_kv_share: float = Field(default=0.8, ge=0.0, le=1.0)
+    prefix_warm_kv_share: float = option(PrefixWarmOptions, "kv_share")
     # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
-    prefix_warm_qps: float = Field(default=2.0, gt=0, le=1_000)
-    prefix_warm_concurrency: int = Field(default=4, ge=1, le=256)
-    prefix_warm_deadline_s: float = Field(default=120.0, gt=0, le=3_600)
+    prefix_warm_qps: float = option(PrefixWarmOptions, "qps")
+    prefix_warm_concurrency: int = option(PrefixWarmOptions, "concurrency")
+    prefix_warm_deadline_s: float = option(PrefixWarmOptions, "deadline_s")
     # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
     # the traffic profile, per model: warmers/prefix/before_peak.py), so what the quiet hours evicted is
     # held when the peak arrives. 0: off.
     prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
     # Prefixes not seen for this long are not warmed (a retired template).
-    prefix_warm_max_age_s: float = Field(default=7 * 86_400.0, gt=0)
+    prefix_warm_max_age_s: float = option(PrefixWarmOptions, "max_age_s")
     # Replicas whose restarts the scheduler's leader watches, per model id (JSON:
     # {"llama-3-8b": ["http://vllm-0:8000", "http://vllm-1:8000"]}): every check it reads each
     # one's /metrics, and warms the model's prefixes on a replica that restarted or is new

@@ -396,15 +396,11 @@ def prefix_warm_options(
         url = url or s.warm_url()
     elif url is None:
         url = s.warm_backend_url or s.gateway_upstream_url
-    return PrefixWarmOptions(
+    return s.options(
+        PrefixWarmOptions,
         backend_url=url,
         qps=qps or s.prefix_warm_qps,
         top_n=top_n or s.prefix_warm_top_n,
-        token_budget=s.prefix_warm_token_budget,
-        kv_share=s.prefix_warm_kv_share,
-        max_age_s=s.prefix_warm_max_age_s,
-        concurrency=s.prefix_warm_concurrency,
-        deadline_s=s.prefix_warm_deadline_s,
         model=s.warm_backend_model,
     )
 

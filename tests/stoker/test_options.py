@@ -12,6 +12,7 @@ from schemas.errors import UsageError
 from stoker.options import OWNER_ONLY, OWNERS, SHELL_ONLY, origins
 from stoker.settings import StokerSettings
 from warmers.hotset.options import HotSetConfig
+from warmers.prefix.warm import PrefixWarmOptions
 
 # Settings not yet pointed at an owner (issue #32 converts them one owner at a time). This set
 # may only shrink: a new setting must get an owner or be SHELL_ONLY, never land here, and a
@@ -31,10 +32,10 @@ NOT_YET_OWNED = frozenset(
         "l1_max_entries", "l1_ttl_s", "llama_ctx", "llama_parallel", "llama_threads",
         "max_wrong_hit_rate",
         "prefix_capacity", "prefix_min_tokens",
-        "prefix_warm_before_peak_s", "prefix_warm_concurrency", "prefix_warm_deadline_s",
-        "prefix_warm_kv_share", "prefix_warm_max_age_s", "prefix_warm_qps",
-        "prefix_warm_replica_check_s", "prefix_warm_replicas", "prefix_warm_token_budget",
-        "prefix_warm_top_n",
+        "prefix_warm_before_peak_s",
+
+        "prefix_warm_replica_check_s", "prefix_warm_replicas",
+
         "scheduler_lock_ttl_s", "semantic_answer_checks",
         "semantic_cold_start", "sweep_interval_s", "traffic_hour_capacity",
         "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
@@ -47,7 +48,10 @@ NOT_YET_OWNED = frozenset(
 )  # fmt: skip
 
 # Owner fields without a default: what options() must be given.
-REQUIRED: dict[type, dict[str, object]] = {GatewayOptions: {"upstream_url": "http://up"}}
+REQUIRED: dict[type, dict[str, object]] = {
+    GatewayOptions: {"upstream_url": "http://up"},
+    PrefixWarmOptions: {"backend_url": None},
+}
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def test_replicas__a_restarted_and_a_new_replica_are_warmed_a_busy_one_is_not(
 
     def warm(model: str, url: str) -> object:
         sent.append((model, url))
-        return PrefixWarmer(store, PrefixWarmOptions(url, qps=50)).warm(model)
+        return PrefixWarmer(store, PrefixWarmOptions(backend_url=url, qps=50)).warm(model)
 
     with SimulatorThread(SIM) as old, SimulatorThread(SIM) as new:
         _live_gpu_ms(old, 7)  # old has served traffic; new has prefilled nothing
@@ -162,7 +162,9 @@ def _warmer(r: redis.Redis, sent: list[str]) -> Callable[[str, str], object]:
 
     def warm(model: str, replica: str) -> object:
         sent.append(replica)
-        return PrefixWarmer(store, PrefixWarmOptions(replica, timeout_s=120)).warm(model)
+        return PrefixWarmer(store, PrefixWarmOptions(backend_url=replica, timeout_s=120)).warm(
+            model
+        )
 
     return warm
 

@@ -60,7 +60,7 @@ def test_peak_prefix_warm__sends_the_hot_prefixes_in_the_lead_before_the_peak_on
     store.add("acme", "m", [(Prefix("sim-model", (("system", system),), 64), 10)], now=time.time())
     now = [LATER.replace(hour=12)]
     with SimulatorThread() as sim:
-        warmer = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=50))
+        warmer = PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url, qps=50))
         job = PeakPrefixWarm(profile, warmer.warm, lead_s=1800, clock=lambda: now[0])
         assert job() == []  # 2 h before Monday's 14:00 peak
         now[0] = LATER.replace(hour=13, minute=40)

@@ -90,7 +90,7 @@ def test_prefix_warmer__after_a_restart_live_requests_skip_the_held_prefill(
     store = _store(redis_client, 1, 2)
     with SimulatorThread(SIM) as sim:
         sim.restart()  # a deploy: new weights, nothing held
-        warmer = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=50))
+        warmer = PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url, qps=50))
         report = warmer.warm("llama")
         assert (report.planned, report.sent, report.warmed, report.failed) == (2, 2, 2, 0)
         assert report.tokens == 600
@@ -107,21 +107,25 @@ def test_prefix_warmer__rate_is_capped_and_the_deadline_holds(redis_client: redi
     store = _store(redis_client, *range(6))
     with SimulatorThread(SIM) as sim:
         t0 = time.monotonic()
-        report = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=5)).warm("llama")
+        report = PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url, qps=5)).warm("llama")
         took = time.monotonic() - t0
         assert report.warmed == 6 and took >= 5 / 5 * 0.9  # one now, then one every 0.2 s
-        late = PrefixWarmer(store, PrefixWarmOptions(sim.url, qps=1, deadline_s=1.5)).warm("llama")
+        late = PrefixWarmer(
+            store, PrefixWarmOptions(backend_url=sim.url, qps=1, deadline_s=1.5)
+        ).warm("llama")
     assert late.sent < 6 and late.left_by_deadline == 6 - late.sent
     assert late.seconds < 3
 
 
 def test_prefix_warmer__plan_keeps_the_token_budget_and_top_n(redis_client: redis.Redis) -> None:
     store = _store(redis_client, *range(5))
-    plan = PrefixWarmer(store, PrefixWarmOptions("http://x", token_budget=700)).plan("llama")
+    plan = PrefixWarmer(store, PrefixWarmOptions(backend_url="http://x", token_budget=700)).plan(
+        "llama"
+    )
     assert [h.prefix.messages[0][1] for h in plan] == [system(0), system(1)]  # 600 of 700
-    plan = PrefixWarmer(store, PrefixWarmOptions("http://x", top_n=3)).plan("llama")
+    plan = PrefixWarmer(store, PrefixWarmOptions(backend_url="http://x", top_n=3)).plan("llama")
     assert len(plan) == 3
-    old = PrefixWarmer(store, PrefixWarmOptions("http://x", max_age_s=60))
+    old = PrefixWarmer(store, PrefixWarmOptions(backend_url="http://x", max_age_s=60))
     assert old.plan("llama", now=time.time() + 3600) == []
 
 
@@ -141,7 +145,7 @@ def test_prefix_warmer__sized_to_the_kv_cache_the_backend_reports(
     store = _store(redis_client, *range(5))
     sim_cfg = replace(SIM, prefix_cache_tokens=cache_tokens)
     with SimulatorThread(sim_cfg) as sim:
-        opts = PrefixWarmOptions(sim.url, qps=50, kv_share=kv_share)
+        opts = PrefixWarmOptions(backend_url=sim.url, qps=50, kv_share=kv_share)
         report = PrefixWarmer(store, opts).warm("llama")
         assert sim.stats().served == warmed
     assert (report.warmed, report.budget_from) == (warmed, source)
@@ -151,7 +155,9 @@ def test_prefix_warmer__a_backend_that_is_down_fails_the_warms_not_the_run(
     redis_client: redis.Redis,
 ) -> None:
     store = _store(redis_client, 1)
-    report = PrefixWarmer(store, PrefixWarmOptions("http://127.0.0.1:1", qps=50)).warm("llama")
+    report = PrefixWarmer(store, PrefixWarmOptions(backend_url="http://127.0.0.1:1", qps=50)).warm(
+        "llama"
+    )
     assert (report.warmed, report.failed) == (0, 1) and "ConnectError" in report.errors[0]
 
 
@@ -164,7 +170,7 @@ def test_prefix_warmer__bad_options_are_refused() -> None:
         {"kv_share": 1.5},
     ):
         with pytest.raises(ValueError):
-            PrefixWarmOptions("http://x", **bad)  # type: ignore[arg-type]
+            PrefixWarmOptions(backend_url="http://x", **bad)  # type: ignore[arg-type]
 
 
 def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
@@ -172,7 +178,9 @@ def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
 ) -> None:
     store = _store(redis_client, 1)
     with SimulatorThread(SIM) as sim:
-        pre = PrefixWarmingPrewarmer(NoPrewarmer(), PrefixWarmer(store, PrefixWarmOptions(sim.url)))
+        pre = PrefixWarmingPrewarmer(
+            NoPrewarmer(), PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url))
+        )
         res = pre.prewarm("llama", "v2", "v1", None)
         assert _live_gpu_ms(sim, 1) < 2.0 * 20
     assert res.ok and res.warmed == 0
@@ -284,7 +292,9 @@ def test_prefix_warmer__a_refused_connection_stops_the_run_naming_the_url(
     listened on; the first refusal now ends the run, and the report says where."""
     url = f"http://127.0.0.1:{free_port()}/v1"
     store = _store(redis_client, *range(6))
-    report = PrefixWarmer(store, PrefixWarmOptions(url, qps=2, concurrency=1)).warm("llama")
+    report = PrefixWarmer(store, PrefixWarmOptions(backend_url=url, qps=2, concurrency=1)).warm(
+        "llama"
+    )
     assert (report.planned, report.sent, report.warmed, report.left_by_deadline) == (6, 1, 0, 0)
     assert report.unreachable.startswith(f"cannot connect to {url}: ConnectError")
     assert report.unreachable in str(report)
@@ -296,6 +306,8 @@ def test_prefix_warmer__reaches_the_backend_and_its_metrics_at_every_form_of_its
 ) -> None:
     store = _store(redis_client, *range(5))
     with SimulatorThread(replace(SIM, prefix_cache_tokens=1_000)) as sim:
-        report = PrefixWarmer(store, PrefixWarmOptions(sim.url + suffix, qps=50)).warm("llama")
+        report = PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url + suffix, qps=50)).warm(
+            "llama"
+        )
     assert report.warmed == 2  # sized by the KV cache read from <root>/metrics, not /v1/metrics
     assert report.budget_from == "0.8 of the backend's 992-token KV cache"

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from backends.base import GenerationRequest
 from backends.client import OpenAIBackend, RetryPolicy, Timeouts
 from backends.engine import EngineReader
@@ -68,29 +70,25 @@ def warm_request(h: HotPrefix, model: str | None = None) -> GenerationRequest:
     )
 
 
-@dataclass(frozen=True)
-class PrefixWarmOptions:
+class PrefixWarmOptions(BaseModel):
+    """The owner of the prefix_warm_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     backend_url: str | None  # None: plans only (a dry run), on the fixed token budget
-    qps: float = 2.0
-    top_n: int = 200
-    token_budget: int = 65_536  # when the backend does not report its KV cache
-    kv_share: float = 0.8  # of the KV cache the backend reports; 0: always token_budget
-    max_age_s: float = 7 * 86_400.0
-    concurrency: int = 4
-    timeout_s: float = 30.0
-    # Two minutes, the setting's (prefix_warm_deadline_s): the deploy's pre-warm waits for the
-    # run; this said 300, so a warmer built without settings waited 2.5x as long.
-    deadline_s: float = 120.0
+    qps: float = Field(default=2.0, gt=0, le=1_000)
+    top_n: int = Field(default=200, ge=1, le=10_000)
+    # when the backend does not report its KV cache
+    token_budget: int = Field(default=65_536, ge=1)
+    # of the KV cache the backend reports; 0: always token_budget
+    kv_share: float = Field(default=0.8, ge=0.0, le=1.0)
+    max_age_s: float = Field(default=7 * 86_400.0, gt=0)
+    concurrency: int = Field(default=4, ge=1, le=256)
+    timeout_s: float = Field(default=30.0, gt=0)
+    # Two minutes: the deploy's pre-warm waits for the run.
+    deadline_s: float = Field(default=120.0, gt=0, le=3_600)
     model: str | None = None  # the served model name to send; None: each prefix's own
     api_key: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.qps <= 0 or self.top_n < 1 or self.token_budget < 1 or self.concurrency < 1:
-            raise ValueError("need qps > 0, top_n >= 1, token_budget >= 1, concurrency >= 1")
-        if self.timeout_s <= 0 or self.deadline_s <= 0 or self.max_age_s <= 0:
-            raise ValueError("timeouts and max_age_s must be > 0")
-        if not 0.0 <= self.kv_share <= 1.0:
-            raise ValueError("kv_share must lie in [0, 1]")
 
 
 @dataclass
