@@ -240,14 +240,16 @@ def main() -> None:
                 profile,
                 vectors,
                 policy=CachePolicy(),
-                config=HotSetConfig(cluster_threshold=thr, min_value_ms=None, matcher="static"),
+                config=HotSetConfig(
+                    cluster_threshold=thr, min_value_ms=None, matcher="static", value_model="hits"
+                ),
             )
             for k in (int(x) for x in args.ks.split(",")):
                 t0 = time.perf_counter()
                 if suffix == "_t092":
                     vsel = HotSetSelector(
                         profile, vectors, policy=CachePolicy(),
-                        config=HotSetConfig(matcher="verified", min_value_ms=None),
+                        config=HotSetConfig(matcher="verified", min_value_ms=None, value_model="hits"),
                     )  # fmt: skip
                     f = run_served(sel, df, k, scorer, verified, vsel)
                     emb.save()

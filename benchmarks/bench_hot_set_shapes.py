@@ -83,7 +83,7 @@ def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
             profile,
             TextVectors(emb),
             policy=CachePolicy(),
-            config=HotSetConfig(min_value_ms=None, matcher="static"),
+            config=HotSetConfig(min_value_ms=None, matcher="static", value_model="hits"),
         )
         done = 0
         for start in WINDOWS:

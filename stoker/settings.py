@@ -262,7 +262,7 @@ class StokerSettings(BaseSettings):
     # What a warm is worth (warmers/hotset/value.py): "prevented", the one miss it saves before live
     # traffic would fill the entry, each GPU-ms priced by the forecast load; "hits", every
     # expected hit x its miss cost. The deploy pre-warm always plans by hits (its bar counts them).
-    warm_value_model: Literal["prevented", "hits"] = "prevented"
+    warm_value_model: Literal["prevented", "hits"] = option(HotSetConfig, "value_model")
     # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
     warm_idle_price: float = option(HotSetConfig, "idle_price")
     # Read the backend's engine on <warm backend>/metrics (backends/engine.py: vLLM's requests

@@ -359,7 +359,7 @@ def warm_config(s: StokerSettings, backend_url: str | None, qps: float | None = 
 def hot_set_config(s: StokerSettings) -> HotSetConfig:
     """The planner's options; its value model is the settings' (the deploy pre-warm overrides
     it per plan: warmers/prewarm.py)."""
-    return s.options(HotSetConfig, value_model=s.warm_value_model)
+    return s.options(HotSetConfig)
 
 
 def default_budget(s: StokerSettings) -> Budget:

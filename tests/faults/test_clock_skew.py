@@ -108,7 +108,9 @@ def test_profile__retention_follows_the_clock_not_the_newest_event(
     # and the scheduler's plan for the hour ahead warms the real queries
     window = Window(now.replace(hour=10), now.replace(hour=11))
     sel = HotSetSelector(
-        profile, WordsEmbedder(), config=HotSetConfig(cluster_threshold=0.99, matcher="static")
+        profile,
+        WordsEmbedder(),
+        config=HotSetConfig(cluster_threshold=0.99, matcher="static", value_model="hits"),
     )
     plan = sel.plan(window, Budget(requests=5))
     assert {i.query for i in plan.items} == {"reset my password", "refund status"}

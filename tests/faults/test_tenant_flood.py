@@ -53,7 +53,9 @@ def _profile_from_kafka(
 
 def _plan(profile: TrafficProfile) -> dict[str, int]:
     sel = HotSetSelector(
-        profile, WordsEmbedder(), config=HotSetConfig(cluster_threshold=0.99, matcher="static")
+        profile,
+        WordsEmbedder(),
+        config=HotSetConfig(cluster_threshold=0.99, matcher="static", value_model="hits"),
     )
     plan = sel.plan(WINDOW, Budget(requests=BUDGET))
     assert len(plan.items) <= BUDGET

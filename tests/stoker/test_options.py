@@ -42,7 +42,7 @@ NOT_YET_OWNED = frozenset(
         "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
         "warm_budget_requests", "warm_interval_s",
         "warm_load_from_metrics", "warm_qps",
-        "warm_value_model", "worker_backoff_base_s", "worker_backoff_max_s",
+        "worker_backoff_base_s", "worker_backoff_max_s",
         "worker_batch_size", "worker_create_topics", "worker_poll_s",
     }
 )  # fmt: skip

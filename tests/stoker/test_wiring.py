@@ -102,7 +102,7 @@ def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_se
 def test_wiring__the_planner_takes_its_value_model_and_prices_from_settings() -> None:
     from stoker.wiring import hot_set_config
 
-    # the settings' model, not HotSetConfig's default ("hits", for the benchmarks)
+    # the settings' model (the owner's default is the same, "prevented")
     assert hot_set_config(StokerSettings(warm_value_model="prevented")).value_model == "prevented"
     s = StokerSettings(
         warm_value_model="hits", warm_idle_price=0.5, warm_latency_weight=3.0,

@@ -61,9 +61,10 @@ def _selector(profile: TrafficProfile, **cfg: object) -> HotSetSelector:
         profile,
         WordsEmbedder(),
         policy=CachePolicy(),
-        # these tests were written for the static matcher's clustering (the owner's default is
-        # the gateways' "verified"); a test of the verified plan passes matcher="verified"
-        config=HotSetConfig(**({"matcher": "static"} | cfg)),  # type: ignore[arg-type]
+        # these tests were written for the static matcher's clustering and count hits (the
+        # owner's defaults are the product's, "verified" and "prevented"); a test of another
+        # matcher or value model passes it
+        config=HotSetConfig(**({"matcher": "static", "value_model": "hits"} | cfg)),  # type: ignore[arg-type]
     )
 
 

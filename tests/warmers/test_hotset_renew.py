@@ -49,7 +49,9 @@ def _plan(r: redis.Redis, template: str, doc: DocRef, **kw: Any) -> Plan:
     profile = TrafficProfile(r)
     fill(profile, [_logged(n, template, doc) for n in range(20)])
     sel = HotSetSelector(
-        profile, WordsEmbedder(), config=HotSetConfig(min_value_ms=None, matcher="static")
+        profile,
+        WordsEmbedder(),
+        config=HotSetConfig(min_value_ms=None, matcher="static", value_model="hits"),
     )
     return sel.plan(NEXT_MONDAY_10, Budget(requests=3), value_model="hits", **kw)
 

@@ -38,7 +38,9 @@ def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(
     cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600))
     # entries live 600 s here: a 60 s bar keeps them fresh for the second run
     selector = HotSetSelector(
-        profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60, matcher="static")
+        profile,
+        WordsEmbedder(),
+        config=HotSetConfig(min_ttl_left_s=60, matcher="static", value_model="hits"),
     )
 
     def backend() -> Backend:
@@ -80,7 +82,9 @@ def bar_prewarmer(
         fill(profile, _week("acme", HOT, {}))
     cache = CacheClient(redis_client, policy=CachePolicy(exact_ttl_s=600))
     selector = HotSetSelector(
-        profile, WordsEmbedder(), config=HotSetConfig(min_ttl_left_s=60, matcher="static")
+        profile,
+        WordsEmbedder(),
+        config=HotSetConfig(min_ttl_left_s=60, matcher="static", value_model="hits"),
     )
     runner = WarmRunner(
         selector, cache, lambda: OpenAIBackend(url, retry=RetryPolicy(attempts=1)),

@@ -64,10 +64,11 @@ class HotSetConfig(BaseModel):
     cost_prior_misses: float = 10.0
     # Past days count less with age (a day this old counts half); None: every day alike.
     history_half_life_days: float | None = 7.0
-    # What a warm is worth (step 4). "hits": every expected hit x its miss cost, what the
-    # coverage benchmarks measure and the deploy pre-warm (sized to a hit bar) plans by;
-    # "prevented": the one miss it prevents, priced by load (value.py), for a live cache.
-    value_model: ValueModel = "hits"
+    # What a warm is worth (step 4). "prevented": the one miss it prevents, priced by load
+    # (value.py), for a live cache, the scheduler's (STOKER_WARM_VALUE_MODEL); "hits": every
+    # expected hit x its miss cost, what the coverage benchmarks measure and the deploy
+    # pre-warm (sized to a hit bar) plans by, passing it per plan.
+    value_model: ValueModel = "prevented"
     # "prevented": a GPU-ms at idle, as a share of one at peak load
     idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
     # "prevented": GPU-ms per ms of first-request latency saved
