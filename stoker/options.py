@@ -22,6 +22,7 @@ from gateway.options import GatewayOptions
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
+from warmers.scheduler import SchedulerConfig
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
 # that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
@@ -35,6 +36,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     MonitorOptions,
     RewarmOptions,
     PrefixWarmOptions,
+    SchedulerConfig,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -65,6 +67,8 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     # where and as whom it sends (derived by the shell: the warm backend's URL and model), and
     # one send's timeout
     PrefixWarmOptions: frozenset({"backend_url", "model", "api_key", "timeout_s"}),
+    # how often it looks for a near peak, and the lock's renewal (a third of its TTL)
+    SchedulerConfig: frozenset({"prefix_check_s", "renew_s"}),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -140,12 +140,7 @@ def scheduler_service(s: StokerSettings) -> Service:
         if runner.cache.semantic is not None:
             runner.cache.semantic.sweep_expired(time.time())
 
-    cfg = SchedulerConfig(
-        warm_interval_s=s.warm_interval_s,
-        sweep_interval_s=s.sweep_interval_s,
-        lock_ttl_s=s.scheduler_lock_ttl_s,
-        replica_check_s=s.prefix_warm_replica_check_s,
-    )
+    cfg = s.options(SchedulerConfig)
     prefixes = None
     if s.prefix_warm_before_peak_s > 0:
         from warmers.prefix.before_peak import PeakPrefixWarm

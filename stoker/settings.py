@@ -34,6 +34,7 @@ from stoker.options import option, origins
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
+from warmers.scheduler import SchedulerConfig
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -284,10 +285,10 @@ class StokerSettings(BaseSettings):
     # the deploy pre-warm plans), or "prevented" (as the scheduler; see warm_value_model).
     rewarm_value_model: Literal["prevented", "hits"] = option(RewarmOptions, "value_model")
     # Scheduler: warm the next hour this often; sweep expired semantic points this often.
-    warm_interval_s: float = Field(default=900.0, gt=0)
-    sweep_interval_s: float = Field(default=600.0, gt=0)
+    warm_interval_s: float = option(SchedulerConfig, "warm_interval_s")
+    sweep_interval_s: float = option(SchedulerConfig, "sweep_interval_s")
     # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
-    scheduler_lock_ttl_s: float = Field(default=30.0, gt=0)
+    scheduler_lock_ttl_s: float = option(SchedulerConfig, "lock_ttl_s")
 
     # -- KV prefix warming (warmers/prefix/hot.py, warmers/prefix/warm.py) --
     # The prefixes worker counts, per tenant and model, the system prompts of requests that
@@ -326,7 +327,7 @@ class StokerSettings(BaseSettings):
     # one's /metrics, and warms the model's prefixes on a replica that restarted or is new
     # (warmers/prefix/after_restart.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
     prefix_warm_replicas: dict[str, list[str]] = Field(default_factory=dict)
-    prefix_warm_replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
+    prefix_warm_replica_check_s: float = option(SchedulerConfig, "replica_check_s")
 
     @field_validator("prefix_warm_replicas")
     @classmethod

@@ -21,12 +21,12 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from apscheduler.schedulers.background import BackgroundScheduler
+from pydantic import BaseModel, ConfigDict, Field
 
 from caches.boundary import redis_boundary
 from caches.keys import SCHEDULER_LOCK_KEY
@@ -80,15 +80,22 @@ class LeaderLock:
         return None if v is None else (v.decode() if isinstance(v, bytes) else str(v))
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    warm_interval_s: float = 900.0  # four plans per hour: the next hour is warmed ~4 times,
-    # each later run skipping what the earlier ones cached (so it costs little)
-    sweep_interval_s: float = 600.0
-    prefix_check_s: float = 300.0  # is a peak near? (a prefix warm's lead is longer than this)
-    replica_check_s: float = 30.0  # has a watched replica restarted?
-    lock_ttl_s: float = 30.0
-    renew_s: float | None = None  # default: a third of the TTL, so two renewals may fail in a row
+class SchedulerConfig(BaseModel):
+    """The owner of the schedule's settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # four plans per hour: the next hour is warmed ~4 times, each later run skipping what the
+    # earlier ones cached (so it costs little)
+    warm_interval_s: float = Field(default=900.0, gt=0)
+    sweep_interval_s: float = Field(default=600.0, gt=0)
+    # is a peak near? (a prefix warm's lead is longer than this)
+    prefix_check_s: float = Field(default=300.0, gt=0)
+    # has a watched replica restarted?
+    replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
+    lock_ttl_s: float = Field(default=30.0, gt=0)
+    # default: a third of the TTL, so two renewals may fail in a row
+    renew_s: float | None = Field(default=None, gt=0)
 
     @property
     def renew_every_s(self) -> float:

@@ -34,13 +34,13 @@ NOT_YET_OWNED = frozenset(
         "prefix_capacity", "prefix_min_tokens",
         "prefix_warm_before_peak_s",
 
-        "prefix_warm_replica_check_s", "prefix_warm_replicas",
+        "prefix_warm_replicas",
 
-        "scheduler_lock_ttl_s", "semantic_answer_checks",
-        "semantic_cold_start", "sweep_interval_s", "traffic_hour_capacity",
+        "semantic_answer_checks",
+        "semantic_cold_start", "traffic_hour_capacity",
         "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
         "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
-        "warm_budget_requests", "warm_interval_s",
+        "warm_budget_requests",
         "warm_load_from_metrics", "warm_qps",
         "worker_backoff_base_s", "worker_backoff_max_s",
         "worker_batch_size", "worker_create_topics", "worker_poll_s",
