@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field
 
 from invalidators.purge import PurgeOptions, PurgeSpec
 from schemas.events import ModelDeployed
@@ -74,16 +75,20 @@ class NoPrewarmer:
         return PrewarmOutcome(skipped=True, detail="skipped: no warmer configured")
 
 
-@dataclass(frozen=True)
-class CutoverOptions:
-    grace_s: int = 86_400  # default grace window; ModelDeployed.grace_s overrides it
-    purge: PurgeOptions = field(default_factory=PurgeOptions)
+class CutoverOptions(BaseModel):
+    """The owner of deploy_grace_s's default and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # default grace window; ModelDeployed.grace_s overrides it
+    grace_s: int = Field(default=86_400, ge=0)
+    purge: PurgeOptions = Field(default_factory=PurgeOptions)
     # Retriable failures of one job before it is failed; back-off doubles from retry_s.
-    max_attempts: int = 5
-    retry_s: float = 2.0
+    max_attempts: int = Field(default=5, ge=1)
+    retry_s: float = Field(default=2.0, gt=0)
     # At most one progress JobStatus per this many seconds during the purge: a 1M-key purge
     # has 1,000 batches, and stoker.status is for people and CI, not a metrics stream.
-    status_every_s: float = 0.5
+    status_every_s: float = Field(default=0.5, ge=0)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
+from pydantic import BaseModel, ConfigDict, Field
 
 from backends.pacing import TokenBucket
 from caches import keys as K
@@ -71,18 +72,15 @@ class PurgeSpec:
         return must
 
 
-@dataclass(frozen=True)
-class PurgeOptions:
-    rate: float | None = None  # keys/s; None = as fast as Redis takes it
-    batch: int = DEFAULT_BATCH
-    delay_s: float = 0.0  # extra pause after each batch, on top of the rate
-    dry_run: bool = False
+class PurgeOptions(BaseModel):
+    """The owner of the deploy_purge_* settings' defaults and bounds (stoker/options.py)."""
 
-    def __post_init__(self) -> None:
-        if self.batch < 1:
-            raise ValueError(f"batch must be >= 1, got {self.batch}")
-        if self.delay_s < 0:
-            raise ValueError(f"delay_s must be >= 0, got {self.delay_s}")
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rate: float | None = Field(default=None, gt=0)  # keys/s; None = as fast as Redis takes it
+    batch: int = Field(default=DEFAULT_BATCH, ge=1)
+    delay_s: float = Field(default=0.0, ge=0)  # extra pause after each batch, on top of the rate
+    dry_run: bool = False
 
 
 @dataclass

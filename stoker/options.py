@@ -19,6 +19,8 @@ from pydantic.fields import FieldInfo
 from audits.options import MonitorOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
+from invalidators.deployjob import CutoverOptions
+from invalidators.purge import PurgeOptions
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
@@ -37,6 +39,8 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     RewarmOptions,
     PrefixWarmOptions,
     SchedulerConfig,
+    PurgeOptions,
+    CutoverOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -69,6 +73,9 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     PrefixWarmOptions: frozenset({"backend_url", "model", "api_key", "timeout_s"}),
     # how often it looks for a near peak, and the lock's renewal (a third of its TTL)
     SchedulerConfig: frozenset({"prefix_check_s", "renew_s"}),
+    PurgeOptions: frozenset({"delay_s", "dry_run"}),  # `stoker purge`'s flags
+    # the purge is its own owner's; the retries and the progress pace are not tuned per site
+    CutoverOptions: frozenset({"purge", "max_attempts", "retry_s", "status_every_s"}),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

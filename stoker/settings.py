@@ -26,6 +26,8 @@ from caches.constants import DEFAULT_BUDGET_WINDOW_S
 from caches.matching.answers import DEFAULT_ANSWER_BAR
 from caches.policy import CachePolicy, Thresholds
 from gateway.options import GatewayOptions
+from invalidators.deployjob import CutoverOptions
+from invalidators.purge import PurgeOptions
 from schemas.baseurl import BaseURL
 from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
@@ -219,11 +221,11 @@ class StokerSettings(BaseSettings):
     # -- deploy cutover (invalidators/cutover.py) --
     # How long the previous version's namespace is kept after the new one is READY, so a rollback
     # finds a warm cache; ModelDeployed.grace_s overrides it per deploy (0 = purge at once).
-    deploy_grace_s: int = Field(default=86_400, ge=0)
+    deploy_grace_s: int = option(CutoverOptions, "grace_s")
     # The old version's purge pace, keys/s (None = as fast as Redis takes it; the field report's
     # hand flush ran at 30k keys/s) and keys per UNLINK batch.
-    deploy_purge_rate: float | None = Field(default=None, gt=0)
-    deploy_purge_batch: int = Field(default=1_000, ge=1)
+    deploy_purge_rate: float | None = option(PurgeOptions, "rate")
+    deploy_purge_batch: int = option(PurgeOptions, "batch")
     # The pre-warm (warmers/prewarm.py) plans the hour under way and the next hours, this many
     # in all: the first hours after cutover, the ones that would start cold.
     deploy_prewarm_hours: int = Field(default=3, ge=1, le=24)

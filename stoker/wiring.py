@@ -420,8 +420,7 @@ def build_deploy_prewarmer(s: StokerSettings) -> Prewarmer:
 
 
 def cutover_options(s: StokerSettings) -> CutoverOptions:
-    purge = PurgeOptions(rate=s.deploy_purge_rate, batch=s.deploy_purge_batch)
-    return CutoverOptions(grace_s=s.deploy_grace_s, purge=purge)
+    return s.options(CutoverOptions, purge=s.options(PurgeOptions))
 
 
 # -- the gateway --

@@ -20,8 +20,8 @@ from warmers.prefix.warm import PrefixWarmOptions
 NOT_YET_OWNED = frozenset(
     {
         "analyze_embed_budget", "answer_bar", "budget_refresh_s", "budget_shadow_share",
-        "budget_window_s", "deploy_grace_s", "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
-        "deploy_prewarm_min_share", "deploy_purge_batch", "deploy_purge_rate",
+        "budget_window_s", "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
+        "deploy_prewarm_min_share",
         "dlq_max_record_bytes", "embedder_batch_max_texts", "embedder_batch_wait_ms",
         "embedder_engine", "embedder_model", "embedder_threads",
 
