@@ -89,7 +89,9 @@ def run_rate(
     inv = Invalidator(cache.redis, cache.semantic)
     handler = TimedHandler(inv)
     boot = stack.kafka_bootstrap
-    cfg = WorkerConfig(boot, f"g{prefix}", embedded=True, topic_prefix=prefix, poll_s=poll_s)
+    cfg = WorkerConfig(
+        bootstrap=boot, group_id=f"g{prefix}", embedded=True, topic_prefix=prefix, poll_s=poll_s
+    )
     worker = Worker(handler, cfg)
     thread = threading.Thread(target=worker.run_until, args=(lambda s: s.events >= n + 1, 120))
     producer = Producer(producer_config(boot, embedded=True, **{"linger.ms": 0}))

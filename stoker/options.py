@@ -21,6 +21,7 @@ from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
+from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
@@ -41,6 +42,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     SchedulerConfig,
     PurgeOptions,
     CutoverOptions,
+    WorkerConfig,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -76,6 +78,9 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     PurgeOptions: frozenset({"delay_s", "dry_run"}),  # `stoker purge`'s flags
     # the purge is its own owner's; the retries and the progress pace are not tuned per site
     CutoverOptions: frozenset({"purge", "max_attempts", "retry_s", "status_every_s"}),
+    # derived by the shell: the broker, the group, the prefix, and the batch size (the setting
+    # worker_batch_size, else the handler's own)
+    WorkerConfig: frozenset({"bootstrap", "group_id", "embedded", "topic_prefix", "batch_size"}),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -33,6 +33,7 @@ from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
 from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
+from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
@@ -193,16 +194,16 @@ class StokerSettings(BaseSettings):
     # size, bounds the wait.
     worker_batch_size: int | None = Field(default=None, ge=1, le=100_000)
     # How long consume() waits for a batch to fill; also how fast stop() is noticed.
-    worker_poll_s: float = Field(default=0.25, gt=0, le=5)
+    worker_poll_s: float = option(WorkerConfig, "poll_s")
     # Outage back-off: doubles from base to max, re-reading the same offsets every time.
-    worker_backoff_base_s: float = Field(default=0.1, gt=0)
-    worker_backoff_max_s: float = Field(default=10.0, gt=0)
+    worker_backoff_base_s: float = option(WorkerConfig, "backoff_base_s")
+    worker_backoff_max_s: float = option(WorkerConfig, "backoff_max_s")
     # Create the worker's topics at start; turn off where ACLs forbid CreateTopics.
-    worker_create_topics: bool = True
+    worker_create_topics: bool = option(WorkerConfig, "create_topics")
     # The largest dead letter copied whole into stoker.dlq; a bigger one is truncated (64 KiB
     # of its value, with its size and sha256 in headers). The default fits Kafka's default
     # max.message.bytes (1,048,588); set it under your DLQ topic's limit if that is lower.
-    dlq_max_record_bytes: int = Field(default=1_000_000, ge=131_072, le=100_000_000)
+    dlq_max_record_bytes: int = option(WorkerConfig, "dlq_max_record_bytes")
     # Weeks of traffic the profile keeps (its keys expire after that).
     traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
     # The event times the traffic worker learns from, around its clock (warmers/traffic/event_time.py):

@@ -261,17 +261,13 @@ def worker_config(s: StokerSettings, handler: Handler, group: str | None = None)
     and its batch size (the setting, else the handler's own default)."""
     if not s.kafka_bootstrap:
         raise ConfigError("kafka_bootstrap is not set (STOKER_KAFKA_BOOTSTRAP)")
-    return WorkerConfig(
+    return s.options(
+        WorkerConfig,
         bootstrap=s.kafka_bootstrap,
         group_id=group or default_group_id(handler.name, s.topic_prefix),
         embedded=s.kafka_broker == "tansu",
         topic_prefix=s.topic_prefix,
         batch_size=s.worker_batch_size or handler.batch_size,
-        poll_s=s.worker_poll_s,
-        backoff_base_s=s.worker_backoff_base_s,
-        backoff_max_s=s.worker_backoff_max_s,
-        create_topics=s.worker_create_topics,
-        dlq_max_record_bytes=s.dlq_max_record_bytes,
     )
 
 

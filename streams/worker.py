@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import BrokerUnavailable, RetriableError
 from streams.base import Decoded, Handler, Poison
@@ -69,21 +70,25 @@ class WorkerStats:
     assigned: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
-    """Everything the loop needs besides the handler (the shell builds it from settings)."""
+class WorkerConfig(BaseModel):
+    """Everything the loop needs besides the handler (the shell builds it from settings), and
+    the owner of the worker_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap: str
     group_id: str
     embedded: bool = False
     topic_prefix: str = ""
-    batch_size: int = 20_000
-    poll_s: float = 0.25
-    backoff_base_s: float = 0.1
-    backoff_max_s: float = 10.0
+    batch_size: int = Field(default=20_000, ge=1, le=100_000)
+    # how long consume() waits for a batch to fill; also how fast stop() is noticed
+    poll_s: float = Field(default=0.25, gt=0, le=5)
+    backoff_base_s: float = Field(default=0.1, gt=0)
+    backoff_max_s: float = Field(default=10.0, gt=0)
     create_topics: bool = True
     # The largest dead letter copied whole; a bigger one is truncated (streams/deadletter.py).
-    dlq_max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    # At least 128 KiB: a truncated copy keeps 64 KiB of the value and its headers.
+    dlq_max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, ge=131_072, le=100_000_000)
 
 
 def default_group_id(handler_name: str, topic_prefix: str = "") -> str:

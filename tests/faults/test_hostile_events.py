@@ -46,7 +46,9 @@ def test_traffic_worker__out_of_range_fields_and_blank_tenants_are_poison_not_fa
            enumerate(HOSTILE.items())]  # fmt: skip
     good = [encode(request(100 + i)) for i in range(5)]
     produce_raw(kafka_bootstrap, topic, [(v, None) for v in [good[0], *bad, *good[1:]]])
-    cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
+    cfg = WorkerConfig(
+        bootstrap=kafka_bootstrap, group_id=f"g{unique}", embedded=True, topic_prefix=prefix
+    )
     run_worker(TrafficHandler(TrafficProfile(redis_client)), cfg, done_after(len(good), len(bad)))
     got = {orjson.loads(m.value())["request_id"]: headers(m)["dlq.reason"]
            for m in dead_letters(kafka_bootstrap, dlq, len(bad))}  # fmt: skip

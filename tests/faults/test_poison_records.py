@@ -68,7 +68,11 @@ def test_worker__poison_of_every_size_up_to_10mb_is_dead_lettered_and_committed(
         TrafficHandler(TrafficProfile(redis_client)) if kind == "traffic" else Recorder()
     )
     cfg = WorkerConfig(
-        kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix, batch_size=3
+        bootstrap=kafka_bootstrap,
+        group_id=f"g{unique}",
+        embedded=True,
+        topic_prefix=prefix,
+        batch_size=3,
     )  # fmt: skip  (several batches: poison in each)
     worker = run_worker(handler, cfg, done_after(events=2, dlq=len(SIZES)))
 
@@ -109,7 +113,9 @@ def test_worker__oversized_headers_are_left_out_of_the_dead_letter(
     fat = [("trace", os.urandom(750_000)), ("baggage", os.urandom(750_000))]
     produce_raw(kafka_bootstrap, topic, [(b"{nope", fat), (encode(request(7)), [("ok", b"1")])])
     recorder = Recorder()
-    cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
+    cfg = WorkerConfig(
+        bootstrap=kafka_bootstrap, group_id=f"g{unique}", embedded=True, topic_prefix=prefix
+    )
     run_worker(recorder, cfg, done_after(events=1, dlq=1))
     [letter] = dead_letters(kafka_bootstrap, dlq, 1)
     h = headers(letter)

@@ -46,7 +46,9 @@ def _profile_from_kafka(
     topic = f"{prefix}inference.requests"
     ensure_topics(kafka_bootstrap, {topic: 1})
     produce_raw(kafka_bootstrap, topic, [(encode(e), None) for e in events])
-    cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
+    cfg = WorkerConfig(
+        bootstrap=kafka_bootstrap, group_id=f"g{unique}", embedded=True, topic_prefix=prefix
+    )
     run_worker(TrafficHandler(TrafficProfile(r)), cfg, done_after(len(events), 0))
     return TrafficProfile(r)
 

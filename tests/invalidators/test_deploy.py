@@ -263,7 +263,10 @@ class RunningWorker:
 
     def __init__(self, s: StokerSettings, handler: DeployHandler, group: str) -> None:
         cfg = WorkerConfig(
-            s.kafka_bootstrap or "", group, embedded=True, topic_prefix=s.topic_prefix
+            bootstrap=s.kafka_bootstrap or "",
+            group_id=group,
+            embedded=True,
+            topic_prefix=s.topic_prefix,
         )
         self.worker = Worker(handler, cfg)
         self.thread = threading.Thread(target=self.worker.run, name="test-deploy-worker")

@@ -51,7 +51,9 @@ def test_invalidation_handler__applies_events_and_dead_letters_what_it_cannot(
 
     inv = Invalidator(client.redis, client.semantic)
     handler = InvalidationHandler(inv, close_clients=False)
-    cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
+    cfg = WorkerConfig(
+        bootstrap=kafka_bootstrap, group_id=f"g{unique}", embedded=True, topic_prefix=prefix
+    )
     worker = Worker(handler, cfg)
     done = worker.run_until(lambda s: s.events + s.dlq >= 5, timeout_s=60)
 

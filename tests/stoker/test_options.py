@@ -11,6 +11,7 @@ from gateway.options import GatewayOptions
 from schemas.errors import UsageError
 from stoker.options import OWNER_ONLY, OWNERS, SHELL_ONLY, origins
 from stoker.settings import StokerSettings
+from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 
@@ -22,7 +23,7 @@ NOT_YET_OWNED = frozenset(
         "analyze_embed_budget", "answer_bar", "budget_refresh_s", "budget_shadow_share",
         "budget_window_s", "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
         "deploy_prewarm_min_share",
-        "dlq_max_record_bytes", "embedder_batch_max_texts", "embedder_batch_wait_ms",
+        "embedder_batch_max_texts", "embedder_batch_wait_ms",
         "embedder_engine", "embedder_model", "embedder_threads",
 
 
@@ -42,8 +43,8 @@ NOT_YET_OWNED = frozenset(
         "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
         "warm_budget_requests",
         "warm_load_from_metrics", "warm_qps",
-        "worker_backoff_base_s", "worker_backoff_max_s",
-        "worker_batch_size", "worker_create_topics", "worker_poll_s",
+
+        "worker_batch_size",
     }
 )  # fmt: skip
 
@@ -51,6 +52,7 @@ NOT_YET_OWNED = frozenset(
 REQUIRED: dict[type, dict[str, object]] = {
     GatewayOptions: {"upstream_url": "http://up"},
     PrefixWarmOptions: {"backend_url": None},
+    WorkerConfig: {"bootstrap": "kafka:9092", "group_id": "g"},
 }
 
 

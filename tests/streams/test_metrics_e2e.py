@@ -58,7 +58,9 @@ def test_metrics__traffic_worker_counters_move_on_the_scraped_endpoint(
     values.append(b"{not json")  # poison: dead-lettered, not counted as an outcome
     produce(kafka_bootstrap, topic, values)
 
-    cfg = WorkerConfig(kafka_bootstrap, f"g{unique}", embedded=True, topic_prefix=prefix)
+    cfg = WorkerConfig(
+        bootstrap=kafka_bootstrap, group_id=f"g{unique}", embedded=True, topic_prefix=prefix
+    )
     worker = Worker(TrafficHandler(TrafficProfile(redis_client)), cfg)
     worker.metrics.lag_every_s = 0.0  # refresh lag on every step, not every 5 s
     with serve_metrics(free_port(), "127.0.0.1") as port:
