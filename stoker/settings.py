@@ -88,13 +88,14 @@ class StokerSettings(BaseSettings):
     # an unknown model without loading the model.
     embedder_dim: int | None = Field(default=None, ge=1, le=65_536)
     # The local model's intra-op threads (torch's are process-wide). One: on this loaded 2-core
-    # box a second thread made one prompt 10-25x slower (caches/embedders.py has the figures).
+    # box a second thread made one prompt many times slower (bench_cache_semantic; figures in
+    # docs/benchmarks.md, "The semantic lookup under load").
     embedder_threads: int = Field(default=1, ge=1, le=256)
     # What runs the local model: "onnx" (ONNX Runtime fp32 on an export made once per machine
-    # under model_cache_dir; in the gateway's busy process ~3x faster a prompt than torch, which
-    # hands the GIL to the event loop on every operator) or "torch". ONNX serves only if its
-    # vectors equal torch's at start (within 1e-5; measured 2e-7); otherwise one warning says
-    # why and torch serves.
+    # under model_cache_dir; in the gateway's busy process several times faster a prompt than
+    # torch, which hands the GIL to the event loop on every operator: bench_gateway_semantic,
+    # docs/benchmarks.md) or "torch". ONNX serves only if its vectors equal torch's at start
+    # (within 1e-5; measured 2e-7); otherwise one warning says why and torch serves.
     embedder_engine: Literal["onnx", "torch"] = "onnx"
     # The micro-batcher in front of the embedder: texts per forward pass at most (lookups go
     # before background embeds, and one past its deadline is dropped, not computed).
@@ -419,7 +420,7 @@ class StokerSettings(BaseSettings):
     # A GGUF model of your own, served instead of SmolLM2-135M-Instruct.
     llama_model_path: Path | None = None
     # llama-server's CPU threads: more than one per generating server on a busy 2-core box
-    # decoded ~10x slower (threads spin-wait on each other).
+    # decoded many times slower (threads spin-wait on each other; docs/model-server.md).
     llama_threads: int = Field(default=DEFAULT_SERVE.threads, ge=1, le=256)
     # Requests it decodes at once (slots); they share the context below.
     llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
