@@ -228,6 +228,16 @@ def foresight_bound(base: ServeStats, sc: Scenario) -> dict[str, Any]:
     return out
 
 
+def peak_capture(peak_ratio: float | None, bound: float | None) -> float | None:
+    """The share of the reachable peak reduction warming took: (1 - peak_gpu_ratio) over
+    (1 - the floor a forecast could reach, peak_gpu_ratio_bound_frequent). Negative when warming
+    raised the peak. None when it is undefined: no peak (no baseline GPU, so no ratio), or no
+    reachable reduction (the floor at or above the baseline's peak)."""
+    if peak_ratio is None or bound is None or bound >= 1.0 - 1e-9:
+        return None
+    return round((1.0 - peak_ratio) / (1.0 - bound), 4)
+
+
 def _hit_rate(s: ServeStats, hours: Iterable[int]) -> float:
     rows = [s.hourly[h] for h in hours if h in s.hourly]
     n = sum(r.requests for r in rows)
@@ -310,6 +320,9 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
         "kb_changes": warm.invalidations,
         "seconds": {"with_warming": round(warm.seconds, 1), "baseline": round(base.seconds, 1)},
     }
+    out["peak_capture"] = peak_capture(
+        out["peak_gpu_ratio"], out.get("peak_gpu_ratio_bound_frequent")
+    )
     d = sc.deploy_at_h
     if d in hours:
         before = range(max(hours.start, d - POST_DEPLOY_H), d)
@@ -384,7 +397,10 @@ def regime_verdict(name: str, f: dict[str, Any]) -> str:
     eff = f["warm_efficiency"]
     eff_s = "no warm requests" if eff is None else f"{eff:.2f} extra hits per warm request"
     bound = f.get("peak_gpu_ratio_bound")
-    bound_s = "" if bound is None else f" (no warming could go below {bound:.2f}x)"
+    bound_s = "" if bound is None else f" (no warming could go below {bound:.2f}x"
+    capture = f.get("peak_capture")
+    if bound is not None:
+        bound_s += ")" if capture is None else f"; it took {capture:.0%} of what a forecast could)"
     return (
         f"{name}: warming {'paid' if paid(f) else 'did not pay'}: peak-hour GPU {peak:.2f}x"
         f"{bound_s}, total GPU {total:.2f}x of no warming, net GPU saved {net:+.1f} points, "

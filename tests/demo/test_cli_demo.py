@@ -57,6 +57,7 @@ REGIME_KEYS = {
     "realised_saving_gpu_s", "expected_prevented_misses", "verdict", "landed_warms",
     "landed_warms_expected_asked", "landed_warms_hit", "peak_gpu_ratio_bound",
     "replayable_miss_share", "peak_gpu_ratio_bound_frequent", "frequent_miss_share",
+    "peak_capture",
 }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from scipy.optimize import linprog
 
 from demo.client import FREQUENT, HourStats, Scorer, ServeStats, Truth, replay_identity
 from demo.foresight import fits, min_peak
-from demo.report import foresight_bound
+from demo.report import foresight_bound, peak_capture
 from demo.scenario import Scenario
 
 
@@ -109,3 +109,20 @@ def test_foresight__the_report_moves_the_replayable_misses_within_the_lead() -> 
     assert got["replayable_miss_share"] == pytest.approx(0.6)
     assert got["frequent_miss_share"] == pytest.approx(0.3)
     assert got["peak_bound_lead_h"] == 3
+
+
+def test_peak_capture__the_share_of_the_reachable_reduction_taken() -> None:
+    # the floor a forecast could reach is 0.8x: 0.9x took half of the 0.2 it could
+    assert peak_capture(0.9, 0.8) == pytest.approx(0.5)
+    assert peak_capture(0.8, 0.8) == pytest.approx(1.0)
+    assert peak_capture(1.0, 0.8) == pytest.approx(0.0)
+    # warming that raised the peak took a negative share
+    assert peak_capture(1.17, 0.8) == pytest.approx(-0.85)
+
+
+def test_peak_capture__undefined_without_a_peak_or_a_reachable_reduction() -> None:
+    assert peak_capture(None, 0.8) is None  # no baseline GPU: no ratio
+    assert peak_capture(0.9, None) is None  # no floor measured
+    # the floor at the baseline's peak: nothing was reachable, so no share of it
+    assert peak_capture(0.9, 1.0) is None
+    assert peak_capture(1.0, 1.0) is None

@@ -75,6 +75,9 @@ def test_story__the_headline_says_what_the_verdict_says(
     assert f["headline"].startswith(f"ttl_1d (TTL 1 day, week-2 hours 0-3): warming {verb}: ")
     assert f["verdict"].startswith(f"ttl_1d: warming {verb}: ")
     assert f["verdict"] == regime_verdict("ttl_1d", f)
+    # no miss of this traffic was on a request logged before: no floor below the peak, so no
+    # share of a reachable reduction to report
+    assert f["peak_gpu_ratio_bound_frequent"] == 1.0 and f["peak_capture"] is None
     # the table's net-saved cells differ by the verdict's points
     (w, b) = next((w, b) for label, w, b in table_rows(f) if label.startswith("net GPU saved"))
     delta = float(w.rstrip("%")) - float(b.rstrip("%"))
