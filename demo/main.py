@@ -18,6 +18,7 @@ from schemas.errors import StokerError
 def run_demo(out: Path, sc: Scenario, mode: str, console: Console) -> dict[str, Any]:
     """Every regime of `sc`, each served with warming and without, then the report and plots.
     Off a terminal a progress line comes at least every 10 s (demo.progress)."""
+    from demo.headroom import HeadroomWarming
     from demo.warming import DemoWarming
 
     with DemoProgress(console) as bar:
@@ -37,7 +38,12 @@ def run_demo(out: Path, sc: Scenario, mode: str, console: Console) -> dict[str, 
         figures: dict[str, dict[str, Any]] = {}
         runs = []
         for rg in regimes:
-            warm = Pass(rg, traffic, True, bar, emb).run(DemoWarming.factory(rg))
+            factory = (
+                DemoWarming.factory(rg)
+                if rg.headroom_share is None
+                else HeadroomWarming.capped(rg, traffic)
+            )
+            warm = Pass(rg, traffic, True, bar, emb).run(factory)
             console.print(f"{rg.regime}: pass 1 (warming on) done in {warm.seconds:.0f} s")
             base = Pass(rg, traffic, False, bar, emb).run(None)
             console.print(

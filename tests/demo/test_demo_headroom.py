@@ -1,0 +1,58 @@
+"""The demo's headroom forecast: last week's requests through a TTL cache, cold at the regime's
+first hour and at the announced deploy; and the caps the scheduler and the lead share."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from demo.headroom import HourCaps, forecast_live_gpu
+from demo.scenario import Scenario, Traffic
+from warmers.headroom import Headroom
+
+START2 = datetime(2026, 11, 9, tzinfo=UTC)  # week 2's first instant
+SC = replace(Scenario(), ttl_h=2, first_h=0, week2_hours=6, deploy_at_h=4)
+
+
+def _row(hour: float, prompt: str, gpu_ms: float, params: str = "{}") -> dict[str, Any]:
+    """A week-1 request `hour` hours into its week (the same hour of week 2's)."""
+    ts = START2 - timedelta(days=7) + timedelta(hours=hour)
+    return {"ts": ts, "tenant": "acme", "template_version": "t1", "params": params,
+            "context_docs": "[]", "prompt": prompt, "gpu_ms": gpu_ms}  # fmt: skip
+
+
+def test_forecast__a_request_misses_once_per_ttl_and_again_after_the_deploy() -> None:
+    rows = [
+        _row(0.1, "q", 1000), _row(0.5, "q", 1000),  # a miss, then a hit
+        _row(1.5, "q", 1000),  # still cached (2 h TTL)
+        _row(2.2, "q", 1000),  # expired at 2.1: a miss
+        _row(3.5, "q", 1000),  # cached since 2.2
+        _row(4.1, "q", 1000),  # the deploy at hour 4 emptied the cache: a miss
+        _row(5.9, "other", 500),
+    ]  # fmt: skip
+    tr = Traffic(week1=rows, week2=[], start2=START2)
+    assert forecast_live_gpu(tr, SC) == pytest.approx([1.0, 0.0, 1.0, 0.0, 1.0, 0.5])
+    # without the deploy in the served hours, hour 4 still hits
+    no_deploy = replace(SC, deploy_at_h=99)
+    assert forecast_live_gpu(tr, no_deploy) == pytest.approx([1.0, 0.0, 1.0, 0.0, 0.0, 0.5])
+
+
+def test_forecast__uncacheable_requests_miss_every_time_and_hours_outside_are_left_out() -> None:
+    sampled = '{"temperature": 0.7}'
+    rows = [_row(1.1, "q", 1000, sampled), _row(1.2, "q", 1000, sampled), _row(7.5, "q", 9000)]
+    tr = Traffic(week1=rows, week2=[], start2=START2)
+    assert forecast_live_gpu(tr, SC) == pytest.approx([0.0, 2.0, 0.0, 0.0, 0.0, 0.0])
+    # a regime serving hours 1-5 starts cold at its first hour: index 0 is hour 1
+    assert forecast_live_gpu(tr, replace(SC, first_h=1)) == pytest.approx([2.0, 0, 0, 0, 0])
+
+
+def test_hour_caps__the_scheduler_and_the_lead_share_an_hours_room() -> None:
+    caps = HourCaps(Headroom.under_peak([10.0, 4.0, 8.0]))
+    assert caps.left(1) == 6.0
+    caps.spend(1, 4.5)  # the lead took most of it
+    assert caps.left(1) == pytest.approx(1.5)
+    caps.spend(1, 3.0)  # sends that went over (priced at the profile's cost) leave none
+    assert caps.left(1) == 0.0 and caps.left(2) == 2.0
