@@ -27,6 +27,14 @@ def demo(
         bool,
         typer.Option(help="--simulated on 36 hours of a third of the traffic: about 6 min"),
     ] = False,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=10,
+            help="--simulated this many times: each regime's figures as mean and spread",
+        ),
+    ] = 1,
 ) -> None:
     """The main job on the real model: a day of three tenants through the gateway in front of
     llama-server (SmolLM2-135M-Instruct, built by `make setup`), with the scheduled warm, a
@@ -38,8 +46,13 @@ def demo(
 
     --simulated: two weeks of traffic, with and without warming, in two TTL regimes, against the
     simulated GPU backend (about 40 min; --fast, which implies it, about 6 min).
+    --seeds N repeats the simulated run N times (each in --out/seed-<i>) and adds each regime's
+    figures over the runs, mean and spread, to report.json (`over_seeds`): one run is not a
+    measurement. The runs replay the same traffic; they differ by timing (demo/seeds.py).
     Off a terminal either prints a progress line every 5 s.
     """
+    if seeds > 1 and not (simulated or fast):
+        raise typer.BadParameter("repeats the simulated run: add --simulated", param_hint="--seeds")
     if simulated or fast:
         # the demo's modules take seconds to import on a busy machine: say something first
         console.print(
@@ -47,7 +60,7 @@ def demo(
         )
         from demo.main import main
 
-        main(out, fast, console)
+        main(out, fast, console, seeds)
         return
     console.print(
         "stoker demo: starting (embedded stack, real model: llama-server, SmolLM2-135M)",

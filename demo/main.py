@@ -75,9 +75,15 @@ def verdict(report: dict[str, Any]) -> list[str]:
     return broken
 
 
-def main(out: Path, fast: bool, console: Console) -> None:
+def main(out: Path, fast: bool, console: Console, seeds: int = 1) -> None:
     sc = Scenario.fast() if fast else Scenario()
-    report = run_demo(out, sc, "fast" if fast else "default", console)
-    broken = verdict(report)
+    mode = "fast" if fast else "default"
+    if seeds > 1:
+        from demo.seeds import run_seeds
+
+        reports = run_seeds(out, sc, mode, console, seeds, run_demo)
+    else:
+        reports = [run_demo(out, sc, mode, console)]
+    broken = [b for report in reports for b in verdict(report)]
     if broken:
         raise StokerError("demo invariants broken: " + "; ".join(broken))

@@ -40,6 +40,14 @@ def test_cli__bad_usage_exits_2():
     assert "No such option" in proc.stderr
 
 
+def test_cli__seeds_repeat_the_simulated_run_only():
+    """--seeds repeats the simulated run; asked of the live demo, it says so in one line, and
+    a count out of range is refused, both before anything starts."""
+    proc = run("demo", "--seeds", "2")
+    assert proc.returncode == 2 and "add --simulated" in proc.stderr
+    assert run("demo", "--simulated", "--seeds", "0").returncode == 2
+
+
 def test_cli__unknown_command_exits_2():
     assert run("frobnicate").returncode == 2
 

@@ -3,14 +3,19 @@ first hour and at the announced deploy; and the caps the scheduler and the lead 
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from rich.console import Console
 
 from demo.headroom import HourCaps, forecast_live_gpu
 from demo.scenario import Scenario, Traffic
+from demo.seeds import over_seeds, run_seeds, spread
 from warmers.headroom import Headroom
 
 START2 = datetime(2026, 11, 9, tzinfo=UTC)  # week 2's first instant
@@ -56,3 +61,32 @@ def test_hour_caps__the_scheduler_and_the_lead_share_an_hours_room() -> None:
     assert caps.left(1) == pytest.approx(1.5)
     caps.spend(1, 3.0)  # sends that went over (priced at the profile's cost) leave none
     assert caps.left(1) == 0.0 and caps.left(2) == 2.0
+
+
+def test_over_seeds__mean_and_spread_per_regime_skipping_undefined_figures() -> None:
+    def report(ratio: float, capture: float | None) -> dict[str, Any]:
+        return {"regimes": {"ttl_1d": {"peak_gpu_ratio": ratio, "peak_capture": capture}}}
+
+    got = over_seeds([report(0.9, 0.5), report(1.1, None), report(1.0, 0.1)])["ttl_1d"]
+    assert got["peak_gpu_ratio"] == {"mean": 1.0, "sd": 0.1, "min": 0.9, "max": 1.1, "runs": 3}
+    assert got["peak_capture"]["mean"] == pytest.approx(0.3) and got["peak_capture"]["runs"] == 2
+    assert got["total_gpu_ratio"] is None  # no run reported it
+    # one run: no spread to speak of
+    assert spread([0.7]) == {"mean": 0.7, "sd": 0.0, "min": 0.7, "max": 0.7, "runs": 1}
+
+
+def test_run_seeds__each_run_in_its_folder_and_the_first_report_with_the_spread(
+    tmp_path: Path,
+) -> None:
+    folders = []
+
+    def fake_run(out: Path, sc: Scenario, mode: str, console: Console) -> dict[str, Any]:
+        folders.append(out)
+        ratio = 0.9 + 0.1 * len(folders)
+        return {"mode": mode, "regimes": {"ttl_3h": {"peak_gpu_ratio": ratio}}}
+
+    reports = run_seeds(tmp_path, SC, "default", Console(file=io.StringIO()), 3, fake_run)
+    assert folders == [tmp_path / f"seed-{i}" for i in (1, 2, 3)] and len(reports) == 3
+    written = orjson.loads((tmp_path / "report.json").read_bytes())
+    assert written["seeds"] == 3 and written["regimes"] == reports[0]["regimes"]
+    assert written["over_seeds"]["ttl_3h"]["peak_gpu_ratio"]["mean"] == pytest.approx(1.1)
