@@ -31,6 +31,7 @@ from caches.l1 import L1Cache
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
 from caches.matching.error_budget import ErrorBudget
+from caches.matching.options import DEFAULT_SHADOW_SHARE
 from caches.policy import (
     CachePolicy,
     prompt_bypass_reason,
@@ -73,7 +74,7 @@ class CacheClient:
         matcher: Matcher | None = None,
         budget: ErrorBudget | None = None,
         judge: AnswerJudge | None = None,
-        shadow_share: float = 1.0,
+        shadow_share: float = DEFAULT_SHADOW_SHARE,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from audits.options import MonitorOptions
+from caches.l1 import L1Options
+from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
@@ -43,6 +45,8 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     PurgeOptions,
     CutoverOptions,
     WorkerConfig,
+    L1Options,
+    MatchingOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -81,6 +85,8 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     # derived by the shell: the broker, the group, the prefix, and the batch size (the setting
     # worker_batch_size, else the handler's own)
     WorkerConfig: frozenset({"bootstrap", "group_id", "embedded", "topic_prefix", "batch_size"}),
+    L1Options: frozenset(),
+    MatchingOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audits.options import MonitorOptions
-from caches.constants import DEFAULT_BUDGET_WINDOW_S
-from caches.matching.answers import DEFAULT_ANSWER_BAR
+from caches.l1 import L1Options
+from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy, Thresholds
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
@@ -128,26 +128,26 @@ class StokerSettings(BaseSettings):
     # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
     # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
-    semantic_cold_start: bool = True
+    semantic_cold_start: bool = option(MatchingOptions, "cold_start")
     # Verified only: check on the backend's own traffic that its answers tell meanings apart
     # (answers to near look-alikes agree, to unrelated prompts do not), and serve the prompt-only
     # rule (cosine >= 0.90, no lexical guard firing) until they are shown to, and while they are
     # shown not to (caches/matching/calibration.py; SmolLM2-135M's never are). Off: the answers
     # are trusted whatever the backend, as the simulator's could be.
-    semantic_answer_checks: bool = True
+    semantic_answer_checks: bool = option(MatchingOptions, "answer_checks")
     # The error budget (verified only): the largest wrong-hit rate served, per tenant and route;
     # the serving level is the loosest whose 95% upper bound is at or under it.
-    max_wrong_hit_rate: float = Field(default=0.01, gt=0.0, lt=1.0)
+    max_wrong_hit_rate: float = option(MatchingOptions, "max_wrong_hit_rate")
     # Two answers mean the same when their embeddings' cosine clears this bar (and no number
     # differs): a property of the embedder and the backend's wording; 0.52 is calibrated for
     # all-MiniLM-L6-v2 on eval-semantic (caches/matching/answers.py). Pick another from the
     # curve `stoker eval-semantic --data` prints on your own traffic.
-    answer_bar: float = Field(default=DEFAULT_ANSWER_BAR, ge=-1.0, le=1.0)
+    answer_bar: float = option(MatchingOptions, "answer_bar")
     # How long a verdict counts for the budget (it ages out after 1 to 1.125 windows), and how
     # often a process re-reads the shared counts (a loosening or tightening reaches every
     # replica within this).
-    budget_window_s: float = Field(default=DEFAULT_BUDGET_WINDOW_S, gt=0)
-    budget_refresh_s: float = Field(default=5.0, ge=0, le=3600)
+    budget_window_s: float = option(MatchingOptions, "budget_window_s")
+    budget_refresh_s: float = option(MatchingOptions, "budget_refresh_s")
     # The wrong-hit monitor (`stoker worker monitor`, audits/monitor.py): the share of
     # served semantic hits it re-asks (each re-ask costs the backend a request), at most this
     # many a second (a hit over the cap is dropped, not
@@ -169,7 +169,7 @@ class StokerSettings(BaseSettings):
     # them by default. The budget weighs each verdict by the inverse of its share (this one,
     # or the monitor's for an audit), so near misses checked more often than hits are audited
     # do not stand for more traffic than they are; keep both shares as the processes run them.
-    budget_shadow_share: float = Field(default=1.0, ge=0.0, le=1.0)
+    budget_shadow_share: float = option(MatchingOptions, "budget_shadow_share")
     exact_ttl_s: int = option(CachePolicy, "exact_ttl_s")
     semantic_ttl_s: int = option(CachePolicy, "semantic_ttl_s")
     negative_ttl_s: int = option(CachePolicy, "negative_ttl_s")
@@ -180,9 +180,9 @@ class StokerSettings(BaseSettings):
     # -- in-process L1 for exact hits (caches/l1.py), Redis-tracked; off by default --
     # Serves repeat hits without a Redis round trip in each serving process; Redis client-side
     # tracking drops an entry as soon as it changes anywhere, the TTL is only a safety net.
-    l1_enabled: bool = False
-    l1_max_entries: int = Field(default=10_000, ge=1)
-    l1_ttl_s: float = Field(default=5.0, gt=0)
+    l1_enabled: bool = option(L1Options, "enabled")
+    l1_max_entries: int = option(L1Options, "max_entries")
+    l1_ttl_s: float = option(L1Options, "ttl_s")
 
     # -- streams --
     # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings

@@ -28,7 +28,7 @@ from caches.embedders import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
 )
-from caches.l1 import L1Cache
+from caches.l1 import L1Cache, L1Options
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.bounds import Shares
@@ -37,6 +37,7 @@ from caches.matching.cold import DEFAULT_COLD
 from caches.matching.counts import RedisCounts
 from caches.matching.error_budget import ErrorBudget, ServingLevels
 from caches.matching.fallback import DEFAULT_FALLBACK
+from caches.matching.options import MatchingOptions
 from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES
 from caches.policy import CachePolicy
@@ -190,24 +191,24 @@ def _remove_process_edge_path(path: Path) -> None:
 
 def build_l1(s: StokerSettings, r: redis.Redis) -> L1Cache | None:
     """The in-process L1 for exact hits, started (tracking on), or None when it is off."""
-    if not s.l1_enabled:
-        return None
-    return L1Cache(r, max_entries=s.l1_max_entries, ttl_s=s.l1_ttl_s).start()
+    o = s.options(L1Options)
+    return L1Cache(r, max_entries=o.max_entries, ttl_s=o.ttl_s).start() if o.enabled else None
 
 
 def build_judge(s: StokerSettings) -> AnswerJudge:
     """When two answers mean the same. The centroid bar keeps its calibrated distance above the
     pair bar (answers.py), so STOKER_ANSWER_BAR moves both."""
-    lift = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR
-    return AnswerJudge(bar=s.answer_bar, centroid_bar=min(1.0, s.answer_bar + lift))
+    lift, bar = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR, s.options(MatchingOptions).answer_bar
+    return AnswerJudge(bar=bar, centroid_bar=min(1.0, bar + lift))
 
 
 def build_budget(s: StokerSettings, r: redis.Redis) -> ErrorBudget:
     """The error budget over the verdict counts in Redis, shared by every replica; its verdicts
     weighed by the shares they are sampled at (caches/matching/bounds.py)."""
-    shares = Shares(audited=s.monitor_share, shadow=s.budget_shadow_share)
-    counts = RedisCounts(r, s.budget_window_s)
-    return ErrorBudget(counts, len(LADDER), s.max_wrong_hit_rate, shares=shares)
+    o = s.options(MatchingOptions)
+    shares = Shares(audited=s.monitor_share, shadow=o.budget_shadow_share)
+    counts = RedisCounts(r, o.budget_window_s)
+    return ErrorBudget(counts, len(LADDER), o.max_wrong_hit_rate, shares=shares)
 
 
 def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudget | None]:
@@ -215,16 +216,17 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
     level its error budget allows (the budget is None for static)."""
     if s.semantic_matcher == "static":
         return StaticThreshold(), None
+    o = s.options(MatchingOptions)
     budget = build_budget(s, r)
-    levels = ServingLevels(budget, s.budget_refresh_s)
+    levels = ServingLevels(budget, o.budget_refresh_s)
     BUDGET_GAUGES.watch(levels)
-    cold = DEFAULT_COLD if s.semantic_cold_start else None
-    if not s.semantic_answer_checks:
-        matcher = VerifiedMatcher(levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open)
+    cold = DEFAULT_COLD if o.cold_start else None
+    if not o.answer_checks:
+        matcher = VerifiedMatcher(levels, bar=o.answer_bar, cold=cold, cold_open=levels.cold_open)
         return matcher, budget
     checks = AnswerChecks(budget, build_judge(s).agree)
     matcher = VerifiedMatcher(
-        levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open,
+        levels, bar=o.answer_bar, cold=cold, cold_open=levels.cold_open,
         fallback=DEFAULT_FALLBACK, signal_of=lambda q: checks.signal(levels, q), checks=checks,
     )  # fmt: skip
     return matcher, budget
@@ -249,7 +251,7 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
         matcher=matcher,
         budget=budget,
         judge=build_judge(s),
-        shadow_share=s.budget_shadow_share,
+        shadow_share=s.options(MatchingOptions).budget_shadow_share,
     )
 
 

@@ -20,8 +20,8 @@ from warmers.prefix.warm import PrefixWarmOptions
 # converted one must leave it (the test below fails on either).
 NOT_YET_OWNED = frozenset(
     {
-        "analyze_embed_budget", "answer_bar", "budget_refresh_s", "budget_shadow_share",
-        "budget_window_s", "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
+        "analyze_embed_budget",   
+         "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
         "deploy_prewarm_min_share",
         "embedder_batch_max_texts", "embedder_batch_wait_ms",
         "embedder_engine", "embedder_model", "embedder_threads",
@@ -29,16 +29,15 @@ NOT_YET_OWNED = frozenset(
 
 
 
-        "l1_enabled",
-        "l1_max_entries", "l1_ttl_s", "llama_ctx", "llama_parallel", "llama_threads",
-        "max_wrong_hit_rate",
+        "llama_ctx", "llama_parallel", "llama_threads",
+        
         "prefix_capacity", "prefix_min_tokens",
         "prefix_warm_before_peak_s",
 
         "prefix_warm_replicas",
 
-        "semantic_answer_checks",
-        "semantic_cold_start", "traffic_hour_capacity",
+        
+         "traffic_hour_capacity",
         "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
         "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
         "warm_budget_requests",
