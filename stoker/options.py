@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from audits.options import MonitorOptions
+from caches.embedders import EmbedderOptions
 from caches.l1 import L1Options
 from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy
@@ -47,6 +48,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     WorkerConfig,
     L1Options,
     MatchingOptions,
+    EmbedderOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -87,6 +89,7 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     WorkerConfig: frozenset({"bootstrap", "group_id", "embedded", "topic_prefix", "batch_size"}),
     L1Options: frozenset(),
     MatchingOptions: frozenset(),
+    EmbedderOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audits.options import MonitorOptions
+from caches.embedders import EmbedderOptions
 from caches.l1 import L1Options
 from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy, Thresholds
@@ -80,7 +81,7 @@ class StokerSettings(BaseSettings):
 
     # -- embeddings --
     embedder: Literal["sentence-transformers", "openai"] = "sentence-transformers"
-    embedder_model: str = "all-MiniLM-L6-v2"
+    embedder_model: str = option(EmbedderOptions, "model")
     embedder_url: str | None = None
     embedder_api_key: SecretStr | None = None
     # The embedder's vector size. Unset: asked of the model (an OpenAI-compatible server is
@@ -90,19 +91,19 @@ class StokerSettings(BaseSettings):
     # The local model's intra-op threads (torch's are process-wide). One: on this loaded 2-core
     # box a second thread made one prompt many times slower (bench_cache_semantic; figures in
     # docs/benchmarks.md, "The semantic lookup under load").
-    embedder_threads: int = Field(default=1, ge=1, le=256)
+    embedder_threads: int = option(EmbedderOptions, "threads")
     # What runs the local model: "onnx" (ONNX Runtime fp32 on an export made once per machine
     # under model_cache_dir; in the gateway's busy process several times faster a prompt than
     # torch, which hands the GIL to the event loop on every operator: bench_gateway_semantic,
     # docs/benchmarks.md) or "torch". ONNX serves only if its vectors equal torch's at start
     # (within 1e-5; measured 2e-7); otherwise one warning says why and torch serves.
-    embedder_engine: Literal["onnx", "torch"] = "onnx"
+    embedder_engine: Literal["onnx", "torch"] = option(EmbedderOptions, "engine")
     # The micro-batcher in front of the embedder: texts per forward pass at most (lookups go
     # before background embeds, and one past its deadline is dropped, not computed).
-    embedder_batch_max_texts: int = Field(default=64, ge=1, le=4096)
+    embedder_batch_max_texts: int = option(EmbedderOptions, "batch_max_texts")
     # How long a lookup's embed waits for others to join its forward pass. 0: it takes those
     # that queued while the last pass ran, which under load is most of them.
-    embedder_batch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
+    embedder_batch_wait_ms: float = option(EmbedderOptions, "batch_wait_ms")
 
     # -- cache policy --
     # The cosine a semantic hit must clear (the defaults and bounds of this section are

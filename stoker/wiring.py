@@ -25,6 +25,7 @@ from caches.embedders import (
     BatchingEmbedder,
     CachedEmbedder,
     Embedder,
+    EmbedderOptions,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
 )
@@ -117,10 +118,8 @@ def build_embedder(s: StokerSettings) -> Embedder:
                 s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
             )
         else:
-            model = SentenceTransformerEmbedder(
-                s.embedder_model, threads=s.embedder_threads, engine=s.embedder_engine,
-                onnx_cache_dir=cache_root(s.model_cache_dir),
-            )  # fmt: skip
+            opts = s.options(EmbedderOptions)
+            model = SentenceTransformerEmbedder.from_options(opts, cache_root(s.model_cache_dir))
         emb = _EMBEDDERS[ident] = BatchingEmbedder(  # concurrent callers share forward passes
             model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
         )

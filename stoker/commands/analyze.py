@@ -14,6 +14,7 @@ from rich.table import Table
 
 from stoker.app import app, console, examples
 from stoker.connect import RedisUrl, connected
+from stoker.settings import StokerSettings
 
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 7 * 86_400}
 _TTL = re.compile(r"^(\d+)([smhdw]?)$")
@@ -105,7 +106,7 @@ def analyze(
             raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
         # keyed before the embedder loads (seconds), so a bad log fails fast
         keyed = key_frame(frame, labels)
-        report = _run(keyed, settings, s if embed_cache else None, show_progress=not json_out)
+        report = _run(keyed, settings, s, embed_cache, show_progress=not json_out)
     except UnreadableLog as e:
         raise UsageError(str(e)) from e
     if json_out:
@@ -114,12 +115,19 @@ def analyze(
         _print_report(report)
 
 
-def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, Any]:
+def _run(
+    frame: Any, settings: Any, s: StokerSettings, cache: bool, show_progress: bool
+) -> dict[str, Any]:
     from audits.whatif.report import analyze as run_analysis
-    from caches.embedders import SentenceTransformerEmbedder
+    from caches.embedders import EmbedderOptions, SentenceTransformerEmbedder
+    from stoker.modelserver import cache_root
 
     with console.status("loading the embedder ..."):
-        embedder = _cached(SentenceTransformerEmbedder(), s)
+        # the settings' model and engine, as the gateway's: its thresholds are the ones served
+        local = SentenceTransformerEmbedder.from_options(
+            s.options(EmbedderOptions), cache_root(s.model_cache_dir)
+        )
+        embedder = _cached(local, s) if cache else local
     columns = (TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console, disable=not show_progress) as progress:
@@ -134,10 +142,10 @@ def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, An
         return run_analysis(frame, settings, embedder, on_progress)
 
 
-def _cached(embedder: Any, s: Any) -> Any:
+def _cached(embedder: Any, s: StokerSettings) -> Any:
     """The embedder behind the embedding cache, when there is a Redis to hold it: a second
     analyze of the same (or an overlapping) log embeds only the prompts it has not seen."""
-    if s is None or not s.redis_url:
+    if not s.redis_url:
         return embedder
     from audits.whatif.neighbours import ScopedEmbedder
     from caches.embedders import CachedEmbedder

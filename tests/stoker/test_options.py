@@ -23,8 +23,8 @@ NOT_YET_OWNED = frozenset(
         "analyze_embed_budget",   
          "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
         "deploy_prewarm_min_share",
-        "embedder_batch_max_texts", "embedder_batch_wait_ms",
-        "embedder_engine", "embedder_model", "embedder_threads",
+         
+          
 
 
 
