@@ -26,9 +26,11 @@ from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.traffic.options import TrafficOptions
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
 # that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
@@ -49,6 +51,8 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     L1Options,
     MatchingOptions,
     EmbedderOptions,
+    TrafficOptions,
+    PrefixOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -90,6 +94,8 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     L1Options: frozenset(),
     MatchingOptions: frozenset(),
     EmbedderOptions: frozenset(),
+    TrafficOptions: frozenset(),
+    PrefixOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -56,18 +56,16 @@ def traffic_handler(s: StokerSettings) -> Handler:
     """The traffic profile on the settings' Redis; events outside the settings' time bounds
     around this process's clock go to the dead-letter topic (warmers/traffic/event_time.py)."""
     from warmers.hotset.calibration import Calibration
-    from warmers.traffic.event_time import EventTimes
+    from warmers.traffic.options import TrafficOptions
     from warmers.traffic.profile import TrafficProfile
     from warmers.traffic.worker import TrafficHandler
 
-    times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
+    o = s.options(TrafficOptions)
     profile = TrafficProfile(
-        W.build_redis(s),
-        s.traffic_retention_weeks,
-        week_capacity=s.traffic_week_capacity,
-        hour_capacity=s.traffic_hour_capacity,
-    )
-    return TrafficHandler(profile, times, calibration=Calibration(profile.r))
+        W.build_redis(s), o.retention_weeks, week_capacity=o.week_capacity,
+        hour_capacity=o.hour_capacity,
+    )  # fmt: skip
+    return TrafficHandler(profile, o.event_times(), calibration=Calibration(profile.r))
 
 
 def invalidation_handler(s: StokerSettings) -> Handler:
@@ -102,9 +100,11 @@ def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handle
 def prefixes_handler(s: StokerSettings) -> Handler:
     """The hot prompt prefixes of the request log, per tenant and model, on the settings'
     Redis (what the prefix warmer sends after a deploy or a restart)."""
+    from warmers.prefix.options import PrefixOptions
     from warmers.prefix.worker import PrefixLogHandler
 
-    return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=s.prefix_min_tokens)
+    min_tokens = s.options(PrefixOptions).min_tokens
+    return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=min_tokens)
 
 
 def rewarm_handler(s: StokerSettings) -> Handler:
@@ -122,6 +122,7 @@ def scheduler_service(s: StokerSettings) -> Service:
     import time
 
     from warmers.hotset.window import Window
+    from warmers.prefix.options import PrefixOptions
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
 
     log = logging.getLogger("warmers.scheduler")
@@ -140,23 +141,23 @@ def scheduler_service(s: StokerSettings) -> Service:
         if runner.cache.semantic is not None:
             runner.cache.semantic.sweep_expired(time.time())
 
-    cfg = s.options(SchedulerConfig)
+    cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
     prefixes = None
-    if s.prefix_warm_before_peak_s > 0:
+    if o.before_peak_s > 0:
         from warmers.prefix.before_peak import PeakPrefixWarm
 
         prefix_warmer = W.build_prefix_warmer(s)
         prefixes = PeakPrefixWarm(
-            runner.selector.profile, prefix_warmer.warm, lead_s=s.prefix_warm_before_peak_s
+            runner.selector.profile, prefix_warmer.warm, lead_s=o.before_peak_s
         )
     replicas = None
-    if s.prefix_warm_replicas:
+    if o.replicas:
         from warmers.prefix.after_restart import ReplicaWatch
 
         def warm_replica(model: str, url: str) -> object:
             return W.build_prefix_warmer(s, backend_url=url).warm(model)
 
-        replicas = ReplicaWatch(s.prefix_warm_replicas, warm_replica)
+        replicas = ReplicaWatch(o.replicas, warm_replica)
     return SchedulerService(WarmScheduler(lock, warm, sweep, cfg, prefixes, replicas))
 
 

@@ -36,9 +36,11 @@ from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.traffic.options import TrafficOptions
 
 PREFIX: Final = "STOKER_"
 # STOKER_* variables stoker reads that are not settings: where the shared data sets live
@@ -207,19 +209,19 @@ class StokerSettings(BaseSettings):
     # max.message.bytes (1,048,588); set it under your DLQ topic's limit if that is lower.
     dlq_max_record_bytes: int = option(WorkerConfig, "dlq_max_record_bytes")
     # Weeks of traffic the profile keeps (its keys expire after that).
-    traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
+    traffic_retention_weeks: int = option(TrafficOptions, "retention_weeks")
     # The event times the traffic worker learns from, around its clock (warmers/traffic/event_time.py):
     # up to this far ahead (a producer's clock skew; 5 min: NTP keeps hosts within ms) ...
-    traffic_max_clock_skew_s: float = Field(default=300.0, ge=0, le=86_400)
+    traffic_max_clock_skew_s: float = option(TrafficOptions, "max_clock_skew_s")
     # ... and this far back (a year and a day: a replayed log of last year is still learned
     # from; None: any age, for a replay on a simulated clock). Others are dead-lettered.
-    traffic_max_event_age_s: float | None = Field(default=366 * 86_400.0, gt=0)
+    traffic_max_event_age_s: float | None = option(TrafficOptions, "max_event_age_s")
     # Queries the profile tracks a week (per tenant, model and template), hour by hour: the heavy
     # hitters, in bounded memory whatever the tail of one-offs (warmers/traffic/profile.py). Measured by
     # benchmarks/bench_profile_memory.py (bytes) and bench_hot_set_bounded.py (coverage kept).
-    traffic_week_capacity: int = Field(default=20_000, ge=1, le=1_000_000)
+    traffic_week_capacity: int = option(TrafficOptions, "week_capacity")
     # ... and of those, the queries each hour of week keeps hourly counts for.
-    traffic_hour_capacity: int = Field(default=1_000, ge=1, le=1_000_000)
+    traffic_hour_capacity: int = option(TrafficOptions, "hour_capacity")
 
     # -- deploy cutover (invalidators/cutover.py) --
     # How long the previous version's namespace is kept after the new one is READY, so a rollback
@@ -298,9 +300,9 @@ class StokerSettings(BaseSettings):
     # -- KV prefix warming (warmers/prefix/hot.py, warmers/prefix/warm.py) --
     # The prefixes worker counts, per tenant and model, the system prompts of requests that
     # reached the backend; this many per tenant and model are tracked (space-saving) ...
-    prefix_capacity: int = Field(default=200, ge=1, le=100_000)
+    prefix_capacity: int = option(PrefixOptions, "capacity")
     # ... those shorter than this many tokens are not (one KV block of vLLM: nothing to share).
-    prefix_min_tokens: int = Field(default=16, ge=1, le=1_000_000)
+    prefix_min_tokens: int = option(PrefixOptions, "min_tokens")
     # Warm the prefix caches of new replicas before the deploy's hot-set pre-warm (`stoker
     # deploy`), and on `stoker warm-prefixes` after a restart. Off: the deploy does not.
     prefix_warm_on_deploy: bool = True
@@ -324,25 +326,15 @@ class StokerSettings(BaseSettings):
     # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
     # the traffic profile, per model: warmers/prefix/before_peak.py), so what the quiet hours evicted is
     # held when the peak arrives. 0: off.
-    prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
+    prefix_warm_before_peak_s: float = option(PrefixOptions, "before_peak_s")
     # Prefixes not seen for this long are not warmed (a retired template).
     prefix_warm_max_age_s: float = option(PrefixWarmOptions, "max_age_s")
     # Replicas whose restarts the scheduler's leader watches, per model id (JSON:
     # {"llama-3-8b": ["http://vllm-0:8000", "http://vllm-1:8000"]}): every check it reads each
     # one's /metrics, and warms the model's prefixes on a replica that restarted or is new
     # (warmers/prefix/after_restart.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
-    prefix_warm_replicas: dict[str, list[str]] = Field(default_factory=dict)
+    prefix_warm_replicas: dict[str, list[str]] = option(PrefixOptions, "replicas")
     prefix_warm_replica_check_s: float = option(SchedulerConfig, "replica_check_s")
-
-    @field_validator("prefix_warm_replicas")
-    @classmethod
-    def _replica_urls(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        for urls in v.values():
-            for u in urls:
-                _base_url(u)
-        if any(not m for m in v):
-            raise ValueError("a model id must not be empty")
-        return v
 
     # -- gateway (`stoker gateway`, gateway/) --
     gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container
@@ -391,13 +383,19 @@ class StokerSettings(BaseSettings):
 
     @field_validator(
         "warm_backend_url", "gateway_upstream_url", "monitor_backend_url",
-        "prefix_warm_backend_url", "embedder_url",
+        "prefix_warm_backend_url", "embedder_url", "prefix_warm_replicas",
     )  # fmt: skip
     @classmethod
-    def _base_urls(cls, v: str | None) -> str | None:
-        """A server's base URL in any form schemas/baseurl.py takes; a malformed one fails at
-        start, never on the first request."""
-        return None if v is None else _base_url(v)
+    def _base_urls(cls, v: Any) -> Any:
+        """Each server's base URL in any form schemas/baseurl.py takes (one, or a model id's
+        replicas); a malformed one fails at start, never on the first request."""
+        if isinstance(v, dict) and any(not model for model in v):
+            raise ValueError("a model id must not be empty")
+        urls = [u for us in v.values() for u in us] if isinstance(v, dict) else [v]
+        for url in urls:
+            if url is not None:
+                _base_url(url)
+        return v
 
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,

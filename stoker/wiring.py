@@ -60,6 +60,7 @@ from streams.worker import WorkerConfig, default_group_id
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.warm_budget import Budget
 from warmers.prefix.hot import HotPrefixes
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
 from warmers.prewarm import HotSetPrewarmer
 from warmers.runner import WarmRunner
@@ -302,6 +303,7 @@ def build_runner(
     from backends.client import OpenAIBackend
     from warmers.hotset.calibration import Calibration
     from warmers.hotset.select import HotSetSelector
+    from warmers.traffic.options import TrafficOptions
     from warmers.traffic.profile import TrafficProfile
 
     cache = build_cache_client(s, semantic=not dry_run)
@@ -312,12 +314,11 @@ def build_runner(
         if dry_run
         else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
     )
+    o = s.options(TrafficOptions)
     profile = TrafficProfile(
-        cache.redis,
-        s.traffic_retention_weeks,
-        week_capacity=s.traffic_week_capacity,
-        hour_capacity=s.traffic_hour_capacity,
-    )
+        cache.redis, o.retention_weeks, week_capacity=o.week_capacity,
+        hour_capacity=o.hour_capacity,
+    )  # fmt: skip
     # valued by the miss it prevents, a cluster a cached paraphrase already serves is checked
     # against the cache (a dry run opens no semantic store: it sees exact entries only)
     calibration = Calibration(cache.redis)  # read by every plan; written after a real run
@@ -376,7 +377,8 @@ def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotS
 
 
 def build_hot_prefixes(s: StokerSettings, r: redis.Redis | None = None) -> HotPrefixes:
-    return HotPrefixes(r if r is not None else build_redis(s), capacity=s.prefix_capacity)
+    capacity = s.options(PrefixOptions).capacity
+    return HotPrefixes(r if r is not None else build_redis(s), capacity=capacity)
 
 
 def prefix_warm_options(

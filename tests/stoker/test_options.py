@@ -31,15 +31,15 @@ NOT_YET_OWNED = frozenset(
 
         "llama_ctx", "llama_parallel", "llama_threads",
         
-        "prefix_capacity", "prefix_min_tokens",
-        "prefix_warm_before_peak_s",
-
-        "prefix_warm_replicas",
+         
+        
 
         
-         "traffic_hour_capacity",
-        "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
-        "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
+
+        
+         
+          
+         "warm_backend_model", "warm_budget_gpu_seconds",
         "warm_budget_requests",
         "warm_load_from_metrics", "warm_qps",
 

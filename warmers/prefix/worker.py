@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from schemas.events import Event, RequestLogged
 from streams.base import Handler
-from warmers.prefix.hot import HotPrefixes, Prefix, prefix_of
+from warmers.prefix.hot import MIN_PREFIX_TOKENS, HotPrefixes, Prefix, prefix_of
 
 
 class PrefixLogHandler(Handler):
@@ -23,7 +23,7 @@ class PrefixLogHandler(Handler):
     def __init__(
         self,
         store: HotPrefixes,
-        min_tokens: int = 16,
+        min_tokens: int = MIN_PREFIX_TOKENS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
