@@ -30,6 +30,7 @@ from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.shadow import WarmConfig
 from warmers.traffic.options import TrafficOptions
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
@@ -53,6 +54,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     EmbedderOptions,
     TrafficOptions,
     PrefixOptions,
+    WarmConfig,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -69,6 +71,22 @@ _HOTSET_TUNING: Final = frozenset(
 _GATEWAY_DERIVED: Final = frozenset(
     {"upstream_url", "upstream_api_key", "api_key_tenants", "upstream_connections",
      "live_version_ttl_s"}
+)  # fmt: skip
+
+# The shadow warmer's pace: its ramp and jitter are tuned on the benchmarks, not per site; the
+# TTL bar and the idle price are the planner's settings (HotSetConfig), passed by the shell
+# with the backend whose /metrics it reads; the seed is a test's.
+_WARM_DERIVED: Final = frozenset(
+    {"capacity_qps", "ramp_start_frac", "ramp_end_frac", "ramp_s", "concurrency", "jitter_frac",
+     "min_ttl_left_s", "aimd", "seed", "idle_price", "engine_url", "engine_guard"}
+)  # fmt: skip
+
+# The shadow warmer's pace: its ramp and jitter are tuned on the benchmarks, not per site; the
+# TTL bar and the idle price are the planner's settings (HotSetConfig), passed by the shell
+# with the backend whose /metrics it reads; the seed is a test's.
+_WARM_DERIVED: Final = frozenset(
+    {"capacity_qps", "ramp_start_frac", "ramp_end_frac", "ramp_s", "concurrency", "jitter_frac",
+     "min_ttl_left_s", "aimd", "seed", "idle_price", "engine_url", "engine_guard"}
 )  # fmt: skip
 
 # Fields of an owner that no setting exposes (a test's knob, or one the shell derives and
@@ -96,6 +114,7 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     EmbedderOptions: frozenset(),
     TrafficOptions: frozenset(),
     PrefixOptions: frozenset(),
+    WarmConfig: _WARM_DERIVED,
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -40,6 +40,7 @@ from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.shadow import WarmConfig
 from warmers.traffic.options import TrafficOptions
 
 PREFIX: Final = "STOKER_"
@@ -257,7 +258,7 @@ class StokerSettings(BaseSettings):
     # The served model name to send; None sends each request's model_id.
     warm_backend_model: str | None = None
     # Target warm rate; the shadow warmer ramps up to it and backs off below it on congestion.
-    warm_qps: float = Field(default=5.0, gt=0)
+    warm_qps: float = option(WarmConfig, "target_qps")
     # Budget of one warm run: requests, or expected GPU-seconds when that is set.
     warm_budget_requests: int = Field(default=500, ge=0)
     warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
@@ -278,7 +279,7 @@ class StokerSettings(BaseSettings):
     # that load too, waits for room the live traffic leaves, and makes way when it comes back
     # (warmers/engineguard.py). Off, or a backend without those gauges: its answers' latency and
     # 429s alone pace and price the warm.
-    warm_load_from_metrics: bool = True
+    warm_load_from_metrics: bool = option(WarmConfig, "load_from_metrics")
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
     # the latency is what the query's misses took, as the request log says (warmers/hotset/value.py).
     warm_latency_weight: float = option(HotSetConfig, "latency_weight")

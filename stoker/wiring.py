@@ -347,10 +347,9 @@ def build_runner(
 def warm_config(s: StokerSettings, backend_url: str | None, qps: float | None = None) -> WarmConfig:
     """The shadow warmer's pacing and prices; the engine's load is read from the backend's
     /metrics (backends/engine.py) unless STOKER_WARM_LOAD_FROM_METRICS is off."""
-    return WarmConfig(
-        target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
-        idle_price=s.warm_idle_price,
-        engine_url=backend_url if s.warm_load_from_metrics else None,
+    return s.options(
+        WarmConfig, target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
+        idle_price=s.warm_idle_price, engine_url=backend_url,
     )  # fmt: skip
 
 

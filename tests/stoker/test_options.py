@@ -14,34 +14,35 @@ from stoker.settings import StokerSettings
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
+from warmers.shadow import WarmConfig
 
 # Settings not yet pointed at an owner (issue #32 converts them one owner at a time). This set
 # may only shrink: a new setting must get an owner or be SHELL_ONLY, never land here, and a
 # converted one must leave it (the test below fails on either).
 NOT_YET_OWNED = frozenset(
     {
-        "analyze_embed_budget",   
+        "analyze_embed_budget",
          "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
         "deploy_prewarm_min_share",
-         
-          
+
+
 
 
 
 
         "llama_ctx", "llama_parallel", "llama_threads",
-        
-         
-        
 
-        
 
-        
-         
-          
+
+
+
+
+
+
+
          "warm_backend_model", "warm_budget_gpu_seconds",
         "warm_budget_requests",
-        "warm_load_from_metrics", "warm_qps",
+
 
         "worker_batch_size",
     }
@@ -143,3 +144,10 @@ def test_options__a_planner_built_without_settings_plans_for_the_gateways_matche
     set built without wiring (a test, a benchmark, a tool) merged paraphrases no served entry
     would vouch for. The owner now holds the one default."""
     assert HotSetConfig().matcher == StokerSettings().semantic_matcher == "verified"
+
+
+def test_options__the_shadow_warmer_defaults_to_the_planners_ttl_bar_and_idle_price():
+    """WarmConfig's TTL bar and idle price are the planner's settings (HotSetConfig owns
+    them): a shadow warmer built without settings must re-warm and price as the plan did."""
+    warm, plan = WarmConfig(), HotSetConfig()
+    assert (warm.min_ttl_left_s, warm.idle_price) == (plan.min_ttl_left_s, plan.idle_price)
