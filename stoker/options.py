@@ -26,8 +26,10 @@ from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.hotset.warm_budget import BudgetOptions
 from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
+from warmers.prewarm import PrewarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
 from warmers.shadow import WarmConfig
@@ -55,6 +57,8 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     TrafficOptions,
     PrefixOptions,
     WarmConfig,
+    BudgetOptions,
+    PrewarmOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -115,6 +119,8 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     TrafficOptions: frozenset(),
     PrefixOptions: frozenset(),
     WarmConfig: _WARM_DERIVED,
+    BudgetOptions: frozenset(),
+    PrewarmOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

@@ -36,8 +36,10 @@ from stoker.modelserver import DEFAULT_SERVE
 from stoker.options import option, origins
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.hotset.warm_budget import BudgetOptions
 from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
+from warmers.prewarm import PrewarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
 from warmers.shadow import WarmConfig
@@ -234,15 +236,15 @@ class StokerSettings(BaseSettings):
     deploy_purge_batch: int = option(PurgeOptions, "batch")
     # The pre-warm (warmers/prewarm.py) plans the hour under way and the next hours, this many
     # in all: the first hours after cutover, the ones that would start cold.
-    deploy_prewarm_hours: int = Field(default=3, ge=1, le=24)
+    deploy_prewarm_hours: int = option(PrewarmOptions, "hours")
     # READY's bar: the projected hit rate of those hours (expected hits of the warmed entries
     # over the expected warmable requests). The pre-warm keeps the budget's plan only until its
     # projection reaches the bar, and READY means the entries in place reach it; below it the
     # pre-warm is retried, then the deploy fails (`--wait` exits 1).
-    deploy_prewarm_hit_bar: float = Field(default=0.3, gt=0.0, le=1.0)
+    deploy_prewarm_hit_bar: float = option(PrewarmOptions, "hit_bar")
     # When the whole budget's plan cannot reach the bar: READY needs this share of what it can
     # reach in place (the whole plan is warmed, the bar reported unreachable).
-    deploy_prewarm_min_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    deploy_prewarm_min_share: float = option(PrewarmOptions, "min_share")
 
     # -- stoker analyze --
     # Distinct prompts `stoker analyze` embeds at most (embedding is >95% of its time, ~60-150
@@ -260,8 +262,8 @@ class StokerSettings(BaseSettings):
     # Target warm rate; the shadow warmer ramps up to it and backs off below it on congestion.
     warm_qps: float = option(WarmConfig, "target_qps")
     # Budget of one warm run: requests, or expected GPU-seconds when that is set.
-    warm_budget_requests: int = Field(default=500, ge=0)
-    warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
+    warm_budget_requests: int = option(BudgetOptions, "requests")
+    warm_budget_gpu_seconds: float | None = option(BudgetOptions, "gpu_seconds")
     # An entry with less time to live than this is warmed again (an hour: it outlives the window).
     warm_min_ttl_left_s: float = option(HotSetConfig, "min_ttl_left_s")
     # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold under

@@ -58,11 +58,11 @@ from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
 from warmers.hotset.options import HotSetConfig
-from warmers.hotset.warm_budget import Budget
+from warmers.hotset.warm_budget import Budget, BudgetOptions
 from warmers.prefix.hot import HotPrefixes
 from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
-from warmers.prewarm import HotSetPrewarmer
+from warmers.prewarm import HotSetPrewarmer, PrewarmOptions
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
 
@@ -360,19 +360,16 @@ def hot_set_config(s: StokerSettings) -> HotSetConfig:
 
 
 def default_budget(s: StokerSettings) -> Budget:
-    if s.warm_budget_gpu_seconds is not None:
-        return Budget(gpu_seconds=s.warm_budget_gpu_seconds)
-    return Budget(requests=s.warm_budget_requests)
+    return s.options(BudgetOptions).budget()
 
 
 def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotSetPrewarmer:
     """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
     budget, and the bar READY stands for."""
-    runner = runner or build_runner(s, progress=False)
+    runner, o = runner or build_runner(s, progress=False), s.options(PrewarmOptions)
     return HotSetPrewarmer(
-        runner, default_budget(s), hours=s.deploy_prewarm_hours,
-        hit_bar=s.deploy_prewarm_hit_bar, min_share=s.deploy_prewarm_min_share,
-    )  # fmt: skip
+        runner, default_budget(s), hours=o.hours, hit_bar=o.hit_bar, min_share=o.min_share
+    )
 
 
 def build_hot_prefixes(s: StokerSettings, r: redis.Redis | None = None) -> HotPrefixes:

@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from caches.boundary import redis_boundary
 from schemas.errors import BackendUnreachable, ConfigError
 from warmers.hotset.plan import Plan, PlanItem, Skipped
@@ -59,6 +61,16 @@ DEFAULT_HIT_BAR = 0.3
 # most sends does.
 DEFAULT_MIN_SHARE = 0.5
 _EPS = 1e-9
+
+
+class PrewarmOptions(BaseModel):
+    """The owner of the deploy_prewarm_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hours: int = Field(default=DEFAULT_HOURS, ge=1, le=MAX_HOURS)
+    hit_bar: float = Field(default=DEFAULT_HIT_BAR, gt=0.0, le=1.0)
+    min_share: float = Field(default=DEFAULT_MIN_SHARE, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)

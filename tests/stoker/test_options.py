@@ -22,8 +22,8 @@ from warmers.shadow import WarmConfig
 NOT_YET_OWNED = frozenset(
     {
         "analyze_embed_budget",
-         "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
-        "deploy_prewarm_min_share",
+          
+        
 
 
 
@@ -40,8 +40,8 @@ NOT_YET_OWNED = frozenset(
 
 
 
-         "warm_backend_model", "warm_budget_gpu_seconds",
-        "warm_budget_requests",
+         "warm_backend_model", 
+        
 
 
         "worker_batch_size",
