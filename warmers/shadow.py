@@ -105,6 +105,11 @@ class WarmConfig(BaseModel):
             raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
         return self
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the engine's gauges are read: engine_url, unless load_from_metrics is off."""
+        return self.engine_url if self.load_from_metrics else None
+
     def ramp(self) -> Ramp:
         cap = self.capacity_qps or self.target_qps / self.ramp_end_frac
         return Ramp(self.target_qps, cap, self.ramp_start_frac, self.ramp_end_frac, self.ramp_s)
@@ -228,8 +233,7 @@ class _Run:
         self.t0 = self.clock.now()
         self.on_air: set[asyncio.Task[None]] = set()  # sends the backend is computing
         self.room = asyncio.Lock()  # one send at a time asks the guard for room
-        url = w.cfg.engine_url if w.cfg.load_from_metrics else None
-        guarded = w.cfg.engine_guard
+        url, guarded = w.cfg.metrics_url, w.cfg.engine_guard
         self.engine: EngineReader | None = None
         self.guard: EngineGuard | None = None
         if url and (guarded is not None or w.cfg.idle_price is not None):

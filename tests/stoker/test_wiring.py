@@ -121,12 +121,12 @@ def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -
 
     s = StokerSettings(warm_qps=3.0, warm_idle_price=0.4)
     cfg = warm_config(s, "http://gpu-0:8000/")
-    assert (cfg.engine_url, cfg.target_qps, cfg.idle_price) == (
+    assert (cfg.metrics_url, cfg.target_qps, cfg.idle_price) == (
         "http://gpu-0:8000/", 3.0, 0.4)  # fmt: skip
     assert cfg.engine_guard is not None  # it waits for room the live traffic leaves
     assert warm_config(s, "http://gpu-0:8000", qps=9.0).target_qps == 9.0
     off = StokerSettings(warm_load_from_metrics=False)
-    assert warm_config(off, "http://gpu-0:8000").engine_url is None
+    assert warm_config(off, "http://gpu-0:8000").metrics_url is None
 
 
 @pytest.mark.parametrize(
