@@ -24,6 +24,7 @@ from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
+from stoker.llama_options import LlamaOptions
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.warm_budget import BudgetOptions
@@ -59,6 +60,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     WarmConfig,
     BudgetOptions,
     PrewarmOptions,
+    LlamaOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -75,14 +77,6 @@ _HOTSET_TUNING: Final = frozenset(
 _GATEWAY_DERIVED: Final = frozenset(
     {"upstream_url", "upstream_api_key", "api_key_tenants", "upstream_connections",
      "live_version_ttl_s"}
-)  # fmt: skip
-
-# The shadow warmer's pace: its ramp and jitter are tuned on the benchmarks, not per site; the
-# TTL bar and the idle price are the planner's settings (HotSetConfig), passed by the shell
-# with the backend whose /metrics it reads; the seed is a test's.
-_WARM_DERIVED: Final = frozenset(
-    {"capacity_qps", "ramp_start_frac", "ramp_end_frac", "ramp_s", "concurrency", "jitter_frac",
-     "min_ttl_left_s", "aimd", "seed", "idle_price", "engine_url", "engine_guard"}
 )  # fmt: skip
 
 # The shadow warmer's pace: its ramp and jitter are tuned on the benchmarks, not per site; the
@@ -121,6 +115,7 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     WarmConfig: _WARM_DERIVED,
     BudgetOptions: frozenset(),
     PrewarmOptions: frozenset(),
+    LlamaOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this

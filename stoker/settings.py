@@ -32,7 +32,7 @@ from invalidators.purge import PurgeOptions
 from schemas.baseurl import BaseURL
 from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
-from stoker.modelserver import DEFAULT_SERVE
+from stoker.llama_options import LlamaOptions
 from stoker.options import option, origins
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
@@ -423,11 +423,11 @@ class StokerSettings(BaseSettings):
     llama_model_path: Path | None = None
     # llama-server's CPU threads: more than one per generating server on a busy 2-core box
     # decoded many times slower (threads spin-wait on each other; docs/model-server.md).
-    llama_threads: int = Field(default=DEFAULT_SERVE.threads, ge=1, le=256)
+    llama_threads: int = option(LlamaOptions, "threads")
     # Requests it decodes at once (slots); they share the context below.
-    llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
+    llama_parallel: int = option(LlamaOptions, "parallel")
     # Context size in tokens, split between the slots.
-    llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+    llama_ctx: int = option(LlamaOptions, "ctx")
 
 
 # flat setting -> (owner, field): which settings options() hands to which owner

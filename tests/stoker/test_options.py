@@ -30,7 +30,7 @@ NOT_YET_OWNED = frozenset(
 
 
 
-        "llama_ctx", "llama_parallel", "llama_threads",
+          
 
 
 
