@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from audits.options import MonitorOptions
+from audits.whatif.options import WhatIfOptions
 from caches.embedders import EmbedderOptions
 from caches.l1 import L1Options
 from caches.matching.options import MatchingOptions
@@ -61,6 +62,7 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     BudgetOptions,
     PrewarmOptions,
     LlamaOptions,
+    WhatIfOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -116,6 +118,7 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     BudgetOptions: frozenset(),
     PrewarmOptions: frozenset(),
     LlamaOptions: frozenset(),
+    WhatIfOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this
@@ -129,6 +132,13 @@ SHELL_ONLY: Final = frozenset(
         "prefix_warm_on_deploy", "gateway_host", "gateway_port", "gateway_upstream_url",
         "gateway_upstream_api_key", "gateway_api_keys", "metrics_port", "log_format",
         "log_level", "state_dir", "llama_server_bin", "llama_model_path",
+        # the served model name the shell's backend clients send (the warm runner's, the
+        # monitor's, and the prefix warm's, derived into PrefixWarmOptions.model): the shell
+        # builds each client; None sends each request's own model id
+        "warm_backend_model",
+        # an override of each handler's own batch size (Handler.batch_size holds each default,
+        # the traffic worker's differing from the others'), derived into WorkerConfig.batch_size
+        "worker_batch_size",
     }
 )  # fmt: skip
 

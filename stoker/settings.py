@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audits.options import MonitorOptions
+from audits.whatif.options import WhatIfOptions
 from caches.embedders import EmbedderOptions
 from caches.l1 import L1Options
 from caches.matching.options import MatchingOptions
@@ -249,7 +250,7 @@ class StokerSettings(BaseSettings):
     # -- stoker analyze --
     # Distinct prompts `stoker analyze` embeds at most (embedding is >95% of its time, ~60-150
     # prompts/s on 2 cores); a log with more is estimated on a sample, with 95% intervals.
-    analyze_embed_budget: int = Field(default=30_000, ge=1)
+    analyze_embed_budget: int = option(WhatIfOptions, "embed_budget")
 
     # -- warmers --
     # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, llama.cpp), as the openai

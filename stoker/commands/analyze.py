@@ -12,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from audits.whatif.options import WhatIfOptions
 from stoker.app import app, console, examples
 from stoker.connect import RedisUrl, connected
 from stoker.settings import StokerSettings
@@ -49,6 +50,9 @@ def fmt_ttl(seconds: int) -> str:
     return f"{seconds}s"
 
 
+_EMBED_BUDGET = WhatIfOptions().embed_budget  # the help's default: the setting's
+
+
 @app.command(
     short_help="What caching would buy on a request log, before you build.",
     epilog=examples(
@@ -77,7 +81,7 @@ def analyze(
         typer.Option(
             min=1,
             help="distinct prompts embedded at most; past it, estimate on a sample with 95% "
-            "intervals (default: STOKER_ANALYZE_EMBED_BUDGET, 30000)",
+            f"intervals (default: STOKER_ANALYZE_EMBED_BUDGET, {_EMBED_BUDGET})",
         ),
     ] = None,
     sample: Annotated[
@@ -96,7 +100,7 @@ def analyze(
     from schemas.errors import UsageError
 
     s = connected(console, redis_url=redis_url)
-    budget = (embed_budget or s.analyze_embed_budget) if sample else None
+    budget = (embed_budget or s.options(WhatIfOptions).embed_budget) if sample else None
     settings = Settings(
         parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share, budget
     )

@@ -16,38 +16,6 @@ from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
 from warmers.shadow import WarmConfig
 
-# Settings not yet pointed at an owner (issue #32 converts them one owner at a time). This set
-# may only shrink: a new setting must get an owner or be SHELL_ONLY, never land here, and a
-# converted one must leave it (the test below fails on either).
-NOT_YET_OWNED = frozenset(
-    {
-        "analyze_embed_budget",
-          
-        
-
-
-
-
-
-
-          
-
-
-
-
-
-
-
-
-
-         "warm_backend_model", 
-        
-
-
-        "worker_batch_size",
-    }
-)  # fmt: skip
-
 # Owner fields without a default: what options() must be given.
 REQUIRED: dict[type, dict[str, object]] = {
     GatewayOptions: {"upstream_url": "http://up"},
@@ -90,20 +58,7 @@ def test_options__every_setting_has_an_owner_or_is_shell_only():
     fields, owned = set(StokerSettings.model_fields), set(origins(StokerSettings))
     assert fields >= SHELL_ONLY, SHELL_ONLY - fields
     assert not SHELL_ONLY & owned, SHELL_ONLY & owned
-    assert fields == owned | SHELL_ONLY | NOT_YET_OWNED, fields ^ (
-        owned | SHELL_ONLY | NOT_YET_OWNED
-    )
-
-
-def test_options__not_yet_owned_only_shrinks():
-    """Every name left is a real setting that still has no owner: a converted setting must
-    leave the list, and a removed one cannot linger in it."""
-    owned = set(origins(StokerSettings))
-    assert set(StokerSettings.model_fields) >= NOT_YET_OWNED, NOT_YET_OWNED - set(
-        StokerSettings.model_fields
-    )
-    assert not NOT_YET_OWNED & owned, NOT_YET_OWNED & owned
-    assert not NOT_YET_OWNED & SHELL_ONLY, NOT_YET_OWNED & SHELL_ONLY
+    assert fields == owned | SHELL_ONLY, fields ^ (owned | SHELL_ONLY)
 
 
 @pytest.mark.usefixtures("clean_env")
