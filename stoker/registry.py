@@ -76,7 +76,8 @@ def invalidation_handler(s: StokerSettings) -> Handler:
     from invalidators.purge import PurgeOptions
 
     r = W.build_redis(s)
-    return InvalidationHandler(Invalidator(r, W.build_semantic(s), PurgeOptions()))
+    # a template change purges the old template's entries at the deploy's pace
+    return InvalidationHandler(Invalidator(r, W.build_semantic(s), s.options(PurgeOptions)))
 
 
 def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handler:

@@ -128,3 +128,34 @@ def test_registry__a_worker_that_warms_needs_a_model_server_named(
     s = StokerSettings(redis_url=redis_url, qdrant_path=qdrant_path, embedder_dim=384)
     with pytest.raises(ConfigError, match="STOKER_GATEWAY_UPSTREAM_URL or STOKER_WARM_BACKEND_URL"):
         registry.build_service("scheduler", s)
+
+
+def test_registry__the_invalidation_worker_purges_at_the_deploy_purge_settings(
+    redis_client: object, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker once built PurgeOptions() whatever STOKER_DEPLOY_PURGE_* said: a template
+    change then purged in batches of 1,000 at full speed on a site that had set them lower."""
+    from caches.request import CacheRequest
+    from invalidators.handlers import InvalidationHandler
+    from schemas.events import PromptTemplateChanged
+    from stoker import wiring as W
+
+    monkeypatch.setenv("STOKER_DEPLOY_PURGE_BATCH", "2")
+    s = StokerSettings(redis_url=redis_url)
+    cache = W.build_cache_client(s, semantic=False)
+    for i in range(5):
+        q = CacheRequest(tenant="acme", model_id="llama", model_version="v1",
+                         template_version="t1", prompt=f"question {i}")  # fmt: skip
+        assert cache.store(cache.lookup(q), f"answer {i}").landed
+    handler = registry.build_handler("invalidation", s)
+    try:
+        assert isinstance(handler, InvalidationHandler)
+        ev = PromptTemplateChanged(
+            tenant="acme", model_id="llama", old_template_version="t1", new_template_version="t2"
+        )
+        done = handler.invalidator.template_changed(ev)
+    finally:
+        handler.close()
+        cache.close()
+    assert done.deleted == 5
+    assert done.batches >= 3  # five keys, two an UNLINK: the setting's batch, not 1,000
