@@ -12,6 +12,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from caches.matching.options import DEFAULT_MAX_WRONG_HIT_RATE
 from evals.data import Pairs
 from schemas.errors import UsageError
 from stoker.app import app, console, examples
@@ -109,7 +110,7 @@ def eval_semantic(
     seed: Annotated[int, typer.Option(help="shuffle seed of the queries")] = 7,
     max_wrong_rate: Annotated[
         float, typer.Option(min=0.0001, max=0.5, help="the error budget's delta")
-    ] = 0.01,
+    ] = DEFAULT_MAX_WRONG_HIT_RATE,
     only: Annotated[
         str, typer.Option(help="comma-separated configuration names; empty = all")
     ] = "",
