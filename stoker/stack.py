@@ -48,6 +48,7 @@ class Stack:
     def __init__(self, settings: StokerSettings) -> None:
         self.settings = settings
         self.closed = False
+        self.temp_folder: Path | None = None  # the Edge folder made for this process, if any
 
     def __enter__(self) -> Stack:
         return self
@@ -93,6 +94,7 @@ class Stack:
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
+        self.temp_folder = path
         self._remove_temp = weakref.finalize(store, shutil.rmtree, path, ignore_errors=True)
         return store
 
