@@ -40,9 +40,8 @@ from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
 
 PREFIX: Final = "STOKER_"
-# STOKER_* variables stoker reads that are not settings: where the shared data sets live
-# (stoker/data.py, simulation/logs/sample.py).
-NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
+# STOKER_* variables stoker reads that are not settings (none: every one is a field below).
+NOT_SETTINGS: Final[frozenset[str]] = frozenset()
 # Fields whose input is never echoed in an error (a key may be the value that failed).
 _SECRET_FIELDS: Final = frozenset(
     {"qdrant_api_key", "embedder_api_key", "gateway_upstream_api_key", "gateway_api_keys"}
@@ -426,6 +425,11 @@ class StokerSettings(BaseSettings):
     llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
     # Context size in tokens, split between the slots.
     llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+
+    # -- data sets --
+    # Where the data sets are read (CLINC150 as clinc150/data_full.json: stoker/data.py, for
+    # eval-semantic, sample-log and the smoke demo); None: data/ in the checkout.
+    data_dir: Path | None = None
 
 
 # flat setting -> (owner, field): which settings options() hands to which owner

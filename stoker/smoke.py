@@ -22,7 +22,7 @@ from schemas.codec import decode_event, encode_event
 from schemas.common import DocRef
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
-from stoker.data import CLINC
+from stoker.data import clinc_path
 from stoker.embedded import EmbeddedStack
 from stoker.stack import Stack
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
@@ -83,8 +83,9 @@ class SmokeReport:
 
 def load_utterances(n_intents: int, per_intent: int, seed: int = 7) -> list[tuple[str, str]]:
     """(utterance, intent) pairs from CLINC150's test split, or the built-in fallback."""
-    if CLINC.exists():
-        rows = orjson.loads(CLINC.read_bytes())["test"]
+    clinc = clinc_path()
+    if clinc.exists():
+        rows = orjson.loads(clinc.read_bytes())["test"]
         by_intent: dict[str, list[str]] = {}
         for text, intent in rows:
             by_intent.setdefault(intent, []).append(text)
