@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
 import redis
 from rich.console import Console
@@ -71,7 +72,7 @@ log = logging.getLogger(__name__)
 
 # Dimensions of the embedding models stoker knows without loading them, so the invalidation
 # and deploy workers can open the semantic store without the model (seconds and ~100 MB).
-_KNOWN_DIMS = {("sentence-transformers", "all-MiniLM-L6-v2"): 384}
+_KNOWN_DIMS: Final = MappingProxyType({("sentence-transformers", "all-MiniLM-L6-v2"): 384})
 
 
 # -- stores and clients --
