@@ -94,6 +94,7 @@ SHELL_ONLY: Final = frozenset(
         "prefix_warm_on_deploy", "gateway_host", "gateway_port", "gateway_upstream_url",
         "gateway_upstream_api_key", "gateway_api_keys", "metrics_port", "log_format",
         "log_level", "state_dir", "llama_server_bin", "llama_model_path",
+        "data_dir",
     }
 )  # fmt: skip
 

@@ -65,7 +65,7 @@ def traffic_handler(stack: Stack) -> Handler:
     s = stack.settings
     times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
     profile = stack.profile
-    return TrafficHandler(profile, times, calibration=Calibration(profile.r))
+    return TrafficHandler(profile, times, calibration=Calibration(profile.r), close_clients=False)
 
 
 def invalidation_handler(stack: Stack) -> Handler:
@@ -101,7 +101,8 @@ def prefixes_handler(stack: Stack) -> Handler:
     Redis (what the prefix warmer sends after a deploy or a restart)."""
     from warmers.prefix.worker import PrefixLogHandler
 
-    return PrefixLogHandler(stack.hot_prefixes, min_tokens=stack.settings.prefix_min_tokens)
+    min_tokens = stack.settings.prefix_min_tokens
+    return PrefixLogHandler(stack.hot_prefixes, min_tokens=min_tokens, close_clients=False)
 
 
 def rewarm_handler(stack: Stack, *, backend_url: str | None = None) -> Handler:

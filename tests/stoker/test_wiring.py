@@ -96,10 +96,13 @@ def test_wiring__the_deploy_and_every_worker_of_all_share_one_stack_s_parts(
             assert cache.embedder is not None and cache.embedder.inner is stack.embedder
             scheduler: Any = registry.build_service("scheduler", stack)
             assert scheduler.scheduler.lock.r is r
+            connection = r.client_id()  # the connection this thread's commands go through
         finally:
             for handler in h.values():
                 handler.close()
-        r.ping()  # the handlers closed none of the Stack's parts: its owner does
+        # the handlers closed none of the Stack's parts (a worker stopping first used to close
+        # the Redis client the others were still draining with): its owner does
+        assert r.client_id() == connection
 
 
 def test_wiring__the_default_model_s_dimension_is_known_without_loading_it() -> None:
