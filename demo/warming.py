@@ -11,12 +11,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from caches.client import CacheClient
 from demo.client import served_entry
 from demo.scenario import Scenario
 from invalidators.deployjob import Prewarmer
-from stoker.settings import StokerSettings
-from stoker.wiring import build_runner
+from stoker.stack import Stack
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
@@ -24,13 +22,11 @@ from warmers.shadow import WarmConfig
 
 
 class DemoWarming:
-    def __init__(
-        self, sc: Scenario, settings: StokerSettings, cache: CacheClient, backend_url: str
-    ) -> None:
+    def __init__(self, sc: Scenario, stack: Stack, backend_url: str) -> None:
+        """A warm runner on the pass's Stack (its cache and embedder), to `backend_url`."""
         self.sc = sc
-        self.settings = settings
-        s = settings.model_copy(update={"warm_backend_url": backend_url, "warm_qps": sc.warm_qps})
-        self.runner = build_runner(s, progress=False)
+        self.settings = s = stack.settings
+        self.runner = stack.runner(progress=False, backend_url=backend_url)
         # The simulated GPU's capacity is ~2,000 QPS (32 slots, ~5 ms an answer plus HTTP):
         # ramp from 5% to 20% of it within half a second, since a window's warm lasts ~1 s.
         # Its engine gauges are not read (metrics_url None): in compressed time they show the
@@ -43,8 +39,8 @@ class DemoWarming:
         self.prewarms: list[HotSetPrewarm] = []  # what each deploy's pre-warm did
 
     @classmethod
-    def factory(cls, sc: Scenario) -> Callable[[StokerSettings, CacheClient, str], DemoWarming]:
-        return lambda settings, cache, url: cls(sc, settings, cache, url)
+    def factory(cls, sc: Scenario) -> Callable[[Stack, str], DemoWarming]:
+        return lambda stack, url: cls(sc, stack, url)
 
     def warm_ahead(self, start2: datetime, hour: int) -> dict[str, Any]:
         """What the scheduler does before a window: plan the hot set of the horizon, warm it."""

@@ -139,6 +139,7 @@ SHELL_ONLY: Final = frozenset(
         # an override of each handler's own batch size (Handler.batch_size holds each default,
         # the traffic worker's differing from the others'), derived into WorkerConfig.batch_size
         "worker_batch_size",
+        "data_dir",
     }
 )  # fmt: skip
 

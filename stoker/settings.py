@@ -47,9 +47,8 @@ from warmers.shadow import WarmConfig
 from warmers.traffic.options import TrafficOptions
 
 PREFIX: Final = "STOKER_"
-# STOKER_* variables stoker reads that are not settings: where the shared data sets live
-# (stoker/data.py, simulation/logs/sample.py).
-NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
+# STOKER_* variables stoker reads that are not settings (none: every one is a field below).
+NOT_SETTINGS: Final[frozenset[str]] = frozenset()
 # Fields whose input is never echoed in an error (a key may be the value that failed).
 _SECRET_FIELDS: Final = frozenset(
     {"qdrant_api_key", "embedder_api_key", "gateway_upstream_api_key", "gateway_api_keys"}
@@ -429,6 +428,11 @@ class StokerSettings(BaseSettings):
     llama_parallel: int = option(LlamaOptions, "parallel")
     # Context size in tokens, split between the slots.
     llama_ctx: int = option(LlamaOptions, "ctx")
+
+    # -- data sets --
+    # Where the data sets are read (CLINC150 as clinc150/data_full.json: stoker/data.py, for
+    # eval-semantic, sample-log and the smoke demo); None: data/ in the checkout.
+    data_dir: Path | None = None
 
 
 # flat setting -> (owner, field): which settings options() hands to which owner

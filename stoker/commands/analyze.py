@@ -153,9 +153,10 @@ def _cached(embedder: Any, s: StokerSettings) -> Any:
         return embedder
     from audits.whatif.neighbours import ScopedEmbedder
     from caches.embedders import CachedEmbedder
-    from stoker.wiring import build_redis
+    from stoker.stack import Stack
 
-    return ScopedEmbedder(CachedEmbedder(embedder, build_redis(s), s.embedding_ttl_s))
+    # the verb's one Redis client, released when the process ends
+    return ScopedEmbedder(CachedEmbedder(embedder, Stack(s).redis, s.embedding_ttl_s))
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

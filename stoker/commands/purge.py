@@ -17,8 +17,6 @@ from stoker.app import app, console, examples
 from stoker.connect import QdrantUrl, RedisUrl, connected
 from stoker.settings import StokerSettings
 
-# all-MiniLM-L6-v2 and the OpenAI wiring both use 384 (see invalidators/handlers.py).
-_SEMANTIC_DIM = 384
 # The flags' defaults are PurgeOptions' (the deploy's purge takes the same from the settings).
 _DEFAULTS: Final = PurgeOptions()
 
@@ -74,12 +72,13 @@ def purge(
 
 
 def _purger(s: StokerSettings) -> tuple[Purger, str]:
-    from stoker.wiring import build_redis, build_semantic
+    """The purger on the process's one Stack (released when the verb's process ends)."""
+    from stoker.stack import Stack
 
-    r = build_redis(s)
+    stack = Stack(s)
     if s.semantic_backend == "edge" and s.qdrant_path is None:
-        return Purger(r), "no STOKER_QDRANT_PATH: the semantic store is not purged"
-    return Purger(r, build_semantic(s, _SEMANTIC_DIM)), ""
+        return Purger(stack.redis), "no STOKER_QDRANT_PATH: the semantic store is not purged"
+    return Purger(stack.redis, stack.semantic), ""
 
 
 def _retire(purger: Purger, spec: PurgeSpec) -> None:

@@ -25,8 +25,12 @@ class PrefixLogHandler(Handler):
         store: HotPrefixes,
         min_tokens: int = MIN_PREFIX_TOKENS,
         clock: Callable[[], float] = time.time,
+        *,
+        close_clients: bool = True,
     ) -> None:
+        """close_clients: False when the caller shares the store's Redis (the shell's Stack)."""
         self.store = store
+        self._close_clients = close_clients
         self.min_tokens = min_tokens
         self.clock = clock
         self.counted = 0  # requests whose prefix was counted, for tests and the report
@@ -42,4 +46,5 @@ class PrefixLogHandler(Handler):
             self.counted += sum(counts.values())
 
     def close(self) -> None:
-        self.store.r.close()
+        if self._close_clients:
+            self.store.r.close()
