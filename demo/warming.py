@@ -7,7 +7,7 @@ window, not on a wall-clock trigger, so a week fits in minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from caches.client import CacheClient
 from demo.client import served_entry
 from demo.scenario import Scenario
 from invalidators.deployjob import Prewarmer
+from schemas.prewarm import PrewarmRequest
 from stoker.settings import StokerSettings
 from stoker.wiring import build_runner
 from warmers.hotset.warm_budget import Budget
@@ -106,13 +107,7 @@ class _Recorded:
     def __init__(self, inner: HotSetPrewarmer, into: list[HotSetPrewarm]) -> None:
         self.inner, self.into = inner, into
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
-        got = self.inner.prewarm(model_id, version, previous_version, tenants)
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
+        got = self.inner.prewarm(req)
         self.into.append(got)
         return got
