@@ -63,6 +63,7 @@ from demo.run import StatusFollower
 from gateway.service import GatewayServer
 from schemas.errors import StokerError
 from schemas.events import KnowledgeBaseChanged, ModelDeployed
+from schemas.prewarm import PrewarmRequest
 from stoker import modelserver
 from stoker.embedded import LOOPBACK, EmbeddedStack, LlamaServer, free_port
 from stoker.modelserver import MODEL_ALIAS
@@ -116,15 +117,9 @@ class DeployPrewarm:
         self.prefix, self.hot = prefix, hot
         self.reports: list[tuple[str, HotSetPrewarm]] = []
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
-        prefix = str(self.prefix.warm(model_id, tenants or None))
-        got = self.hot.prewarm(model_id, version, previous_version, tenants)
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
+        prefix = str(self.prefix.warm(req.model_id, req.tenants or None))
+        got = self.hot.prewarm(req)
         self.reports.append((prefix, got))
         return got  # READY's bar is the hot set's: a prefix warm is best effort
 

@@ -7,13 +7,14 @@ window, not on a wall-clock trigger, so a week fits in minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from demo.client import served_entry
 from demo.scenario import Scenario
 from invalidators.deployjob import Prewarmer
+from schemas.prewarm import PrewarmRequest
 from stoker.stack import Stack
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -102,13 +103,7 @@ class _Recorded:
     def __init__(self, inner: HotSetPrewarmer, into: list[HotSetPrewarm]) -> None:
         self.inner, self.into = inner, into
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
-        got = self.inner.prewarm(model_id, version, previous_version, tenants)
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
+        got = self.inner.prewarm(req)
         self.into.append(got)
         return got

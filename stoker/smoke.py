@@ -159,19 +159,24 @@ def _through_kafka(
     return got
 
 
+def _request_of(ev: RequestLogged) -> CacheRequest:
+    """The cache's request for a logged one: served first, then asked again after the doc."""
+    return CacheRequest(
+        ev.tenant,
+        ev.model_id,
+        ev.model_version,
+        ev.template_version,
+        ev.prompt,
+        ev.params,
+        ev.context_docs,
+    )
+
+
 def _serve(
     cache: CacheClient, events: list[RequestLogged], intent_of: dict[str, str], report: SmokeReport
 ) -> None:
     for ev in events:
-        req = CacheRequest(
-            ev.tenant,
-            ev.model_id,
-            ev.model_version,
-            ev.template_version,
-            ev.prompt,
-            ev.params,
-            ev.context_docs,
-        )
+        req = _request_of(ev)
         res = cache.lookup(req)
         report.requests += 1
         report.outcomes[res.outcome] += 1
@@ -206,15 +211,7 @@ def _invalidate_doc(cache: CacheClient, events: list[RequestLogged], report: Smo
             cache.redis.unlink(*keys)
     report.stale_writes_refused += not cache.store(in_flight, "stale answer").landed
     for e in with_doc:
-        req = CacheRequest(
-            e.tenant,
-            e.model_id,
-            e.model_version,
-            e.template_version,
-            e.prompt,
-            e.params,
-            e.context_docs,
-        )
+        req = _request_of(e)
         report.hits_after_invalidation += cache.lookup(req).hit
 
 

@@ -12,6 +12,7 @@ import redis
 from caches.generations import Generations
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from stoker.wiring import build_prewarmer, worker_config
 from streams.topics import topic_name
@@ -65,7 +66,7 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
     runner = stack.runner(progress=False)
     prewarmer = build_prewarmer(s, runner)
     prewarmer.budget, prewarmer.window = Budget(requests=5), lambda: window
-    res = prewarmer.prewarm("sim-model", "v2", "default", ["acme"])
+    res = prewarmer.prewarm(PrewarmRequest("sim-model", "v2", "default", ("acme",)))
     assert res.cached == 1 and res.ok
 
     warm = c.chat.completions.with_raw_response.create(

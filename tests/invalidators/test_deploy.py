@@ -25,6 +25,7 @@ from invalidators.deployjob import CutoverOptions, DeployJob, PrewarmOutcome
 from invalidators.purge import PurgeOptions, Purger
 from schemas.codec import decode_event, encode_event
 from schemas.events import JobStatus, ModelDeployed
+from schemas.prewarm import PrewarmRequest
 from stoker.settings import StokerSettings
 from stoker.wiring import build_publisher, build_status_sink
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
@@ -58,8 +59,8 @@ class CountingWarmer:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def prewarm(self, model_id: str, version: str, previous_version: str | None, tenants: Any):
-        self.calls.append((model_id, version))
+    def prewarm(self, req: PrewarmRequest) -> PrewarmOutcome:
+        self.calls.append((req.model_id, req.version))
         return PrewarmOutcome(warmed=3)
 
 

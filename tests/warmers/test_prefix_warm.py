@@ -13,6 +13,7 @@ import redis
 from typer.testing import CliRunner
 
 from invalidators.deployjob import NoPrewarmer
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.cli import app
@@ -182,7 +183,7 @@ def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
         pre = PrefixWarmingPrewarmer(
             NoPrewarmer(), PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url))
         )
-        res = pre.prewarm("llama", "v2", "v1", None)
+        res = pre.prewarm(PrewarmRequest("llama", "v2", "v1", None))
         assert _live_gpu_ms(sim, 1) < 2.0 * 20
     assert res.ok and res.warmed == 0
     assert res.detail.startswith("skipped: no warmer configured; prefix warm of llama: planned 1")
