@@ -74,10 +74,12 @@ local function fields(map)
   for f in pairs(map) do names[#names + 1] = f end
   return names
 end
--- merge(old value or false, delta) -> new value, for every field of `map`
-local function update(key, map, merge)
-  local names = fields(map)
-  local cur, args = hmget(key, names), {}
+-- merge(old value or false, delta) -> new value, for every field of `map`; names and cur,
+-- when the caller has already read them (fields(map) and their values), are not read again
+local function update(key, map, merge, names, cur)
+  names = names or fields(map)
+  cur = cur or hmget(key, names)
+  local args = {}
   for j = 1, #names do
     args[#args + 1] = names[j]
     args[#args + 1] = merge(cur[j], map[names[j]])
@@ -141,7 +143,7 @@ local function summary(k, map)
   for j = 1, #names do if not cur[j] then fresh = fresh + 1 end end
   local size = redis.call('HLEN', k)
   if size + fresh <= cap then
-    update(k, map, add)
+    update(k, map, add, names, cur)
     return map, {}
   end
   local flat = redis.call('HGETALL', k)
@@ -186,7 +188,7 @@ local function hour(key, s, map)
   for j = 1, #names do if not cur[j] then fresh[#fresh + 1] = names[j] end end
   local size = redis.call('HLEN', key)
   if size + #fresh <= hcap then
-    update(key, map, add)
+    update(key, map, add, names, cur)
     return
   end
   local flat = redis.call('HGETALL', key)
