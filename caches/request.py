@@ -19,7 +19,12 @@ Outcome = Literal["exact", "semantic", "negative", "miss", "bypass"]
 
 
 @dataclass(frozen=True)
-class CacheRequest:
+class KeyedRequest:
+    """The parts of a request its cache key is built from: whose (tenant, model, version,
+    template) and what (prompt, params, docs). The cache's request (CacheRequest) and the
+    backend's (backends.base.GenerationRequest) both start with them, declared once here so
+    that the two cannot drift apart; each adds its own fields after these."""
+
     tenant: str
     model_id: str
     model_version: str
@@ -27,6 +32,10 @@ class CacheRequest:
     prompt: str
     params: RequestParams = field(default_factory=RequestParams)
     docs: tuple[DocRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheRequest(KeyedRequest):
     # The gateway route ("/v1/chat/completions", "billing-faq", ...): per-route semantic
     # thresholds and conservative routes key on it. It never enters the cache key.
     route: str | None = None

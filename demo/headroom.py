@@ -11,20 +11,20 @@ is read. Uncacheable requests (sampling, no-cache) miss every time.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
-from caches.client import CacheClient
 from caches.policy import request_bypass_reason
 from demo.client import replay_identity
 from demo.scenario import NEW_VERSION, Scenario, Traffic
 from demo.warming import DemoWarming, _Recorded
 from invalidators.deployjob import Prewarmer
 from schemas.common import RequestParams
-from stoker.settings import StokerSettings
+from schemas.prewarm import PrewarmRequest
+from stoker.stack import Stack
 from warmers.headroom import Headroom, cap_plan, lead_prewarm
 from warmers.hotset.plan import Plan
 from warmers.hotset.warm_budget import Budget
@@ -104,24 +104,19 @@ class HeadroomWarming(DemoWarming):
     def __init__(
         self,
         sc: Scenario,
-        settings: StokerSettings,
-        cache: CacheClient,
+        stack: Stack,
         backend_url: str,
         caps: HourCaps,
         model_id: str,
     ) -> None:
-        super().__init__(sc, settings, cache, backend_url)
+        super().__init__(sc, stack, backend_url)
         self.caps, self.model_id = caps, model_id
         self.leads: list[dict[str, Any]] = []  # each lead hour's pre-warm, the cutover's too
 
     @classmethod
-    def capped(
-        cls, sc: Scenario, traffic: Traffic
-    ) -> Callable[[StokerSettings, CacheClient, str], DemoWarming]:
+    def capped(cls, sc: Scenario, traffic: Traffic) -> Callable[[Stack, str], DemoWarming]:
         model_id = str(traffic.week1[0]["model_id"])
-        return lambda settings, cache, url: cls(
-            sc, settings, cache, url, hour_caps(traffic, sc), model_id
-        )
+        return lambda stack, url: cls(sc, stack, url, hour_caps(traffic, sc), model_id)
 
     def send_hour(self, hour: int) -> int:
         """The hour a warm made before serving `hour` is counted in (demo.report.hourly_gpu):
@@ -182,22 +177,16 @@ class _CappedPrewarm:
     def __init__(self, warming: HeadroomWarming) -> None:
         self.w = warming
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
         w = self.w
-        step = w._lead(w.sc.deploy_at_h, version)
+        step = w._lead(w.sc.deploy_at_h, req.version)
         w.leads.append(step)
         bar = min(w.settings.deploy_prewarm_hit_bar, max(step["in_place"], MIN_BAR))
         inner = HotSetPrewarmer(
             w.runner, w.prewarm_budget(), lambda: w.window,
             hit_bar=bar, min_share=w.settings.deploy_prewarm_min_share,
         )  # fmt: skip
-        return inner.prewarm(model_id, version, previous_version, tenants)
+        return inner.prewarm(req)
 
 
 # The bar when nothing is in place: a bar must be above 0 (HotSetPrewarmer), and this one

@@ -63,18 +63,14 @@ from demo.run import StatusFollower
 from gateway.service import GatewayServer
 from schemas.errors import StokerError
 from schemas.events import KnowledgeBaseChanged, ModelDeployed
+from schemas.prewarm import PrewarmRequest
 from stoker import modelserver
 from stoker.embedded import LOOPBACK, EmbeddedStack, LlamaServer, free_port
 from stoker.modelserver import MODEL_ALIAS
-from stoker.registry import build_handler, deploy_handler
+from stoker.registry import build_handler, deploy_handler, rewarm_handler
 from stoker.settings import StokerSettings
-from stoker.wiring import (
-    build_gateway,
-    build_prefix_warmer,
-    build_publisher,
-    build_runner,
-    worker_config,
-)
+from stoker.stack import Stack
+from stoker.wiring import worker_config
 from streams.base import Handler
 from streams.worker import Worker
 from warmers.hotset.warm_budget import Budget
@@ -107,13 +103,13 @@ class LiveResult:
 
 
 class PrefixWarms(Protocol):
-    """What the deploy pre-warm needs of the prefix warmer (stoker.wiring.build_prefix_warmer)."""
+    """What the deploy pre-warm needs of the prefix warmer (stoker.stack.Stack.prefix_warmer)."""
 
     def warm(self, model_id: str, tenants: Sequence[str] | None = None) -> object: ...
 
 
 class DeployPrewarm:
-    """The deploy job's pre-warm as stoker.wiring.build_deploy_prewarmer makes it (the prefix
+    """The deploy job's pre-warm as stoker.stack.Stack.deploy_prewarmer makes it (the prefix
     warm, then the hot set), planned on the demo's clock: the first hours after the cutover on
     the served day, where the wall clock's hour would plan another day of the week."""
 
@@ -121,15 +117,9 @@ class DeployPrewarm:
         self.prefix, self.hot = prefix, hot
         self.reports: list[tuple[str, HotSetPrewarm]] = []
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
-        prefix = str(self.prefix.warm(model_id, tenants or None))
-        got = self.hot.prewarm(model_id, version, previous_version, tenants)
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
+        prefix = str(self.prefix.warm(req.model_id, req.tenants or None))
+        got = self.hot.prewarm(req)
         self.reports.append((prefix, got))
         return got  # READY's bar is the hot set's: a prefix warm is best effort
 
@@ -189,6 +179,7 @@ class LiveDemo:
         self._phase = ""
         self.phases: dict[str, float] = {}  # wall seconds per phase
         self.deploy_window: Window | None = None  # what the deploy's pre-warm plans for
+        self.wired: Stack | None = None  # the run's parts: one Stack, as a stoker process has
 
     # -- the whole run --
 
@@ -276,33 +267,41 @@ class LiveDemo:
     def _run_stack(
         self, stack: EmbeddedStack, ledger: Ledger, traffic: LiveTraffic, res: LiveResult
     ) -> None:
-        sc = self.sc
         settings = self._settings(stack, ledger)
-        parts = build_gateway(settings, upstream_url=ledger.url("live"))
-        deploy_s = settings.model_copy(update={"warm_backend_url": ledger.url("deploy")})
+        self.wired = wired = Stack(settings)
+        try:
+            self._run_parts(wired, ledger, traffic, res)
+        finally:
+            wired.close()
+
+    def _run_parts(
+        self, wired: Stack, ledger: Ledger, traffic: LiveTraffic, res: LiveResult
+    ) -> None:
+        """The gateway, the workers and the clients of the run, all on the parts of `wired`;
+        each warm has a backend URL of its own, so the ledger tells whose requests were whose."""
+        sc, settings = self.sc, wired.settings
+        parts = wired.gateway(upstream_url=ledger.url("live"))
         pre = DeployPrewarm(
-            prefix_warmer(settings),
+            prefix_warmer(wired),
             HotSetPrewarmer(
-                build_runner(deploy_s, progress=False), Budget(requests=sc.deploy_budget),
+                wired.runner(progress=False, backend_url=ledger.url("deploy")),
+                Budget(requests=sc.deploy_budget),
                 self._deploy_window, hit_bar=settings.deploy_prewarm_hit_bar,
                 min_share=settings.deploy_prewarm_min_share,
             ),
         )  # fmt: skip
-        rewarm_s = settings.model_copy(update={"warm_backend_url": ledger.url("rewarm")})
         workers = _Workers(
             settings,
             {
-                "traffic": build_handler("traffic", settings),
-                "prefixes": build_handler("prefixes", settings),
-                "invalidation": build_handler("invalidation", settings),
-                "deploy": deploy_handler(settings, pre),
-                "rewarm": build_handler("rewarm", rewarm_s),
+                "traffic": build_handler("traffic", wired),
+                "prefixes": build_handler("prefixes", wired),
+                "invalidation": build_handler("invalidation", wired),
+                "deploy": deploy_handler(wired, pre),
+                "rewarm": rewarm_handler(wired, backend_url=ledger.url("rewarm")),
             },
         )
         follower = StatusFollower(settings)
-        warm_runner = build_runner(
-            settings.model_copy(update={"warm_backend_url": ledger.url("warm")}), progress=False
-        )
+        warm_runner = wired.runner(progress=False, backend_url=ledger.url("warm"))
         try:
             with workers.running(), GatewayServer(parts) as gw:
                 self._replay_week1(settings, traffic, workers)
@@ -400,7 +399,8 @@ class LiveDemo:
         invalidation and rewarm workers through Kafka; serving resumes once the invalidation
         worker has applied it (the demo's clock has no room for Kafka's milliseconds)."""
         tenants = sorted({r["tenant"] for r in traffic.day})
-        publisher = build_publisher(settings)
+        assert self.wired is not None
+        publisher = self.wired.publisher
         before = workers.events("invalidation")
         at = time.time()
         for doc in traffic.kb_docs:
@@ -440,7 +440,8 @@ class LiveDemo:
         self._begin(f"hour {sc.deploy_h}: deploy: a fresh model server, prefix warm, then probes")
         self._restart(ledger, 3)
         t0 = time.perf_counter()
-        report = prefix_warmer(settings).warm(MODEL_ALIAS)
+        assert self.wired is not None
+        report = prefix_warmer(self.wired).warm(MODEL_ALIAS)
         res.prefix_warm = {
             "planned": report.planned, "warmed": report.warmed, "failed": report.failed,
             "tokens": report.tokens, "seconds": round(time.perf_counter() - t0, 2),
@@ -455,7 +456,8 @@ class LiveDemo:
             grace_s=sc.grace_s,
         )  # fmt: skip
         t0 = time.time()
-        publisher = build_publisher(settings)
+        assert self.wired is not None
+        publisher = self.wired.publisher
         publisher.publish("inference.deploys", ev, key=ev.model_id)
         publisher.flush()
         ready = follower.wait_for(ev.deploy_id, ("ready", "done"), WAIT_S)
@@ -494,11 +496,11 @@ class LiveDemo:
         return self.deploy_window
 
 
-def prefix_warmer(settings: StokerSettings) -> Any:
+def prefix_warmer(stack: Stack) -> Any:
     """The prefix warmer of the settings, one prompt at a time with a long read timeout: a
     cold prefill of a ~700-token prompt on a loaded 2-core box takes 15-60 s, past the
     defaults' 30 s with 4 at a time (docs/demo.md, "The live demo on the real model")."""
-    w = build_prefix_warmer(settings)
+    w = stack.prefix_warmer()
     w.options = w.options.model_copy(update={"concurrency": 1, "timeout_s": PREFIX_TIMEOUT_S})
     return w
 

@@ -56,7 +56,8 @@ from simulation.backend.simulator import SimConfig, Simulator
 from stoker.embedded import EmbeddedStack
 from stoker.registry import build_handler, deploy_handler
 from stoker.settings import StokerSettings
-from stoker.wiring import build_gateway, build_publisher, gateway_options, worker_config
+from stoker.stack import Stack
+from stoker.wiring import gateway_options, worker_config
 from streams.base import Handler
 from streams.publisher import EventPublisher
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
@@ -234,6 +235,7 @@ class Pass:
         self.emb = emb
         self.forgetful = forgetful_invalidation
         self.result = PassResult(warm=warm, serve=ServeStats())
+        self.wired: Stack | None = None  # the pass's parts, one Stack for the whole pass
         self.name = f"{sc.regime} " + ("with warming" if warm else "without warming (baseline)")
 
     def run(self, warming_factory: Callable[..., Any] | None) -> PassResult:
@@ -265,16 +267,15 @@ class Pass:
                 # calls one (the gateway, the warms, the request log's replay)
                 gateway_upstream_url=sim.url, warm_backend_url=sim.url,
             )  # fmt: skip
-            parts = build_gateway(settings, upstream_url=sim.url)
+            self.wired = wired = Stack(settings)
+            parts = wired.gateway(upstream_url=sim.url)
             cache = parts.gate.cache
             if self.emb.vectors is None:
                 bar.phase(f"{self.name}: embedding week 2's distinct prompts (once)")
                 assert cache.embedder is not None
                 self.emb.compute(cache.embedder.inner, bar)
             self.emb.prime(cache)
-            warming = (
-                warming_factory(settings, cache, sim.url) if self.warm and warming_factory else None
-            )
+            warming = warming_factory(wired, sim.url) if self.warm and warming_factory else None
             self._serve_weeks(settings, parts, sim, warming, bar)
             if self.result.deploy:  # the demo's pacing, which the purge plot names
                 self.result.deploy |= {"purge_batch": purge_batch, "purge_keys_per_s": purge_rate}
@@ -282,18 +283,20 @@ class Pass:
                 self.result.prewarms = list(warming.prewarms)
                 self.result.lead_warms = list(getattr(warming, "leads", ()))
             bar.phase(f"{self.name}: stopping the stack")
+            wired.close()
         self.result.seconds = time.perf_counter() - t0
         return self.result
 
     def _handlers(self, settings: StokerSettings, warming: Any) -> list[Handler]:
         prewarmer: Prewarmer = warming.prewarmer() if warming is not None else NoPrewarmer()
-        invalidation = build_handler("invalidation", settings)
+        assert self.wired is not None
+        invalidation = build_handler("invalidation", self.wired)
         if self.forgetful:
             invalidation = _Forgetful(invalidation)  # type: ignore[arg-type]
         return [
-            build_handler("traffic", settings),
+            build_handler("traffic", self.wired),
             invalidation,
-            deploy_handler(settings, prewarmer),
+            deploy_handler(self.wired, prewarmer),
         ]
 
     def _serve_weeks(
@@ -364,7 +367,8 @@ class Pass:
         scorer = Scorer(truth, digest_intents(tr.week1 + tr.week2), logged)
         self.result.serve = scorer.stats
         client = DemoClient(gw.url, scorer)
-        publisher = build_publisher(settings)
+        assert self.wired is not None
+        publisher = self.wired.publisher
         by_hour: dict[int, list[dict[str, Any]]] = {}
         for r in tr.week2:
             by_hour.setdefault(tr.hour_of(r), []).append(r)

@@ -7,16 +7,15 @@ window, not on a wall-clock trigger, so a week fits in minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from caches.client import CacheClient
 from demo.client import served_entry
 from demo.scenario import Scenario
 from invalidators.deployjob import Prewarmer
-from stoker.settings import StokerSettings
-from stoker.wiring import build_runner
+from schemas.prewarm import PrewarmRequest
+from stoker.stack import Stack
 from warmers.hotset.plan import Plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -25,13 +24,11 @@ from warmers.shadow import WarmConfig
 
 
 class DemoWarming:
-    def __init__(
-        self, sc: Scenario, settings: StokerSettings, cache: CacheClient, backend_url: str
-    ) -> None:
+    def __init__(self, sc: Scenario, stack: Stack, backend_url: str) -> None:
+        """A warm runner on the pass's Stack (its cache and embedder), to `backend_url`."""
         self.sc = sc
-        self.settings = settings
-        s = settings.model_copy(update={"warm_backend_url": backend_url, "warm_qps": sc.warm_qps})
-        self.runner = build_runner(s, progress=False)
+        self.settings = s = stack.settings
+        self.runner = stack.runner(progress=False, backend_url=backend_url)
         # The simulated GPU's capacity is ~2,000 QPS (32 slots, ~5 ms an answer plus HTTP):
         # ramp from 5% to 20% of it within half a second, since a window's warm lasts ~1 s.
         # Its engine gauges are not read (metrics_url None): in compressed time they show the
@@ -44,8 +41,8 @@ class DemoWarming:
         self.prewarms: list[HotSetPrewarm] = []  # what each deploy's pre-warm did
 
     @classmethod
-    def factory(cls, sc: Scenario) -> Callable[[StokerSettings, CacheClient, str], DemoWarming]:
-        return lambda settings, cache, url: cls(sc, settings, cache, url)
+    def factory(cls, sc: Scenario) -> Callable[[Stack, str], DemoWarming]:
+        return lambda stack, url: cls(sc, stack, url)
 
     def warm_ahead(self, start2: datetime, hour: int) -> dict[str, Any]:
         """What the scheduler does before a window: plan the hot set of the horizon, warm it."""
@@ -112,13 +109,7 @@ class _Recorded:
     def __init__(self, inner: HotSetPrewarmer, into: list[HotSetPrewarm]) -> None:
         self.inner, self.into = inner, into
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
-        got = self.inner.prewarm(model_id, version, previous_version, tenants)
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
+        got = self.inner.prewarm(req)
         self.into.append(got)
         return got

@@ -12,6 +12,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from caches.matching.options import DEFAULT_MAX_WRONG_HIT_RATE
 from evals.data import Pairs
 from schemas.errors import UsageError
 from stoker.app import app, console, examples
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from caches.embedders import Embedder
     from evals.answers import BackendAnswers
     from evals.report import Evaluation
+    from stoker.settings import StokerSettings
 
 
 @app.command(
@@ -108,7 +110,7 @@ def eval_semantic(
     seed: Annotated[int, typer.Option(help="shuffle seed of the queries")] = 7,
     max_wrong_rate: Annotated[
         float, typer.Option(min=0.0001, max=0.5, help="the error budget's delta")
-    ] = 0.01,
+    ] = DEFAULT_MAX_WRONG_HIT_RATE,
     only: Annotated[
         str, typer.Option(help="comma-separated configuration names; empty = all")
     ] = "",
@@ -218,7 +220,6 @@ def _real(
     common: dict[str, Any],
     ask: _Ask,
 ) -> None:
-    from caches.embedders import SentenceTransformerEmbedder
     from evals.answers import AnswerCache, AskParams, default_cache_path
     from evals.real import (
         HISTORY,
@@ -241,7 +242,8 @@ def _real(
         s = sample(common["seed"], limit, 0 if earlier == [] else hist_n)
     else:
         s = Sample(rows[:limit], (earlier or [])[:hist_n])
-    path = ask.cache or default_cache_path(modelserver.cache_root(StokerSettings().model_cache_dir))
+    settings = StokerSettings()
+    path = ask.cache or default_cache_path(modelserver.cache_root(settings.model_cache_dir))
 
     def params(m: str) -> AskParams:
         return AskParams(m, max_tokens=ask.max_tokens, temperature=ask.temperature)
@@ -253,7 +255,7 @@ def _real(
             backend_answers(ask.backend, ask.model, params, cache, s, console.print) as answers,
             console.status("evaluating") as status,
         ):
-            embedder = SentenceTransformerEmbedder()
+            embedder = _embedder(settings)
             ev, report, got = evaluate_real(
                 embedder, answers, s, seed=common["seed"],
                 budget_s=ask.budget_s or None, max_wrong_rate=common["max_wrong_rate"],
@@ -283,6 +285,17 @@ def _real(
         _headline(summary, ev.embed_seconds)
     if side:
         _candidates_table(side)
+
+
+def _embedder(s: StokerSettings) -> Embedder:
+    """The settings' local embedder (model, threads, engine), as the gateway runs it: the
+    answer bar and the thresholds this eval calibrates are the served embedder's."""
+    from caches.embedders import EmbedderOptions, SentenceTransformerEmbedder
+    from stoker.modelserver import cache_root
+
+    return SentenceTransformerEmbedder.from_options(
+        s.options(EmbedderOptions), cache_root(s.model_cache_dir)
+    )
 
 
 def _candidates(
@@ -333,12 +346,12 @@ def _simulated(
     cold: bool,
     common: dict[str, Any],
 ) -> None:
-    from caches.embedders import SentenceTransformerEmbedder
     from evals.semantic import evaluate
+    from stoker.settings import StokerSettings
 
     with console.status("evaluating") as status:
         ev = evaluate(
-            SentenceTransformerEmbedder(), limit=limit or None, names=names, rows=rows,
+            _embedder(StokerSettings()), limit=limit or None, names=names, rows=rows,
             history=earlier, progress=lambda m: status.update(m), **common,
         )  # fmt: skip
     rows_out = [r.as_dict() for r in ev.rows]

@@ -10,15 +10,16 @@ from pathlib import Path
 from caches.matching.base import Vector
 from schemas.errors import UsageError
 from simulation.logs.sample import read_clinc
-from stoker.data import CLINC
+from stoker.data import clinc_path
 
 OOS = "oos"
 Pairs = list[tuple[str, str]]
 
 
-def load_clinc(path: Path = CLINC) -> dict[str, Pairs]:
-    """CLINC150 by split (simulation.logs.sample.read_clinc: the one reader of the file)."""
-    return read_clinc(path)
+def load_clinc(path: Path | None = None) -> dict[str, Pairs]:
+    """CLINC150 by split (simulation.logs.sample.read_clinc: the one reader of the file), from
+    `path` or the data_dir setting's (STOKER_DATA_DIR)."""
+    return read_clinc(path if path is not None else clinc_path())
 
 
 def query_stream(data: dict[str, Pairs], seed: int, limit: int | None = None) -> Pairs:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from caches.embedders import Embedder
+from caches.matching.options import DEFAULT_MAX_WRONG_HIT_RATE
 from evals.answers import (
     AnswerCache,
     AskParams,
@@ -137,7 +138,7 @@ def evaluate_real(
     *,
     seed: int = 7,
     budget_s: float | None = ASK_BUDGET_S,
-    max_wrong_rate: float = 0.01,
+    max_wrong_rate: float = DEFAULT_MAX_WRONG_HIT_RATE,
     names: Sequence[str] = REAL_NAMES,
     progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[Evaluation, AskReport, Sample]:

@@ -63,6 +63,7 @@ from caches.matching.error_budget import (
 )
 from caches.matching.fallback import DEFAULT_FALLBACK, PromptRule
 from caches.matching.guards import Guarded
+from caches.matching.options import DEFAULT_MAX_WRONG_HIT_RATE
 from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
 from caches.semantic.base import SemanticMatch, SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
@@ -188,7 +189,7 @@ def run_verified(
     name: str,
     st: Stream,
     *,
-    max_wrong_rate: float = 0.01,
+    max_wrong_rate: float = DEFAULT_MAX_WRONG_HIT_RATE,
     monitor_share: float = MONITOR_SHARE,
     shadow_share: float = SHADOW_SHARE,
     seed: int = 0,
@@ -421,7 +422,7 @@ def evaluate(
     rows: Pairs | None = None,
     history: Pairs | None = None,
     oos_label: str = OOS,
-    max_wrong_rate: float = 0.01,
+    max_wrong_rate: float = DEFAULT_MAX_WRONG_HIT_RATE,
     monitor_share: float = MONITOR_SHARE,
     progress: Callable[[str], None] = lambda _: None,
     answers: AnswerSource | None = None,

@@ -67,6 +67,7 @@ from invalidators.deployjob import (
 from invalidators.purge import PurgeProgress, Purger
 from schemas.errors import BackendUnreachable, RetriableError
 from schemas.events import JobStatus, ModelDeployed
+from schemas.prewarm import PrewarmRequest
 
 log = logging.getLogger(__name__)
 
@@ -302,10 +303,9 @@ class Cutover:
             job.prewarm = "skipped: superseded by a newer deploy"
         else:
             tenants = tuple(job.tenants) if job.tenants is not None else None
+            req = PrewarmRequest(job.model_id, job.version, job.previous_version, tenants)
             try:
-                res = self.prewarmer.prewarm(
-                    job.model_id, job.version, job.previous_version, tenants
-                )
+                res = self.prewarmer.prewarm(req)
             except BackendUnreachable as e:
                 raise JobFailed(str(e)) from e
             job.prewarm = res.detail or f"warmed {res.warmed}, failed {res.failed}"

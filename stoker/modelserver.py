@@ -95,7 +95,7 @@ Say = Callable[[str], None]
 def cache_root(configured: Path | None = None) -> Path:
     if configured is not None:
         return configured
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = os.environ.get("XDG_CACHE_HOME")  # the XDG convention's, not a stoker setting
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stoker"
 
 

@@ -17,15 +17,25 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from audits.options import MonitorOptions
+from audits.whatif.options import WhatIfOptions
+from caches.embedders import EmbedderOptions
+from caches.l1 import L1Options
+from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
 from invalidators.purge import PurgeOptions
+from stoker.llama_options import LlamaOptions
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.hotset.warm_budget import BudgetOptions
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
+from warmers.prewarm import PrewarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.shadow import WarmConfig
+from warmers.traffic.options import TrafficOptions
 
 # Where a setting made by option() records its owner's field: a string ("Owner.field"), so
 # that the settings' JSON schema stays serialisable; origins() resolves it through OWNERS.
@@ -43,6 +53,16 @@ OWNERS: Final[tuple[type[BaseModel], ...]] = (
     PurgeOptions,
     CutoverOptions,
     WorkerConfig,
+    L1Options,
+    MatchingOptions,
+    EmbedderOptions,
+    TrafficOptions,
+    PrefixOptions,
+    WarmConfig,
+    BudgetOptions,
+    PrewarmOptions,
+    LlamaOptions,
+    WhatIfOptions,
 )
 
 # The hot set's forecast and pool shape: tuned on the benchmarks, not per deployment.
@@ -59,6 +79,14 @@ _HOTSET_TUNING: Final = frozenset(
 _GATEWAY_DERIVED: Final = frozenset(
     {"upstream_url", "upstream_api_key", "api_key_tenants", "upstream_connections",
      "live_version_ttl_s"}
+)  # fmt: skip
+
+# The shadow warmer's pace: its ramp and jitter are tuned on the benchmarks, not per site; the
+# TTL bar and the idle price are the planner's settings (HotSetConfig), passed by the shell
+# with the backend whose /metrics it reads; the seed is a test's.
+_WARM_DERIVED: Final = frozenset(
+    {"capacity_qps", "ramp_start_frac", "ramp_end_frac", "ramp_s", "concurrency", "jitter_frac",
+     "min_ttl_left_s", "aimd", "seed", "idle_price", "engine_url", "engine_guard"}
 )  # fmt: skip
 
 # Fields of an owner that no setting exposes (a test's knob, or one the shell derives and
@@ -81,6 +109,16 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     # derived by the shell: the broker, the group, the prefix, and the batch size (the setting
     # worker_batch_size, else the handler's own)
     WorkerConfig: frozenset({"bootstrap", "group_id", "embedded", "topic_prefix", "batch_size"}),
+    L1Options: frozenset(),
+    MatchingOptions: frozenset(),
+    EmbedderOptions: frozenset(),
+    TrafficOptions: frozenset(),
+    PrefixOptions: frozenset(),
+    WarmConfig: _WARM_DERIVED,
+    BudgetOptions: frozenset(),
+    PrewarmOptions: frozenset(),
+    LlamaOptions: frozenset(),
+    WhatIfOptions: frozenset(),
 }
 
 # Settings that belong to the shell alone: where the services are, what to build, how this
@@ -94,6 +132,14 @@ SHELL_ONLY: Final = frozenset(
         "prefix_warm_on_deploy", "gateway_host", "gateway_port", "gateway_upstream_url",
         "gateway_upstream_api_key", "gateway_api_keys", "metrics_port", "log_format",
         "log_level", "state_dir", "llama_server_bin", "llama_model_path",
+        # the served model name the shell's backend clients send (the warm runner's, the
+        # monitor's, and the prefix warm's, derived into PrefixWarmOptions.model): the shell
+        # builds each client; None sends each request's own model id
+        "warm_backend_model",
+        # an override of each handler's own batch size (Handler.batch_size holds each default,
+        # the traffic worker's differing from the others'), derived into WorkerConfig.batch_size
+        "worker_batch_size",
+        "data_dir",
     }
 )  # fmt: skip
 

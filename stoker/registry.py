@@ -1,9 +1,11 @@
-"""Which handler `stoker worker NAME` runs: name -> factory(settings) -> Handler (or Service).
+"""Which handler `stoker worker NAME` runs: name -> factory(stack) -> Handler (or Service).
 
 The factories live here, in the shell, because they read settings and build objects; each
-handler's own package takes what it needs as arguments. The traffic worker never loads the
-embedder or the warmer. To add a worker: a factory and a line in _BUILTIN (or register() from
-a plugin).
+handler's own package takes what it needs as arguments. Every factory takes its parts from the
+process's one Stack (stoker/stack.py), so the workers of a process share one Redis client, one
+embedder and one semantic store, and a handler closes none of them (the Stack's owner does,
+once every worker has stopped). The traffic worker never loads the embedder or the warmer.
+To add a worker: a factory and a line in _BUILTIN (or register() from a plugin).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Final, Protocol
 from schemas.errors import StokerError
 from stoker import wiring as W
 from stoker.settings import StokerSettings
+from stoker.stack import Stack
 from streams.base import Handler
 
-HandlerFactory = Callable[[StokerSettings], Handler]
+HandlerFactory = Callable[[Stack], Handler]
 
 # Every worker the CLI knows; one without a factory yet is "not available yet", not unknown.
 WORKER_NAMES: Final = (
@@ -42,7 +45,7 @@ class Service(Protocol):
     def report(self) -> str: ...
 
 
-ServiceFactory = Callable[[StokerSettings], Service]
+ServiceFactory = Callable[[Stack], Service]
 
 
 class HandlerNotAvailable(StokerError):
@@ -52,80 +55,79 @@ class HandlerNotAvailable(StokerError):
 # -- the factories --
 
 
-def traffic_handler(s: StokerSettings) -> Handler:
-    """The traffic profile on the settings' Redis; events outside the settings' time bounds
+def traffic_handler(stack: Stack) -> Handler:
+    """The traffic profile on the stack's Redis; events outside the settings' time bounds
     around this process's clock go to the dead-letter topic (warmers/traffic/event_time.py)."""
     from warmers.hotset.calibration import Calibration
-    from warmers.traffic.event_time import EventTimes
-    from warmers.traffic.profile import TrafficProfile
+    from warmers.traffic.options import TrafficOptions
     from warmers.traffic.worker import TrafficHandler
 
-    times = EventTimes(s.traffic_max_clock_skew_s, s.traffic_max_event_age_s)
-    profile = TrafficProfile(
-        W.build_redis(s),
-        s.traffic_retention_weeks,
-        week_capacity=s.traffic_week_capacity,
-        hour_capacity=s.traffic_hour_capacity,
-    )
-    return TrafficHandler(profile, times, calibration=Calibration(profile.r))
+    profile = stack.profile
+    times = stack.settings.options(TrafficOptions).event_times()
+    return TrafficHandler(profile, times, calibration=Calibration(profile.r), close_clients=False)
 
 
-def invalidation_handler(s: StokerSettings) -> Handler:
-    """Invalidations on the settings' Redis and semantic store (the store the serving client
-    of this process reads, when the stack is embedded)."""
+def invalidation_handler(stack: Stack) -> Handler:
+    """Invalidations on the stack's Redis and semantic store (the store the serving client
+    of this process reads, when the gateway runs in it too)."""
     from invalidators.handlers import InvalidationHandler
     from invalidators.invalidation import Invalidator
     from invalidators.purge import PurgeOptions
 
-    r = W.build_redis(s)
-    return InvalidationHandler(Invalidator(r, W.build_semantic(s), PurgeOptions()))
+    # a template change purges the old template's entries at the deploy's pace
+    inv = Invalidator(stack.redis, stack.semantic, stack.settings.options(PurgeOptions))
+    return InvalidationHandler(inv, close_clients=False)
 
 
-def deploy_handler(s: StokerSettings, prewarmer: object | None = None) -> Handler:
-    """The cutover on the settings' Redis, semantic store and stoker.status, with the hot-set
-    pre-warm (`prewarmer`, default: built from the settings)."""
+def deploy_handler(stack: Stack, prewarmer: object | None = None) -> Handler:
+    """The cutover on the stack's Redis, semantic store and stoker.status, with the hot-set
+    pre-warm (`prewarmer`, default: the stack's, on the same Redis)."""
     from invalidators.cutover import Cutover
     from invalidators.deploy import DeployHandler
     from invalidators.deployjob import Prewarmer
     from invalidators.purge import Purger
 
-    r = W.build_redis(s)
-    semantic = W.build_semantic(s)
-    pre: Prewarmer = prewarmer if prewarmer is not None else W.build_deploy_prewarmer(s)  # type: ignore[assignment]
+    r = stack.redis
+    pre: Prewarmer = prewarmer if prewarmer is not None else stack.deploy_prewarmer()  # type: ignore[assignment]
     cutover = Cutover(
-        r, Purger(r, semantic), W.build_status_sink(s), prewarmer=pre,
-        options=W.cutover_options(s),
+        r, Purger(r, stack.semantic), stack.status_sink, prewarmer=pre,
+        options=W.cutover_options(stack.settings),
     )  # fmt: skip
-    return DeployHandler(cutover, owns=[r, semantic])
+    return DeployHandler(cutover)
 
 
-def prefixes_handler(s: StokerSettings) -> Handler:
-    """The hot prompt prefixes of the request log, per tenant and model, on the settings'
+def prefixes_handler(stack: Stack) -> Handler:
+    """The hot prompt prefixes of the request log, per tenant and model, on the stack's
     Redis (what the prefix warmer sends after a deploy or a restart)."""
+    from warmers.prefix.options import PrefixOptions
     from warmers.prefix.worker import PrefixLogHandler
 
-    return PrefixLogHandler(W.build_hot_prefixes(s), min_tokens=s.prefix_min_tokens)
+    min_tokens = stack.settings.options(PrefixOptions).min_tokens
+    return PrefixLogHandler(stack.hot_prefixes, min_tokens=min_tokens, close_clients=False)
 
 
-def rewarm_handler(s: StokerSettings) -> Handler:
+def rewarm_handler(stack: Stack, *, backend_url: str | None = None) -> Handler:
     """The re-warm after a KB change that carries the document's new text: the warm runner of
-    `stoker warm` (its planner, pace and backend), on the changes' topic."""
+    `stoker warm` (its planner, pace and backend, or `backend_url`), on the changes' topic."""
     from warmers.rewarm import RewarmHandler, RewarmOptions
 
-    return RewarmHandler(W.build_runner(s, progress=False), s.options(RewarmOptions))
+    runner = stack.runner(progress=False, backend_url=backend_url)
+    return RewarmHandler(runner, stack.settings.options(RewarmOptions))
 
 
-def scheduler_service(s: StokerSettings) -> Service:
+def scheduler_service(stack: Stack) -> Service:
     """The leader-elected schedule: warm the next hour, sweep expired vectors, send the hot
     prompt prefixes before each day's peak, and to the watched replicas that restarted."""
     import logging
     import time
 
     from warmers.hotset.window import Window
+    from warmers.prefix.options import PrefixOptions
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
 
     log = logging.getLogger("warmers.scheduler")
-    runner = W.build_runner(s, progress=False)
+    s = stack.settings
+    runner = stack.runner(progress=False)
     lock = LeaderLock(runner.cache.redis, s.scheduler_lock_ttl_s)
     budget = W.default_budget(s)
 
@@ -140,27 +142,27 @@ def scheduler_service(s: StokerSettings) -> Service:
         if runner.cache.semantic is not None:
             runner.cache.semantic.sweep_expired(time.time())
 
-    cfg = s.options(SchedulerConfig)
+    cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
     prefixes = None
-    if s.prefix_warm_before_peak_s > 0:
+    if o.before_peak_s > 0:
         from warmers.prefix.before_peak import PeakPrefixWarm
 
-        prefix_warmer = W.build_prefix_warmer(s)
+        prefix_warmer = stack.prefix_warmer()
         prefixes = PeakPrefixWarm(
-            runner.selector.profile, prefix_warmer.warm, lead_s=s.prefix_warm_before_peak_s
+            runner.selector.profile, prefix_warmer.warm, lead_s=o.before_peak_s
         )
     replicas = None
-    if s.prefix_warm_replicas:
+    if o.replicas:
         from warmers.prefix.after_restart import ReplicaWatch
 
         def warm_replica(model: str, url: str) -> object:
-            return W.build_prefix_warmer(s, backend_url=url).warm(model)
+            return stack.prefix_warmer(backend_url=url).warm(model)
 
-        replicas = ReplicaWatch(s.prefix_warm_replicas, warm_replica)
+        replicas = ReplicaWatch(o.replicas, warm_replica)
     return SchedulerService(WarmScheduler(lock, warm, sweep, cfg, prefixes, replicas))
 
 
-def monitor_handler(s: StokerSettings) -> Handler:
+def monitor_handler(stack: Stack) -> Handler:
     """The wrong-hit monitor: the serving side's cache client (its embedder, semantic store for
     probes, and with the verified matcher its error budget), the backend to re-ask, and
     stoker.audit."""
@@ -171,7 +173,8 @@ def monitor_handler(s: StokerSettings) -> Handler:
     from backends.client import OpenAIBackend
     from caches.matching.error_budget import ServingLevels
 
-    cache = W.build_cache_client(s)
+    s = stack.settings
+    cache = stack.cache
     url = s.monitor_backend_url or s.upstream_url()
     model = s.warm_backend_model
 
@@ -184,7 +187,9 @@ def monitor_handler(s: StokerSettings) -> Handler:
     # its verdicts reach the budget once each, by the handler; its audits of near look-alikes
     # are answer checks (caches/matching/calibration.py)
     auditor = Auditor(cache.judge, checks=getattr(cache.matcher, "checks", None))
-    return MonitorHandler(cache, backend, W.build_publisher(s), auditor, cache.budget, levels, opts)
+    return MonitorHandler(
+        cache, backend, stack.publisher, auditor, cache.budget, levels, opts, close_clients=False
+    )
 
 
 _BUILTIN: dict[str, HandlerFactory] = {
@@ -235,13 +240,13 @@ def factory_for(name: str) -> HandlerFactory:
     return factory
 
 
-def build_handler(name: str, settings: StokerSettings) -> Handler:
-    return factory_for(name)(settings)
+def build_handler(name: str, stack: Stack) -> Handler:
+    return factory_for(name)(stack)
 
 
 def is_service(name: str) -> bool:
     return name in _SERVICES and name not in _REGISTERED
 
 
-def build_service(name: str, settings: StokerSettings) -> Service:
-    return _SERVICES[name](settings)
+def build_service(name: str, stack: Stack) -> Service:
+    return _SERVICES[name](stack)

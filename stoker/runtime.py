@@ -20,6 +20,7 @@ from stoker.settings import StokerSettings
 
 if TYPE_CHECKING:
     from stoker.embedded import LlamaServer
+    from stoker.stack import Stack
 
 # How often the watcher wakes to see whether a worker thread died: a dead worker is reported
 # within this, and the others are stopped.
@@ -107,16 +108,18 @@ def _model_server(settings: StokerSettings, wanted: bool) -> Iterator[LlamaServe
 
 
 class WorkerGroup:
-    """The named workers of the registry, each on its own thread."""
+    """The named workers of the registry, each on its own thread, all on the parts of one
+    Stack (closed by its owner, after join())."""
 
-    def __init__(self, settings: StokerSettings, names: Sequence[str], group: str | None = None):
+    def __init__(self, stack: Stack, names: Sequence[str], group: str | None = None):
         from stoker.registry import build_handler, build_service, is_service
         from stoker.wiring import worker_config
         from streams.worker import Worker
 
-        handlers = [build_handler(n, settings) for n in names if not is_service(n)]
-        self.workers = [Worker(h, worker_config(settings, h, group)) for h in handlers]
-        self.services = [build_service(n, settings) for n in names if is_service(n)]
+        s = stack.settings
+        handlers = [build_handler(n, stack) for n in names if not is_service(n)]
+        self.workers = [Worker(h, worker_config(s, h, group)) for h in handlers]
+        self.services = [build_service(n, stack) for n in names if is_service(n)]
         self.runnables: list[Runnable] = [*self.workers, *self.services]
         self.labels = [w.handler.name for w in self.workers] + [s.name for s in self.services]
         self.errors: list[BaseException] = []

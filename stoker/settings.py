@@ -22,8 +22,10 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from audits.options import MonitorOptions
-from caches.constants import DEFAULT_BUDGET_WINDOW_S
-from caches.matching.answers import DEFAULT_ANSWER_BAR
+from audits.whatif.options import WhatIfOptions
+from caches.embedders import EmbedderOptions
+from caches.l1 import L1Options
+from caches.matching.options import MatchingOptions
 from caches.policy import CachePolicy, Thresholds
 from gateway.options import GatewayOptions
 from invalidators.deployjob import CutoverOptions
@@ -31,18 +33,22 @@ from invalidators.purge import PurgeOptions
 from schemas.baseurl import BaseURL
 from schemas.common import Tenant
 from schemas.errors import ConfigError, UsageError
-from stoker.modelserver import DEFAULT_SERVE
+from stoker.llama_options import LlamaOptions
 from stoker.options import option, origins
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
+from warmers.hotset.warm_budget import BudgetOptions
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmOptions
+from warmers.prewarm import PrewarmOptions
 from warmers.rewarm import RewarmOptions
 from warmers.scheduler import SchedulerConfig
+from warmers.shadow import WarmConfig
+from warmers.traffic.options import TrafficOptions
 
 PREFIX: Final = "STOKER_"
-# STOKER_* variables stoker reads that are not settings: where the shared data sets live
-# (stoker/data.py, simulation/logs/sample.py).
-NOT_SETTINGS: Final = frozenset({"STOKER_DATA_DIR"})
+# STOKER_* variables stoker reads that are not settings (none: every one is a field below).
+NOT_SETTINGS: Final[frozenset[str]] = frozenset()
 # Fields whose input is never echoed in an error (a key may be the value that failed).
 _SECRET_FIELDS: Final = frozenset(
     {"qdrant_api_key", "embedder_api_key", "gateway_upstream_api_key", "gateway_api_keys"}
@@ -80,7 +86,7 @@ class StokerSettings(BaseSettings):
 
     # -- embeddings --
     embedder: Literal["sentence-transformers", "openai"] = "sentence-transformers"
-    embedder_model: str = "all-MiniLM-L6-v2"
+    embedder_model: str = option(EmbedderOptions, "model")
     embedder_url: str | None = None
     embedder_api_key: SecretStr | None = None
     # The embedder's vector size. Unset: asked of the model (an OpenAI-compatible server is
@@ -90,19 +96,19 @@ class StokerSettings(BaseSettings):
     # The local model's intra-op threads (torch's are process-wide). One: on this loaded 2-core
     # box a second thread made one prompt many times slower (bench_cache_semantic; figures in
     # docs/benchmarks.md, "The semantic lookup under load").
-    embedder_threads: int = Field(default=1, ge=1, le=256)
+    embedder_threads: int = option(EmbedderOptions, "threads")
     # What runs the local model: "onnx" (ONNX Runtime fp32 on an export made once per machine
     # under model_cache_dir; in the gateway's busy process several times faster a prompt than
     # torch, which hands the GIL to the event loop on every operator: bench_gateway_semantic,
     # docs/benchmarks.md) or "torch". ONNX serves only if its vectors equal torch's at start
     # (within 1e-5; measured 2e-7); otherwise one warning says why and torch serves.
-    embedder_engine: Literal["onnx", "torch"] = "onnx"
+    embedder_engine: Literal["onnx", "torch"] = option(EmbedderOptions, "engine")
     # The micro-batcher in front of the embedder: texts per forward pass at most (lookups go
     # before background embeds, and one past its deadline is dropped, not computed).
-    embedder_batch_max_texts: int = Field(default=64, ge=1, le=4096)
+    embedder_batch_max_texts: int = option(EmbedderOptions, "batch_max_texts")
     # How long a lookup's embed waits for others to join its forward pass. 0: it takes those
     # that queued while the last pass ran, which under load is most of them.
-    embedder_batch_wait_ms: float = Field(default=0.0, ge=0, le=1000)
+    embedder_batch_wait_ms: float = option(EmbedderOptions, "batch_wait_ms")
 
     # -- cache policy --
     # The cosine a semantic hit must clear (the defaults and bounds of this section are
@@ -128,26 +134,26 @@ class StokerSettings(BaseSettings):
     # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
     # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
-    semantic_cold_start: bool = True
+    semantic_cold_start: bool = option(MatchingOptions, "cold_start")
     # Verified only: check on the backend's own traffic that its answers tell meanings apart
     # (answers to near look-alikes agree, to unrelated prompts do not), and serve the prompt-only
     # rule (cosine >= 0.90, no lexical guard firing) until they are shown to, and while they are
     # shown not to (caches/matching/calibration.py; SmolLM2-135M's never are). Off: the answers
     # are trusted whatever the backend, as the simulator's could be.
-    semantic_answer_checks: bool = True
+    semantic_answer_checks: bool = option(MatchingOptions, "answer_checks")
     # The error budget (verified only): the largest wrong-hit rate served, per tenant and route;
     # the serving level is the loosest whose 95% upper bound is at or under it.
-    max_wrong_hit_rate: float = Field(default=0.01, gt=0.0, lt=1.0)
+    max_wrong_hit_rate: float = option(MatchingOptions, "max_wrong_hit_rate")
     # Two answers mean the same when their embeddings' cosine clears this bar (and no number
     # differs): a property of the embedder and the backend's wording; 0.52 is calibrated for
     # all-MiniLM-L6-v2 on eval-semantic (caches/matching/answers.py). Pick another from the
     # curve `stoker eval-semantic --data` prints on your own traffic.
-    answer_bar: float = Field(default=DEFAULT_ANSWER_BAR, ge=-1.0, le=1.0)
+    answer_bar: float = option(MatchingOptions, "answer_bar")
     # How long a verdict counts for the budget (it ages out after 1 to 1.125 windows), and how
     # often a process re-reads the shared counts (a loosening or tightening reaches every
     # replica within this).
-    budget_window_s: float = Field(default=DEFAULT_BUDGET_WINDOW_S, gt=0)
-    budget_refresh_s: float = Field(default=5.0, ge=0, le=3600)
+    budget_window_s: float = option(MatchingOptions, "budget_window_s")
+    budget_refresh_s: float = option(MatchingOptions, "budget_refresh_s")
     # The wrong-hit monitor (`stoker worker monitor`, audits/monitor.py): the share of
     # served semantic hits it re-asks (each re-ask costs the backend a request), at most this
     # many a second (a hit over the cap is dropped, not
@@ -169,7 +175,7 @@ class StokerSettings(BaseSettings):
     # them by default. The budget weighs each verdict by the inverse of its share (this one,
     # or the monitor's for an audit), so near misses checked more often than hits are audited
     # do not stand for more traffic than they are; keep both shares as the processes run them.
-    budget_shadow_share: float = Field(default=1.0, ge=0.0, le=1.0)
+    budget_shadow_share: float = option(MatchingOptions, "budget_shadow_share")
     exact_ttl_s: int = option(CachePolicy, "exact_ttl_s")
     semantic_ttl_s: int = option(CachePolicy, "semantic_ttl_s")
     negative_ttl_s: int = option(CachePolicy, "negative_ttl_s")
@@ -180,9 +186,9 @@ class StokerSettings(BaseSettings):
     # -- in-process L1 for exact hits (caches/l1.py), Redis-tracked; off by default --
     # Serves repeat hits without a Redis round trip in each serving process; Redis client-side
     # tracking drops an entry as soon as it changes anywhere, the TTL is only a safety net.
-    l1_enabled: bool = False
-    l1_max_entries: int = Field(default=10_000, ge=1)
-    l1_ttl_s: float = Field(default=5.0, gt=0)
+    l1_enabled: bool = option(L1Options, "enabled")
+    l1_max_entries: int = option(L1Options, "max_entries")
+    l1_ttl_s: float = option(L1Options, "ttl_s")
 
     # -- streams --
     # The broker behind kafka_bootstrap: "tansu" applies the embedded broker's consumer settings
@@ -206,19 +212,19 @@ class StokerSettings(BaseSettings):
     # max.message.bytes (1,048,588); set it under your DLQ topic's limit if that is lower.
     dlq_max_record_bytes: int = option(WorkerConfig, "dlq_max_record_bytes")
     # Weeks of traffic the profile keeps (its keys expire after that).
-    traffic_retention_weeks: int = Field(default=4, ge=1, le=52)
+    traffic_retention_weeks: int = option(TrafficOptions, "retention_weeks")
     # The event times the traffic worker learns from, around its clock (warmers/traffic/event_time.py):
     # up to this far ahead (a producer's clock skew; 5 min: NTP keeps hosts within ms) ...
-    traffic_max_clock_skew_s: float = Field(default=300.0, ge=0, le=86_400)
+    traffic_max_clock_skew_s: float = option(TrafficOptions, "max_clock_skew_s")
     # ... and this far back (a year and a day: a replayed log of last year is still learned
     # from; None: any age, for a replay on a simulated clock). Others are dead-lettered.
-    traffic_max_event_age_s: float | None = Field(default=366 * 86_400.0, gt=0)
+    traffic_max_event_age_s: float | None = option(TrafficOptions, "max_event_age_s")
     # Queries the profile tracks a week (per tenant, model and template), hour by hour: the heavy
     # hitters, in bounded memory whatever the tail of one-offs (warmers/traffic/profile.py). Measured by
     # benchmarks/bench_profile_memory.py (bytes) and bench_hot_set_bounded.py (coverage kept).
-    traffic_week_capacity: int = Field(default=20_000, ge=1, le=1_000_000)
+    traffic_week_capacity: int = option(TrafficOptions, "week_capacity")
     # ... and of those, the queries each hour of week keeps hourly counts for.
-    traffic_hour_capacity: int = Field(default=1_000, ge=1, le=1_000_000)
+    traffic_hour_capacity: int = option(TrafficOptions, "hour_capacity")
 
     # -- deploy cutover (invalidators/cutover.py) --
     # How long the previous version's namespace is kept after the new one is READY, so a rollback
@@ -230,20 +236,20 @@ class StokerSettings(BaseSettings):
     deploy_purge_batch: int = option(PurgeOptions, "batch")
     # The pre-warm (warmers/prewarm.py) plans the hour under way and the next hours, this many
     # in all: the first hours after cutover, the ones that would start cold.
-    deploy_prewarm_hours: int = Field(default=3, ge=1, le=24)
+    deploy_prewarm_hours: int = option(PrewarmOptions, "hours")
     # READY's bar: the projected hit rate of those hours (expected hits of the warmed entries
     # over the expected warmable requests). The pre-warm keeps the budget's plan only until its
     # projection reaches the bar, and READY means the entries in place reach it; below it the
     # pre-warm is retried, then the deploy fails (`--wait` exits 1).
-    deploy_prewarm_hit_bar: float = Field(default=0.3, gt=0.0, le=1.0)
+    deploy_prewarm_hit_bar: float = option(PrewarmOptions, "hit_bar")
     # When the whole budget's plan cannot reach the bar: READY needs this share of what it can
     # reach in place (the whole plan is warmed, the bar reported unreachable).
-    deploy_prewarm_min_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    deploy_prewarm_min_share: float = option(PrewarmOptions, "min_share")
 
     # -- stoker analyze --
     # Distinct prompts `stoker analyze` embeds at most (embedding is >95% of its time, ~60-150
     # prompts/s on 2 cores); a log with more is estimated on a sample, with 95% intervals.
-    analyze_embed_budget: int = Field(default=30_000, ge=1)
+    analyze_embed_budget: int = option(WhatIfOptions, "embed_budget")
 
     # -- warmers --
     # The OpenAI-compatible endpoint warm requests go to (vLLM, TGI, llama.cpp), as the openai
@@ -254,10 +260,10 @@ class StokerSettings(BaseSettings):
     # The served model name to send; None sends each request's model_id.
     warm_backend_model: str | None = None
     # Target warm rate; the shadow warmer ramps up to it and backs off below it on congestion.
-    warm_qps: float = Field(default=5.0, gt=0)
+    warm_qps: float = option(WarmConfig, "target_qps")
     # Budget of one warm run: requests, or expected GPU-seconds when that is set.
-    warm_budget_requests: int = Field(default=500, ge=0)
-    warm_budget_gpu_seconds: float | None = Field(default=None, ge=0)
+    warm_budget_requests: int = option(BudgetOptions, "requests")
+    warm_budget_gpu_seconds: float | None = option(BudgetOptions, "gpu_seconds")
     # An entry with less time to live than this is warmed again (an hour: it outlives the window).
     warm_min_ttl_left_s: float = option(HotSetConfig, "min_ttl_left_s")
     # Paraphrase clustering radius as a cosine; None = the tenant's semantic threshold under
@@ -275,7 +281,7 @@ class StokerSettings(BaseSettings):
     # that load too, waits for room the live traffic leaves, and makes way when it comes back
     # (warmers/engineguard.py). Off, or a backend without those gauges: its answers' latency and
     # 429s alone pace and price the warm.
-    warm_load_from_metrics: bool = True
+    warm_load_from_metrics: bool = option(WarmConfig, "load_from_metrics")
     # GPU-ms a millisecond of first-request latency saved is worth (0: GPU alone pays for a warm);
     # the latency is what the query's misses took, as the request log says (warmers/hotset/value.py).
     warm_latency_weight: float = option(HotSetConfig, "latency_weight")
@@ -297,9 +303,9 @@ class StokerSettings(BaseSettings):
     # -- KV prefix warming (warmers/prefix/hot.py, warmers/prefix/warm.py) --
     # The prefixes worker counts, per tenant and model, the system prompts of requests that
     # reached the backend; this many per tenant and model are tracked (space-saving) ...
-    prefix_capacity: int = Field(default=200, ge=1, le=100_000)
+    prefix_capacity: int = option(PrefixOptions, "capacity")
     # ... those shorter than this many tokens are not (one KV block of vLLM: nothing to share).
-    prefix_min_tokens: int = Field(default=16, ge=1, le=1_000_000)
+    prefix_min_tokens: int = option(PrefixOptions, "min_tokens")
     # Warm the prefix caches of new replicas before the deploy's hot-set pre-warm (`stoker
     # deploy`), and on `stoker warm-prefixes` after a restart. Off: the deploy does not.
     prefix_warm_on_deploy: bool = True
@@ -323,25 +329,15 @@ class StokerSettings(BaseSettings):
     # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
     # the traffic profile, per model: warmers/prefix/before_peak.py), so what the quiet hours evicted is
     # held when the peak arrives. 0: off.
-    prefix_warm_before_peak_s: float = Field(default=1800.0, ge=0, le=6 * 3600)
+    prefix_warm_before_peak_s: float = option(PrefixOptions, "before_peak_s")
     # Prefixes not seen for this long are not warmed (a retired template).
     prefix_warm_max_age_s: float = option(PrefixWarmOptions, "max_age_s")
     # Replicas whose restarts the scheduler's leader watches, per model id (JSON:
     # {"llama-3-8b": ["http://vllm-0:8000", "http://vllm-1:8000"]}): every check it reads each
     # one's /metrics, and warms the model's prefixes on a replica that restarted or is new
     # (warmers/prefix/after_restart.py). Empty: not watched (`stoker warm-prefixes` from a hook instead).
-    prefix_warm_replicas: dict[str, list[str]] = Field(default_factory=dict)
+    prefix_warm_replicas: dict[str, list[str]] = option(PrefixOptions, "replicas")
     prefix_warm_replica_check_s: float = option(SchedulerConfig, "replica_check_s")
-
-    @field_validator("prefix_warm_replicas")
-    @classmethod
-    def _replica_urls(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        for urls in v.values():
-            for u in urls:
-                _base_url(u)
-        if any(not m for m in v):
-            raise ValueError("a model id must not be empty")
-        return v
 
     # -- gateway (`stoker gateway`, gateway/) --
     gateway_host: str = "127.0.0.1"  # 0.0.0.0 in a container
@@ -390,13 +386,19 @@ class StokerSettings(BaseSettings):
 
     @field_validator(
         "warm_backend_url", "gateway_upstream_url", "monitor_backend_url",
-        "prefix_warm_backend_url", "embedder_url",
+        "prefix_warm_backend_url", "embedder_url", "prefix_warm_replicas",
     )  # fmt: skip
     @classmethod
-    def _base_urls(cls, v: str | None) -> str | None:
-        """A server's base URL in any form schemas/baseurl.py takes; a malformed one fails at
-        start, never on the first request."""
-        return None if v is None else _base_url(v)
+    def _base_urls(cls, v: Any) -> Any:
+        """Each server's base URL in any form schemas/baseurl.py takes (one, or a model id's
+        replicas); a malformed one fails at start, never on the first request."""
+        if isinstance(v, dict) and any(not model for model in v):
+            raise ValueError("a model id must not be empty")
+        urls = [u for us in v.values() for u in us] if isinstance(v, dict) else [v]
+        for url in urls:
+            if url is not None:
+                _base_url(url)
+        return v
 
     # -- observability --
     # Port of the Prometheus /metrics endpoint `stoker worker` serves (0 = none). Off unless set,
@@ -421,11 +423,16 @@ class StokerSettings(BaseSettings):
     llama_model_path: Path | None = None
     # llama-server's CPU threads: more than one per generating server on a busy 2-core box
     # decoded many times slower (threads spin-wait on each other; docs/model-server.md).
-    llama_threads: int = Field(default=DEFAULT_SERVE.threads, ge=1, le=256)
+    llama_threads: int = option(LlamaOptions, "threads")
     # Requests it decodes at once (slots); they share the context below.
-    llama_parallel: int = Field(default=DEFAULT_SERVE.parallel, ge=1, le=64)
+    llama_parallel: int = option(LlamaOptions, "parallel")
     # Context size in tokens, split between the slots.
-    llama_ctx: int = Field(default=DEFAULT_SERVE.ctx, ge=512, le=1_048_576)
+    llama_ctx: int = option(LlamaOptions, "ctx")
+
+    # -- data sets --
+    # Where the data sets are read (CLINC150 as clinc150/data_full.json: stoker/data.py, for
+    # eval-semantic, sample-log and the smoke demo); None: data/ in the checkout.
+    data_dir: Path | None = None
 
 
 # flat setting -> (owner, field): which settings options() hands to which owner

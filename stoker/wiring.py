@@ -4,18 +4,19 @@ The packages below the shell take their dependencies and plain option objects as
 never import this module (import-linter holds the layers); the worker registry (registry.py)
 builds its handlers and services from what is built here.
 
-One process shares one of each expensive part: the embedding model (seconds to load, ~100 MB)
-and the open Qdrant Edge store of a folder (an Edge shard is opened once per process).
+The functions here build one part each and take the parts they need as arguments; nothing is
+cached here. The one object that caches them is the Stack (stoker/stack.py): one per process, so
+the process shares one of each expensive part: one Redis client, the embedding model (seconds to
+load, ~100 MB), the open Qdrant Edge store (an Edge shard is opened once per process).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
 import redis
 from rich.console import Console
@@ -25,10 +26,11 @@ from caches.embedders import (
     BatchingEmbedder,
     CachedEmbedder,
     Embedder,
+    EmbedderOptions,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
 )
-from caches.l1 import L1Cache
+from caches.l1 import L1Cache, L1Options
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold
 from caches.matching.bounds import Shares
@@ -37,6 +39,7 @@ from caches.matching.cold import DEFAULT_COLD
 from caches.matching.counts import RedisCounts
 from caches.matching.error_budget import ErrorBudget, ServingLevels
 from caches.matching.fallback import DEFAULT_FALLBACK
+from caches.matching.options import MatchingOptions
 from caches.matching.verified import LADDER, VerifiedMatcher
 from caches.metrics import BUDGET_GAUGES
 from caches.policy import CachePolicy
@@ -56,22 +59,23 @@ from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
 from warmers.hotset.options import HotSetConfig
-from warmers.hotset.warm_budget import Budget
+from warmers.hotset.warm_budget import Budget, BudgetOptions
 from warmers.prefix.hot import HotPrefixes
+from warmers.prefix.options import PrefixOptions
 from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
-from warmers.prewarm import HotSetPrewarmer
+from warmers.prewarm import HotSetPrewarmer, PrewarmOptions
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
 
+if TYPE_CHECKING:
+    from backends.base import Backend
+    from warmers.traffic.profile import TrafficProfile
+
 log = logging.getLogger(__name__)
 
-_EMBEDDERS: dict[tuple[str, str, str | None, str], Embedder] = {}
-_EDGE_STORES: dict[Path, EdgeSemanticStore] = {}
-_PROCESS_EDGE_PATH: Path | None = None
-_MEMORY_STORES: dict[str, Any] = {}  # collection -> ServerSemanticStore on ":memory:"
 # Dimensions of the embedding models stoker knows without loading them, so the invalidation
 # and deploy workers can open the semantic store without the model (seconds and ~100 MB).
-_KNOWN_DIMS = {("sentence-transformers", "all-MiniLM-L6-v2"): 384}
+_KNOWN_DIMS: Final = MappingProxyType({("sentence-transformers", "all-MiniLM-L6-v2"): 384})
 
 
 # -- stores and clients --
@@ -104,25 +108,21 @@ def build_async_redis(s: StokerSettings) -> Any:
 
 
 def build_embedder(s: StokerSettings) -> Embedder:
-    """One model per process: loading all-MiniLM-L6-v2 takes seconds and ~100 MB."""
-    ident = (s.embedder, s.embedder_model, s.embedder_url, s.embedder_engine)
-    emb = _EMBEDDERS.get(ident)
-    if emb is None:
-        if s.embedder == "openai":
-            if not s.embedder_url:
-                raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
-            key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
-            model: Embedder = OpenAIEmbedder(
-                s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
-            )
-        else:
-            model = SentenceTransformerEmbedder(
-                s.embedder_model, threads=s.embedder_threads, engine=s.embedder_engine,
-                onnx_cache_dir=cache_root(s.model_cache_dir),
-            )  # fmt: skip
-        emb = _EMBEDDERS[ident] = BatchingEmbedder(  # concurrent callers share forward passes
-            model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
+    """The settings' model, loaded now (all-MiniLM-L6-v2: seconds and ~100 MB): build it once
+    per process, as the Stack does."""
+    if s.embedder == "openai":
+        if not s.embedder_url:
+            raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
+        key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
+        model: Embedder = OpenAIEmbedder(
+            s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
         )
+    else:
+        opts = s.options(EmbedderOptions)
+        model = SentenceTransformerEmbedder.from_options(opts, cache_root(s.model_cache_dir))
+    emb = BatchingEmbedder(  # concurrent callers share forward passes
+        model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
+    )
     if s.embedder_dim is not None and s.embedder_dim != emb.dim:
         raise ConfigError(
             f"{s.embedder_model} embeds in {emb.dim} dimensions, but "
@@ -131,16 +131,17 @@ def build_embedder(s: StokerSettings) -> Embedder:
     return emb
 
 
-def semantic_dim(s: StokerSettings) -> int:
-    """The vector size of the configured embedder, without loading it when it can be known."""
+def known_dim(s: StokerSettings) -> int | None:
+    """The vector size of the configured embedder when it is known without loading the model
+    (the invalidation and deploy workers open the semantic store without it), else None."""
     if s.embedder_dim is not None:
         return s.embedder_dim
-    known = _KNOWN_DIMS.get((s.embedder, s.embedder_model))
-    return known if known is not None else build_embedder(s).dim
+    return _KNOWN_DIMS.get((s.embedder, s.embedder_model))
 
 
-def build_semantic(s: StokerSettings, dim: int | None = None) -> SemanticStore:
-    dim = semantic_dim(s) if dim is None else dim
+def build_semantic(s: StokerSettings, dim: int, edge_path: Path | None = None) -> SemanticStore:
+    """The settings' semantic store. Edge: the shard in `edge_path` (STOKER_QDRANT_PATH, or the
+    process's temp folder the Stack made), which a process opens once."""
     if s.semantic_backend == "server":
         from qdrant_client import QdrantClient
 
@@ -153,61 +154,37 @@ def build_semantic(s: StokerSettings, dim: int | None = None) -> SemanticStore:
             return ServerSemanticStore(
                 QdrantClient(url=s.qdrant_url, api_key=key), s.qdrant_collection, dim
             )
-        # qdrant-client's local mode lives in this process: its parts share one store, as they
-        # would share a server (small tests and single-process setups only: it is brute force).
-        shared = _MEMORY_STORES.get(s.qdrant_collection)
-        if shared is None or shared.closed:
-            shared = ServerSemanticStore(
-                QdrantClient(":memory:"), s.qdrant_collection, dim, serialize=True
-            )
-            _MEMORY_STORES[s.qdrant_collection] = shared
-        return shared
-    path = Path(s.qdrant_path).resolve() if s.qdrant_path else _process_edge_path()
-    # An Edge shard is a folder one process opens once: every part of this process (serving
-    # client, invalidation and deploy workers) shares the one open store of a folder.
-    store = _EDGE_STORES.get(path)
-    if store is None or store.closed:
-        store = _EDGE_STORES[path] = EdgeSemanticStore(path, dim)
-    return store
-
-
-def _process_edge_path() -> Path:
-    """With no STOKER_QDRANT_PATH: one temp folder for the whole process (so the serving client
-    and the workers of one process share their vectors), closed and removed at exit."""
-    global _PROCESS_EDGE_PATH
-    if _PROCESS_EDGE_PATH is None:
-        _PROCESS_EDGE_PATH = Path(tempfile.mkdtemp(prefix="stoker-qdrant-")).resolve()
-        atexit.register(_remove_process_edge_path, _PROCESS_EDGE_PATH)
-    return _PROCESS_EDGE_PATH
-
-
-def _remove_process_edge_path(path: Path) -> None:
-    store = _EDGE_STORES.pop(path, None)
-    if store is not None and not store.closed:
-        store.close()
-    shutil.rmtree(path, ignore_errors=True)
+        # qdrant-client's local mode lives in this process (small tests and single-process
+        # setups only: it is brute force); the Stack shares it between its parts.
+        return ServerSemanticStore(
+            QdrantClient(":memory:"), s.qdrant_collection, dim, serialize=True
+        )
+    path = edge_path or (Path(s.qdrant_path).resolve() if s.qdrant_path else None)
+    if path is None:
+        raise ConfigError("the Qdrant Edge store needs a folder (STOKER_QDRANT_PATH)")
+    return EdgeSemanticStore(path, dim)
 
 
 def build_l1(s: StokerSettings, r: redis.Redis) -> L1Cache | None:
     """The in-process L1 for exact hits, started (tracking on), or None when it is off."""
-    if not s.l1_enabled:
-        return None
-    return L1Cache(r, max_entries=s.l1_max_entries, ttl_s=s.l1_ttl_s).start()
+    o = s.options(L1Options)
+    return L1Cache(r, max_entries=o.max_entries, ttl_s=o.ttl_s).start() if o.enabled else None
 
 
 def build_judge(s: StokerSettings) -> AnswerJudge:
     """When two answers mean the same. The centroid bar keeps its calibrated distance above the
     pair bar (answers.py), so STOKER_ANSWER_BAR moves both."""
-    lift = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR
-    return AnswerJudge(bar=s.answer_bar, centroid_bar=min(1.0, s.answer_bar + lift))
+    lift, bar = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR, s.options(MatchingOptions).answer_bar
+    return AnswerJudge(bar=bar, centroid_bar=min(1.0, bar + lift))
 
 
 def build_budget(s: StokerSettings, r: redis.Redis) -> ErrorBudget:
     """The error budget over the verdict counts in Redis, shared by every replica; its verdicts
     weighed by the shares they are sampled at (caches/matching/bounds.py)."""
-    shares = Shares(audited=s.monitor_share, shadow=s.budget_shadow_share)
-    counts = RedisCounts(r, s.budget_window_s)
-    return ErrorBudget(counts, len(LADDER), s.max_wrong_hit_rate, shares=shares)
+    o = s.options(MatchingOptions)
+    shares = Shares(audited=s.monitor_share, shadow=o.budget_shadow_share)
+    counts = RedisCounts(r, o.budget_window_s)
+    return ErrorBudget(counts, len(LADDER), o.max_wrong_hit_rate, shares=shares)
 
 
 def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudget | None]:
@@ -215,30 +192,34 @@ def build_matcher(s: StokerSettings, r: redis.Redis) -> tuple[Matcher, ErrorBudg
     level its error budget allows (the budget is None for static)."""
     if s.semantic_matcher == "static":
         return StaticThreshold(), None
+    o = s.options(MatchingOptions)
     budget = build_budget(s, r)
-    levels = ServingLevels(budget, s.budget_refresh_s)
+    levels = ServingLevels(budget, o.budget_refresh_s)
     BUDGET_GAUGES.watch(levels)
-    cold = DEFAULT_COLD if s.semantic_cold_start else None
-    if not s.semantic_answer_checks:
-        matcher = VerifiedMatcher(levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open)
+    cold = DEFAULT_COLD if o.cold_start else None
+    if not o.answer_checks:
+        matcher = VerifiedMatcher(levels, bar=o.answer_bar, cold=cold, cold_open=levels.cold_open)
         return matcher, budget
     checks = AnswerChecks(budget, build_judge(s).agree)
     matcher = VerifiedMatcher(
-        levels, bar=s.answer_bar, cold=cold, cold_open=levels.cold_open,
+        levels, bar=o.answer_bar, cold=cold, cold_open=levels.cold_open,
         fallback=DEFAULT_FALLBACK, signal_of=lambda q: checks.signal(levels, q), checks=checks,
     )  # fmt: skip
     return matcher, budget
 
 
-def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClient:
-    """The serving side's cache client. Close it (CacheClient.close) to stop its L1 listener."""
-    r = build_redis(s)
+def build_cache_client(
+    s: StokerSettings,
+    r: redis.Redis,
+    emb: Embedder | None = None,
+    store: SemanticStore | None = None,
+) -> CacheClient:
+    """The serving side's cache client on `r`: exact only without an embedder and a store (or
+    with the semantic layer off). Close it (CacheClient.close) to stop its L1 listener."""
     pol = s.options(CachePolicy)
     l1 = build_l1(s, r)
-    if not semantic or not s.semantic_enabled:
+    if emb is None or store is None or not s.semantic_enabled:
         return CacheClient(r, policy=pol, l1=l1)
-    emb = build_embedder(s)
-    store = build_semantic(s, emb.dim)
     matcher, budget = build_matcher(s, r)
     return CacheClient(
         r,
@@ -249,7 +230,7 @@ def build_cache_client(s: StokerSettings, *, semantic: bool = True) -> CacheClie
         matcher=matcher,
         budget=budget,
         judge=build_judge(s),
-        shadow_share=s.budget_shadow_share,
+        shadow_share=s.options(MatchingOptions).budget_shadow_share,
     )
 
 
@@ -277,15 +258,46 @@ def build_publisher(s: StokerSettings) -> EventPublisher:
     )
 
 
-def build_status_sink(s: StokerSettings) -> KafkaStatusSink:
-    return KafkaStatusSink(build_publisher(s))
+def build_status_sink(publisher: EventPublisher) -> KafkaStatusSink:
+    return KafkaStatusSink(publisher)
 
 
 # -- warming --
 
 
+def build_profile(s: StokerSettings, r: redis.Redis) -> TrafficProfile:
+    """The traffic profile on `r`: what the traffic worker writes and the planner reads."""
+    from warmers.traffic.options import TrafficOptions
+    from warmers.traffic.profile import TrafficProfile
+
+    o = s.options(TrafficOptions)
+    return TrafficProfile(
+        r, o.retention_weeks, week_capacity=o.week_capacity, hour_capacity=o.hour_capacity
+    )
+
+
+def warm_backend(
+    s: StokerSettings, url: str | None = None, source: str | None = "STOKER_WARM_BACKEND_URL"
+) -> Callable[[], Backend]:
+    """A fresh client per warm run to `url` (default: the settings' warm backend); `source`
+    is the setting named when it cannot connect."""
+    from backends.client import OpenAIBackend
+
+    model = s.warm_backend_model
+
+    def backend() -> Backend:
+        # streamed: a warm cancelled mid-answer (the engine guard making way, a SIGTERM) stops
+        # llama-server's work at its next token, not ~1 s later (backends/client.py)
+        return OpenAIBackend(url or s.warm_url(), model=model, source=source, stream=True)
+
+    return backend
+
+
 def build_runner(
     s: StokerSettings,
+    cache: CacheClient,
+    embedder: Embedder,
+    profile: TrafficProfile,
     *,
     qps: float | None = None,
     backend_url: str | None = None,
@@ -293,29 +305,20 @@ def build_runner(
     console: Console | None = None,
     dry_run: bool = False,
 ) -> WarmRunner:
-    """The warm runner: profile and cache on the settings' Redis, its embedder, its backend.
+    """The warm runner on `cache` (exact only for a dry run), `embedder` (the raw model) and
+    the traffic `profile`, warming the settings' backend (or `backend_url`).
 
     dry_run: plan only, writing nothing: the embedding cache is read, not written, no
     semantic store is opened and no job record is written."""
-    from backends.base import Backend
-    from backends.client import OpenAIBackend
     from warmers.hotset.calibration import Calibration
     from warmers.hotset.select import HotSetSelector
-    from warmers.traffic.profile import TrafficProfile
 
-    cache = build_cache_client(s, semantic=not dry_run)
     # a dry run reads the embedding cache (what the gateway embedded as it served) and
     # writes nothing back
     emb: Embedder | CachedEmbedder = (
-        CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s, read_only=True)
+        CachedEmbedder(embedder, cache.redis, s.embedding_ttl_s, read_only=True)
         if dry_run
-        else cache.embedder or (CachedEmbedder(build_embedder(s), cache.redis, s.embedding_ttl_s))
-    )
-    profile = TrafficProfile(
-        cache.redis,
-        s.traffic_retention_weeks,
-        week_capacity=s.traffic_week_capacity,
-        hour_capacity=s.traffic_hour_capacity,
+        else cache.embedder or (CachedEmbedder(embedder, cache.redis, s.embedding_ttl_s))
     )
     # valued by the miss it prevents, a cluster a cached paraphrase already serves is checked
     # against the cache (a dry run opens no semantic store: it sees exact entries only)
@@ -326,14 +329,8 @@ def build_runner(
     )  # fmt: skip
     # a dry run plans without a model server; a run needs one (ConfigError names the settings)
     url = backend_url or (s.warm_backend_url or s.gateway_upstream_url if dry_run else s.warm_url())
-    model = s.warm_backend_model
     source = None if backend_url else "STOKER_WARM_BACKEND_URL"  # named when it cannot connect
-
-    def backend() -> Backend:
-        # streamed: a warm cancelled mid-answer (the engine guard making way, a SIGTERM) stops
-        # llama-server's work at its next token, not ~1 s later (backends/client.py)
-        return OpenAIBackend(url or s.warm_url(), model=model, source=source, stream=True)
-
+    backend = warm_backend(s, url, source)
     warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)
     return WarmRunner(
@@ -345,10 +342,9 @@ def build_runner(
 def warm_config(s: StokerSettings, backend_url: str | None, qps: float | None = None) -> WarmConfig:
     """The shadow warmer's pacing and prices; the engine's load is read from the backend's
     /metrics (backends/engine.py) unless STOKER_WARM_LOAD_FROM_METRICS is off."""
-    return WarmConfig(
-        target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
-        idle_price=s.warm_idle_price,
-        engine_url=backend_url if s.warm_load_from_metrics else None,
+    return s.options(
+        WarmConfig, target_qps=qps or s.warm_qps, min_ttl_left_s=s.warm_min_ttl_left_s,
+        idle_price=s.warm_idle_price, engine_url=backend_url,
     )  # fmt: skip
 
 
@@ -359,23 +355,20 @@ def hot_set_config(s: StokerSettings) -> HotSetConfig:
 
 
 def default_budget(s: StokerSettings) -> Budget:
-    if s.warm_budget_gpu_seconds is not None:
-        return Budget(gpu_seconds=s.warm_budget_gpu_seconds)
-    return Budget(requests=s.warm_budget_requests)
+    return s.options(BudgetOptions).budget()
 
 
-def build_prewarmer(s: StokerSettings, runner: WarmRunner | None = None) -> HotSetPrewarmer:
+def build_prewarmer(s: StokerSettings, runner: WarmRunner) -> HotSetPrewarmer:
     """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
     budget, and the bar READY stands for."""
-    runner = runner or build_runner(s, progress=False)
+    o = s.options(PrewarmOptions)
     return HotSetPrewarmer(
-        runner, default_budget(s), hours=s.deploy_prewarm_hours,
-        hit_bar=s.deploy_prewarm_hit_bar, min_share=s.deploy_prewarm_min_share,
-    )  # fmt: skip
+        runner, default_budget(s), hours=o.hours, hit_bar=o.hit_bar, min_share=o.min_share
+    )
 
 
-def build_hot_prefixes(s: StokerSettings, r: redis.Redis | None = None) -> HotPrefixes:
-    return HotPrefixes(r if r is not None else build_redis(s), capacity=s.prefix_capacity)
+def build_hot_prefixes(s: StokerSettings, r: redis.Redis) -> HotPrefixes:
+    return HotPrefixes(r, capacity=s.options(PrefixOptions).capacity)
 
 
 def prefix_warm_options(
@@ -401,18 +394,18 @@ def prefix_warm_options(
     )
 
 
-def build_prefix_warmer(s: StokerSettings, **overrides: Any) -> PrefixWarmer:
-    """The prefix warmer on the settings' Redis and backend (overrides: backend_url, qps,
-    top_n, dry_run, as `stoker warm-prefixes` takes them)."""
-    return PrefixWarmer(build_hot_prefixes(s), prefix_warm_options(s, **overrides))
+def build_prefix_warmer(s: StokerSettings, hot: HotPrefixes, **overrides: Any) -> PrefixWarmer:
+    """The prefix warmer of the `hot` prefixes to the settings' backend (overrides:
+    backend_url, qps, top_n, dry_run, as `stoker warm-prefixes` takes them)."""
+    return PrefixWarmer(hot, prefix_warm_options(s, **overrides))
 
 
-def build_deploy_prewarmer(s: StokerSettings) -> Prewarmer:
+def build_deploy_prewarmer(s: StokerSettings, runner: WarmRunner, hot: HotPrefixes) -> Prewarmer:
     """The deploy worker's pre-warm: the hot set, after the prefix warm when that is on."""
-    hot_set = build_prewarmer(s)
+    hot_set = build_prewarmer(s, runner)
     if not s.prefix_warm_on_deploy:
         return hot_set
-    return PrefixWarmingPrewarmer(hot_set, build_prefix_warmer(s))
+    return PrefixWarmingPrewarmer(hot_set, build_prefix_warmer(s, hot))
 
 
 def cutover_options(s: StokerSettings) -> CutoverOptions:
@@ -461,14 +454,16 @@ def build_request_log(s: StokerSettings, capacity: int) -> RequestLog:
     return KafkaLog(Producer(conf), topic, capacity)
 
 
-def build_gateway(s: StokerSettings, *, upstream_url: str | None = None) -> GatewayParts:
+def build_gateway(
+    s: StokerSettings, cache: CacheClient, async_redis: Any, *, upstream_url: str | None = None
+) -> GatewayParts:
     """Everything `stoker gateway` serves with: the cache (with the semantic layer and the L1
-    when it is on), the upstream pool, the request log."""
+    when it is on), the upstream pool, the request log. The gateway closes `async_redis` (its
+    event loop's); `cache` is its owner's to close (the Stack's, after the gateway stops)."""
     from gateway.cachegate import CacheGate
     from gateway.upstream import Upstream
 
     opts = gateway_options(s, upstream_url=upstream_url)
-    cache = build_cache_client(s)
     if cache.embedder is not None:  # load and run the model once now, not on the first lookup
         cache.embedder.inner.embed(["warm up"])
     upstream = Upstream(
@@ -478,11 +473,9 @@ def build_gateway(s: StokerSettings, *, upstream_url: str | None = None) -> Gate
         connections=opts.upstream_connections,
         forward_auth=not opts.api_key_tenants,
     )
-    parts = GatewayParts(
-        CacheGate(cache, build_async_redis(s), opts),
+    return GatewayParts(
+        CacheGate(cache, async_redis, opts),
         upstream,
         build_request_log(s, opts.log_buffer),
         opts,
     )
-    parts.on_shutdown.append(cache.close)
-    return parts

@@ -36,11 +36,14 @@ a running event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from caches.boundary import redis_boundary
 from schemas.errors import BackendUnreachable, ConfigError
+from schemas.prewarm import PrewarmRequest
 from warmers.hotset.plan import Plan, PlanItem, Skipped
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -59,6 +62,16 @@ DEFAULT_HIT_BAR = 0.3
 # most sends does.
 DEFAULT_MIN_SHARE = 0.5
 _EPS = 1e-9
+
+
+class PrewarmOptions(BaseModel):
+    """The owner of the deploy_prewarm_* settings' defaults and bounds (stoker/options.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hours: int = Field(default=DEFAULT_HOURS, ge=1, le=MAX_HOURS)
+    hit_bar: float = Field(default=DEFAULT_HIT_BAR, gt=0.0, le=1.0)
+    min_share: float = Field(default=DEFAULT_MIN_SHARE, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -158,17 +171,12 @@ class HotSetPrewarmer:
         self.window = window or (lambda: Window.from_this_hour(hours))
         self.hit_bar, self.min_share = hit_bar, min_share
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> HotSetPrewarm:
+    def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
         """Plan, size to the bar, warm, measure; tenants None or empty = every tenant in the
         profile. Safe to run twice: what the first run cached counts as fresh in the second,
         so a retry sends only what is still missing for the bar."""
-        tenants = tuple(tenants or ())
+        model_id, version = req.model_id, req.version
+        tenants = tuple(req.tenants or ())
         win = self.window()
         plan = self.runner.plan(
             win, self.budget, tenants=tenants or None, model_id=model_id, model_version=version,
@@ -184,7 +192,7 @@ class HotSetPrewarmer:
             raise BackendUnreachable(f"pre-warm of {version}: {s.unreachable}")
         reached = plan.hit_share(self._in_place([*plan.fresh, *plan.items]))
         return HotSetPrewarm(
-            model_id, version, previous_version, tuple(tenants), str(win), len(plan.items),
+            model_id, version, req.previous_version, tenants, str(win), len(plan.items),
             s.sent, s.cached, s.skipped,
             s.failed, s.refused_stale, s.gpu_seconds, s.skipped_cached, self.hit_bar,
             self.min_share, in_budget, plan.expected_volume, projected, reachable, reached,

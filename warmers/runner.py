@@ -12,8 +12,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Unpack
 
 from rich.console import Console
 
@@ -23,8 +24,7 @@ from schemas.errors import StokerError
 from streams.jobs import JobRecord, JobRecords, JobState
 from warmers.hotset.calibration import Calibration
 from warmers.hotset.plan import Plan
-from warmers.hotset.select import HotSetSelector
-from warmers.hotset.value import ValueModel
+from warmers.hotset.select import HotSetSelector, PlanScope
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.shadow import ShadowWarmer, WarmConfig, WarmSummary
@@ -45,21 +45,9 @@ class WarmRunner:
     # Where landed warms are noted for the forecast's calibration (None: not noted).
     calibration: Calibration | None = None
 
-    def plan(
-        self,
-        window: Window,
-        budget: Budget,
-        *,
-        tenants: Iterable[str] | None = None,
-        model_id: str | None = None,
-        model_version: str | None = None,
-        value_model: ValueModel | None = None,
-        docs: Collection[tuple[str, str]] | None = None,
-    ) -> Plan:
-        return self.selector.plan(
-            window, budget, tenants=tenants, model_id=model_id, model_version=model_version,
-            value_model=value_model, docs=docs,
-        )  # fmt: skip
+    def plan(self, window: Window, budget: Budget, **scope: Unpack[PlanScope]) -> Plan:
+        """The selector's plan (HotSetSelector.plan: the keywords and what they mean)."""
+        return self.selector.plan(window, budget, **scope)
 
     def warm(self, plan: Plan, *, labels: Mapping[str, str] | None = None) -> WarmSummary:
         """Send the plan's items (synchronously: runs its own event loop) and record the run."""

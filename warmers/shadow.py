@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.progress import Progress
 
@@ -52,6 +53,7 @@ from schemas.errors import (
 )
 from warmers import metrics as M
 from warmers.engineguard import EngineGuard, GuardConfig
+from warmers.hotset.options import DEFAULT_IDLE_PRICE, DEFAULT_MIN_TTL_LEFT_S
 from warmers.hotset.plan import WarmItem
 from warmers.hotset.value import price_at
 
@@ -60,40 +62,53 @@ log = logging.getLogger(__name__)
 Skip = Literal["cached", "uncacheable", "negative", "priced", "busy"]
 
 
-@dataclass(frozen=True)
-class WarmConfig:
-    """capacity_qps: what the backend serves at most; unknown (None) means the target is
+class WarmConfig(BaseModel):
+    """The owner of warm_qps's and warm_load_from_metrics's defaults and bounds
+    (stoker/options.py); its TTL bar and idle price default to the planner's (HotSetConfig's).
+
+    capacity_qps: what the backend serves at most; unknown (None) means the target is
     taken as the ramp's end (target = 20% of capacity), so the run starts at target/4."""
 
-    target_qps: float = 5.0
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_qps: float = Field(default=5.0, gt=0)
     capacity_qps: float | None = None
     ramp_start_frac: float = 0.05
     ramp_end_frac: float = 0.20
     ramp_s: float = 30.0
     concurrency: int = 16
     jitter_frac: float = 0.2  # each send lands uniformly within the first 20% of its interval
-    min_ttl_left_s: float = 3600.0  # an entry with under an hour left is warmed again
-    aimd: AimdConfig = field(default_factory=AimdConfig)
+    min_ttl_left_s: float = DEFAULT_MIN_TTL_LEFT_S  # under it, an entry is warmed again
+    aimd: AimdConfig = Field(default_factory=AimdConfig)
     seed: int | None = None
     # A GPU-ms at idle, as a share of one at full load: what an item's worth is priced at when
     # it is sent (value.price_at). None: the plan's price stands, whatever the backend shows.
-    idle_price: float | None = 0.2
+    idle_price: float | None = DEFAULT_IDLE_PRICE
     # The backend's base URL, whose engine's gauges on /metrics add to the load a send is priced
     # at (backends/engine.py); None: only the answers' latency and 429s show the load.
     engine_url: str | None = None
+    # Off: engine_url is not read, and the answers' latency and 429s alone pace and price.
+    load_from_metrics: bool = True
     # With engine_url: wait for room the live traffic leaves, and make way when a request waits
     # for a slot (engineguard.py); None: the engine's gauges only price sends.
-    engine_guard: GuardConfig | None = field(default_factory=GuardConfig)
+    engine_guard: GuardConfig | None = Field(default_factory=GuardConfig)
 
-    def __post_init__(self) -> None:
-        if self.target_qps <= 0 or self.concurrency < 1:
-            raise ConfigError("target_qps must be > 0 and concurrency >= 1")
+    @model_validator(mode="after")
+    def _check(self) -> WarmConfig:
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be >= 1")
         if not 0 < self.ramp_start_frac <= self.ramp_end_frac:
             raise ConfigError("need 0 < ramp_start_frac <= ramp_end_frac")
         if not 0 <= self.jitter_frac < 1:
             raise ConfigError("jitter_frac must lie in [0, 1)")
         if self.idle_price is not None and not 0.0 <= self.idle_price <= 1.0:
             raise ConfigError(f"idle price must lie in [0, 1], got {self.idle_price}")
+        return self
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the engine's gauges are read: engine_url, unless load_from_metrics is off."""
+        return self.engine_url if self.load_from_metrics else None
 
     def ramp(self) -> Ramp:
         cap = self.capacity_qps or self.target_qps / self.ramp_end_frac
@@ -218,7 +233,7 @@ class _Run:
         self.t0 = self.clock.now()
         self.on_air: set[asyncio.Task[None]] = set()  # sends the backend is computing
         self.room = asyncio.Lock()  # one send at a time asks the guard for room
-        url, guarded = w.cfg.engine_url, w.cfg.engine_guard
+        url, guarded = w.cfg.metrics_url, w.cfg.engine_guard
         self.engine: EngineReader | None = None
         self.guard: EngineGuard | None = None
         if url and (guarded is not None or w.cfg.idle_price is not None):

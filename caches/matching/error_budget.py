@@ -42,6 +42,10 @@ from caches.matching.bounds import shown_within as shown_within  # re-exported: 
 from caches.matching.bounds import upper_bound as upper_bound
 from schemas.errors import CacheUnavailable
 
+# How often a process re-reads the shared counts: a loosening or tightening reaches every
+# replica within this.
+DEFAULT_REFRESH_S = 5.0
+
 log = logging.getLogger(__name__)
 
 ALIKE = Shares()  # every verdict sampled in full: all weigh alike
@@ -259,7 +263,7 @@ class ServingLevels:
     def __init__(
         self,
         budget: ErrorBudget,
-        refresh_s: float = 5.0,
+        refresh_s: float = DEFAULT_REFRESH_S,
         *,
         max_pairs: int = 1_000,
         clock: Callable[[], float] = time.monotonic,

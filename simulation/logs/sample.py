@@ -31,7 +31,7 @@ import pandas as pd
 
 from schemas.errors import UsageError
 
-# The checkout's data/ folder; the shell passes STOKER_DATA_DIR (stoker/data.py) where it is set.
+# The checkout's data/ folder; the shell passes the data_dir setting (stoker/data.py) where set.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
 

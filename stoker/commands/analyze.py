@@ -12,8 +12,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from audits.whatif.options import WhatIfOptions
 from stoker.app import app, console, examples
 from stoker.connect import RedisUrl, connected
+from stoker.settings import StokerSettings
 
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 7 * 86_400}
 _TTL = re.compile(r"^(\d+)([smhdw]?)$")
@@ -48,6 +50,9 @@ def fmt_ttl(seconds: int) -> str:
     return f"{seconds}s"
 
 
+_EMBED_BUDGET = WhatIfOptions().embed_budget  # the help's default: the setting's
+
+
 @app.command(
     short_help="What caching would buy on a request log, before you build.",
     epilog=examples(
@@ -76,7 +81,7 @@ def analyze(
         typer.Option(
             min=1,
             help="distinct prompts embedded at most; past it, estimate on a sample with 95% "
-            "intervals (default: STOKER_ANALYZE_EMBED_BUDGET, 30000)",
+            f"intervals (default: STOKER_ANALYZE_EMBED_BUDGET, {_EMBED_BUDGET})",
         ),
     ] = None,
     sample: Annotated[
@@ -95,7 +100,7 @@ def analyze(
     from schemas.errors import UsageError
 
     s = connected(console, redis_url=redis_url)
-    budget = (embed_budget or s.analyze_embed_budget) if sample else None
+    budget = (embed_budget or s.options(WhatIfOptions).embed_budget) if sample else None
     settings = Settings(
         parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share, budget
     )
@@ -105,7 +110,7 @@ def analyze(
             raise typer.BadParameter(f"no column {labels!r} in {log.name}", param_hint="--labels")
         # keyed before the embedder loads (seconds), so a bad log fails fast
         keyed = key_frame(frame, labels)
-        report = _run(keyed, settings, s if embed_cache else None, show_progress=not json_out)
+        report = _run(keyed, settings, s, embed_cache, show_progress=not json_out)
     except UnreadableLog as e:
         raise UsageError(str(e)) from e
     if json_out:
@@ -114,12 +119,19 @@ def analyze(
         _print_report(report)
 
 
-def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, Any]:
+def _run(
+    frame: Any, settings: Any, s: StokerSettings, cache: bool, show_progress: bool
+) -> dict[str, Any]:
     from audits.whatif.report import analyze as run_analysis
-    from caches.embedders import SentenceTransformerEmbedder
+    from caches.embedders import EmbedderOptions, SentenceTransformerEmbedder
+    from stoker.modelserver import cache_root
 
     with console.status("loading the embedder ..."):
-        embedder = _cached(SentenceTransformerEmbedder(), s)
+        # the settings' model and engine, as the gateway's: its thresholds are the ones served
+        local = SentenceTransformerEmbedder.from_options(
+            s.options(EmbedderOptions), cache_root(s.model_cache_dir)
+        )
+        embedder = _cached(local, s) if cache else local
     columns = (TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console, disable=not show_progress) as progress:
@@ -134,16 +146,17 @@ def _run(frame: Any, settings: Any, s: Any, show_progress: bool) -> dict[str, An
         return run_analysis(frame, settings, embedder, on_progress)
 
 
-def _cached(embedder: Any, s: Any) -> Any:
+def _cached(embedder: Any, s: StokerSettings) -> Any:
     """The embedder behind the embedding cache, when there is a Redis to hold it: a second
     analyze of the same (or an overlapping) log embeds only the prompts it has not seen."""
-    if s is None or not s.redis_url:
+    if not s.redis_url:
         return embedder
     from audits.whatif.neighbours import ScopedEmbedder
     from caches.embedders import CachedEmbedder
-    from stoker.wiring import build_redis
+    from stoker.stack import Stack
 
-    return ScopedEmbedder(CachedEmbedder(embedder, build_redis(s), s.embedding_ttl_s))
+    # the verb's one Redis client, released when the process ends
+    return ScopedEmbedder(CachedEmbedder(embedder, Stack(s).redis, s.embedding_ttl_s))
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

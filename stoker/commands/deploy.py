@@ -112,11 +112,11 @@ def deploy(
     # wrong), and a retried deploy id sees the statuses it already earned.
     consumer = _follower(s) if wait else None
     try:
-        from stoker.wiring import build_publisher  # here: importing the wiring costs ~1 s
+        from stoker.stack import Stack  # here: importing the wiring costs ~1 s
 
-        with build_publisher(s) as pub:
-            pub.publish("inference.deploys", ev, key=ev.model_id)
-            pub.flush()
+        with Stack(s) as stack:
+            stack.publisher.publish("inference.deploys", ev, key=ev.model_id)
+            stack.publisher.flush()
         if not as_json:
             typer.echo(ev.deploy_id)
         console.print(f"published deploy {ev.deploy_id}: {model} {previous or '-'} -> {version}")

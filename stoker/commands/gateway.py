@@ -18,7 +18,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,6 +29,9 @@ from stoker.logs import configure as configure_logging
 from stoker.metrics import serve_metrics
 from stoker.runtime import WorkerGroup, embedded_settings
 from stoker.settings import StokerSettings
+
+if TYPE_CHECKING:
+    from stoker.stack import Stack
 
 
 @app.command(
@@ -84,12 +87,21 @@ def _stack(settings: StokerSettings, embedded: bool) -> Iterator[StokerSettings]
 
 def run_gateway(settings: StokerSettings, *, with_workers: bool) -> None:
     """Serve until SIGTERM/SIGINT; with_workers runs every worker in this process too."""
+    from stoker.stack import Stack
+
+    with Stack(settings) as stack:
+        _serve(stack, with_workers=with_workers)
+
+
+def _serve(stack: Stack, *, with_workers: bool) -> None:
+    """The gateway (and the workers) on the parts of one Stack: one Redis client, one
+    embedder and one semantic store for all of them."""
     from gateway.service import GatewayServer
     from stoker.registry import available
-    from stoker.wiring import build_gateway
 
-    workers = WorkerGroup(settings, available(settings)) if with_workers else None
-    parts = build_gateway(settings)
+    settings = stack.settings
+    workers = WorkerGroup(stack, available(settings)) if with_workers else None
+    parts = stack.gateway()
     server = GatewayServer(parts, settings.gateway_host, settings.gateway_port)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -39,11 +39,11 @@ def _send(
         ev = build(**fields)
     except ValidationError as e:  # bad usage: exit 2 with pydantic's own words
         raise typer.BadParameter(str(e)) from None
-    from stoker.wiring import build_publisher  # here: importing the wiring costs ~1 s
+    from stoker.stack import Stack  # here: importing the wiring costs ~1 s
 
-    with build_publisher(connected(console, kafka_bootstrap=kafka)) as pub:
-        pub.publish(logical, ev, key=key)
-        pub.flush()
+    with Stack(connected(console, kafka_bootstrap=kafka)) as stack:
+        stack.publisher.publish(logical, ev, key=key)
+        stack.publisher.flush()
     console.print(f"published {type(ev).__name__} {ev.event_id} to {logical}")
 
 

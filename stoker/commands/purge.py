@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import orjson
 import typer
@@ -17,8 +17,8 @@ from stoker.app import app, console, examples
 from stoker.connect import QdrantUrl, RedisUrl, connected
 from stoker.settings import StokerSettings
 
-# all-MiniLM-L6-v2 and the OpenAI wiring both use 384 (see invalidators/handlers.py).
-_SEMANTIC_DIM = 384
+# The flags' defaults are PurgeOptions' (the deploy's purge takes the same from the settings).
+_DEFAULTS: Final = PurgeOptions()
 
 
 @app.command(
@@ -36,8 +36,10 @@ def purge(
     rate: Annotated[
         float | None, typer.Option(min=1, help="keys/s; unset = as fast as Redis takes it")
     ] = None,
-    batch: Annotated[int, typer.Option(min=1, help="keys per UNLINK batch")] = 1_000,
-    delay: Annotated[float, typer.Option(min=0, help="extra pause between batches, s")] = 0.0,
+    batch: Annotated[int, typer.Option(min=1, help="keys per UNLINK batch")] = _DEFAULTS.batch,
+    delay: Annotated[
+        float, typer.Option(min=0, help="extra pause between batches, s")
+    ] = _DEFAULTS.delay_s,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="count what would go")] = False,
     retire: Annotated[
         bool, typer.Option(help="retire the version first, so no write of it lands again")
@@ -70,12 +72,13 @@ def purge(
 
 
 def _purger(s: StokerSettings) -> tuple[Purger, str]:
-    from stoker.wiring import build_redis, build_semantic
+    """The purger on the process's one Stack (released when the verb's process ends)."""
+    from stoker.stack import Stack
 
-    r = build_redis(s)
+    stack = Stack(s)
     if s.semantic_backend == "edge" and s.qdrant_path is None:
-        return Purger(r), "no STOKER_QDRANT_PATH: the semantic store is not purged"
-    return Purger(r, build_semantic(s, _SEMANTIC_DIM)), ""
+        return Purger(stack.redis), "no STOKER_QDRANT_PATH: the semantic store is not purged"
+    return Purger(stack.redis, stack.semantic), ""
 
 
 def _retire(purger: Purger, spec: PurgeSpec) -> None:

@@ -25,12 +25,11 @@ def sample_log(
 ) -> None:
     """Generate the sample traffic log (3 tenants, Zipf intents, real paraphrases, weekly shape)."""
     from simulation.logs.sample import SampleSpec, generate, load_clinc, write
-    from stoker.data import DATA_DIR
+    from stoker.data import data_dir
 
-    load_clinc(
-        data_dir=DATA_DIR
-    )  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
+    data = data_dir()
+    load_clinc(data_dir=data)  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
     with console.status(f"generating {days} days of traffic ..."):
-        df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed), DATA_DIR)
+        df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed), data)
     write(df, out)
     console.print(f"wrote {len(df):,} requests to {out} ({out.stat().st_size / 1e6:.1f} MB)")

@@ -47,7 +47,7 @@ def status(
     from invalidators.jobs import all_jobs
     from schemas.errors import ConfigError
     from stoker import embedded_state
-    from stoker.wiring import build_redis
+    from stoker.stack import Stack
 
     settings = connected(redis_url=redis_url)  # quietly: --json's reader wants no banner
     embedded = embedded_state.read(embedded_state.state_path(settings.state_dir))
@@ -56,11 +56,8 @@ def status(
             "stoker status reads job state from Redis: set STOKER_REDIS_URL or --redis-url "
             "(or run it beside `stoker worker all` or `stoker gateway` on the embedded stack)"
         )
-    r = build_redis(settings)
-    try:
-        jobs = [j.to_dict() for j in all_jobs(r, limit)]
-    finally:
-        r.close()
+    with Stack(settings) as stack:
+        jobs = [j.to_dict() for j in all_jobs(stack.redis, limit)]
     doc = status_document(jobs) | {"embedded": embedded}
     if as_json:
         typer.echo(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode())

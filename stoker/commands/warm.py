@@ -68,7 +68,8 @@ def warm(
     """Plan the hot set for the window (day regimes, paraphrase clusters, the miss a warm
     prevents priced by load, fair budget across tenants) and warm it through the shadow warmer
     at a polite rate."""
-    from stoker.wiring import build_runner, default_budget
+    from stoker.stack import Stack
+    from stoker.wiring import default_budget
     from warmers.hotset.warm_budget import Budget
     from warmers.hotset.window import Window
 
@@ -85,7 +86,9 @@ def warm(
         budget = Budget(gpu_seconds=budget_gpu_seconds)
     else:
         budget = default_budget(s)
-    runner = build_runner(s, qps=qps, backend_url=backend, console=console, dry_run=dry_run)
+    # the process's one Stack: its clients are released when the verb's process ends
+    stack = Stack(s)
+    runner = stack.runner(qps=qps, backend_url=backend, console=console, dry_run=dry_run)
     console.print(f"planning {win} with a budget of {budget}")
     t0 = time.perf_counter()
     plan = runner.plan(win, budget, tenants=tenant or None, model_version=model_version)

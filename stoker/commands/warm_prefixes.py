@@ -46,10 +46,11 @@ def warm_prefixes(
 ) -> None:
     """Warm the backend's KV prefix cache with the model's hottest system prompts: one
     max_tokens=1 request each, at a capped QPS, never through the answer cache."""
-    from stoker.wiring import build_prefix_warmer
+    from stoker.stack import Stack
 
     s = connected(console, redis_url=redis_url)
-    warmer = build_prefix_warmer(s, backend_url=backend, qps=qps, top_n=top, dry_run=dry_run)
+    # the process's one Stack; its Redis client is released when the verb's process ends
+    warmer = Stack(s).prefix_warmer(backend_url=backend, qps=qps, top_n=top, dry_run=dry_run)
     if dry_run:
         budget, source = warmer.budget()
         plan = warmer.plan(model, tenant or None, budget=budget)

@@ -95,7 +95,14 @@ def _names(name: WorkerName, settings: StokerSettings) -> list[str]:
 
 def run_workers(settings: StokerSettings, names: list[str], group: str | None = None) -> None:
     """One Worker thread per name; SIGTERM/SIGINT stop them all; any worker's failure is ours."""
-    workers = WorkerGroup(settings, names, group)
+    from stoker.stack import Stack
+
+    with Stack(settings) as stack:  # closed once every worker has stopped
+        _run_group(settings, names, WorkerGroup(stack, names, group))
+
+
+def _run_group(settings: StokerSettings, names: list[str], workers: WorkerGroup) -> None:
+    """Run the group until a signal or a failure; report, and raise the first failure."""
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         console.print(f"{signal.Signals(signum).name}: finishing the current batches")

@@ -249,13 +249,15 @@ def test_monitor__built_from_settings_with_the_serving_budget(
 ) -> None:
     from caches.matching.error_budget import ServingLevels
     from stoker.registry import monitor_handler
+    from stoker.stack import Stack
 
     s = settings.model_copy(
         update={"semantic_matcher": "verified", "qdrant_path": qdrant_path, "monitor_qps": 3.0,
                 "monitor_share": 0.5, "max_wrong_hit_rate": 0.02, "monitor_stale_share": 0.3,
                 "monitor_stale_window_s": 600.0}
     )  # fmt: skip
-    h = monitor_handler(s)
+    stack = Stack(s)
+    h = monitor_handler(stack)
     try:
         assert isinstance(h, MonitorHandler)
         assert (h.options.share, h.options.qps) == (0.5, 3.0)
@@ -264,8 +266,10 @@ def test_monitor__built_from_settings_with_the_serving_budget(
         assert h.budget is not None and isinstance(h.budget.counts, RedisCounts)
         assert h.budget.delta == 0.02 and isinstance(h.levels, ServingLevels)
         assert h.auditor.budget is None  # the handler counts each verdict once itself
+        assert h.cache is stack.cache and h.sink is stack.publisher  # the process's own
     finally:
         h.close()
+        stack.close()
 
 
 def test_monitor__re_asks_exact_hits_served_soon_after_an_invalidation_and_flags_stale_ones(

@@ -19,7 +19,7 @@ from caches.request import CacheRequest
 from schemas.errors import CacheUnavailable
 from stoker.embedded_cluster import NODE_TIMEOUT_MS, EmbeddedCluster
 from stoker.settings import StokerSettings
-from stoker.wiring import build_cache_client
+from stoker.stack import Stack
 from tests.waiting import wait_for
 
 # Redis replicates asynchronously: a write acknowledged in the last moments before the crash
@@ -84,8 +84,7 @@ def test_failover__a_dead_primary_is_replaced_and_the_cache_recovers_by_itself()
     s = StokerSettings(l1_enabled=True, semantic_enabled=False)
     with EmbeddedCluster(primaries=3, replicas=1) as cluster, ExitStack() as closing:
         s = s.model_copy(update={"redis_url": cluster.url})
-        cache = build_cache_client(s, semantic=False)
-        closing.callback(cache.close)
+        cache = closing.enter_context(Stack(s)).exact_cache
         l1 = cache.l1
         assert l1 is not None and l1.tracking
         doomed, bystander = tenant_on(cluster, 0), tenant_on(cluster, 1)
@@ -134,8 +133,7 @@ def test_failover__a_dead_primary_is_replaced_and_the_cache_recovers_by_itself()
         key = cached_in_l1(cache, hot[0])
         # A client started now: its first seed is the dead primary, the others answer.
         seeds = s.model_copy(update={"l1_enabled": False, "redis_url": cluster.seeds_url})
-        writer = build_cache_client(seeds, semantic=False)
-        closing.callback(writer.close)
+        writer = closing.enter_context(Stack(seeds)).exact_cache
         writer.redis.unlink(key)
         wait_for(lambda: key not in l1, 5, "the L1 to drop a key deleted on the new primary")
 

@@ -17,7 +17,7 @@ import pytest
 from caches import onnxengine
 from caches.embedders import SentenceTransformerEmbedder
 from evals.semantic import load_clinc
-from stoker.data import CLINC
+from stoker.data import clinc_path
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def _export_path(root: Path) -> Path:
 def test_onnx_engine__equals_torch_on_clinc150_texts(
     onnx_embedder: SentenceTransformerEmbedder, embedder: SentenceTransformerEmbedder
 ):
-    data = load_clinc(CLINC)
+    data = load_clinc(clinc_path())
     texts = [t for t, _ in data["test"][::15]] + [t for t, _ in data["oos_test"][::50]]
     assert len(texts) > 300
     batched = onnx_embedder.embed(texts)  # padded to the longest, as the batcher sends them

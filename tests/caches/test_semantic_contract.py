@@ -94,15 +94,18 @@ def test_delete_where__by_doc_and_namespace(semantic_store: SemanticStore):
 
 
 def test_build_semantic__one_open_edge_store_per_folder(tmp_path):
-    """Serving client and workers of one process share the shard of a folder; close is idempotent."""
+    """Serving client and workers of one process share the shard of a folder (the process's
+    Stack holds it); close is idempotent, and frees the folder for the next store."""
     from stoker.settings import StokerSettings
-    from stoker.wiring import build_semantic
+    from stoker.stack import Stack
 
-    s = StokerSettings(qdrant_path=tmp_path / "shared")
-    a, b = build_semantic(s, 8), build_semantic(s, 8)
-    assert a is b
+    s = StokerSettings(qdrant_path=tmp_path / "shared", embedder_dim=8)
+    stack = Stack(s)
+    a = stack.semantic
+    assert a is stack.semantic
     a.close()
     a.close()
-    c = build_semantic(s, 8)
-    assert c is not a and c.count() == 0
-    c.close()
+    with Stack(s) as again:
+        c = again.semantic
+        assert c is not a and c.count() == 0
+    assert c.closed

@@ -17,6 +17,7 @@ from schemas.common import utcnow
 from schemas.errors import EventDecodeError
 from stoker.registry import build_handler
 from stoker.settings import StokerSettings
+from stoker.stack import Stack
 from stoker.wiring import worker_config
 from streams.base import Decoded
 from streams.topics import ensure_topics
@@ -66,8 +67,9 @@ def test_traffic_worker__skewed_producers_are_dead_lettered_and_the_real_week_st
     values = [encode(x) for x in [*real[:10], *hostile.values(), *real[10:]]]
     produce_raw(kafka_bootstrap, topic, [(v, None) for v in values])
 
-    handler = build_handler("traffic", s)  # the shell's handler: the settings' time bounds
-    run_worker(handler, worker_config(s, handler), done_after(len(real), len(hostile)))
+    with Stack(s) as stack:
+        handler = build_handler("traffic", stack)  # the shell's handler: the settings' bounds
+        run_worker(handler, worker_config(s, handler), done_after(len(real), len(hostile)))
 
     got = {}
     for m in dead_letters(kafka_bootstrap, dlq, len(hostile)):

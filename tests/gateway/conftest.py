@@ -14,7 +14,7 @@ from gateway.service import GatewayServer
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.settings import StokerSettings
-from stoker.wiring import build_gateway
+from stoker.stack import Stack
 from tests.gateway.upstreams import Script, Served, scripted_app
 
 # Answers in a few ms (compressed time), with real slots and SSE.
@@ -56,12 +56,18 @@ def gateway_settings(redis_url: str, qdrant_path: Path, **overrides: Any) -> Sto
 
 @pytest.fixture
 def make_gateway(redis_client: Any, redis_url: str, qdrant_path: Path) -> Iterator[GatewayFactory]:
-    """make_gateway(upstream_url, **settings) -> a running gateway; all stopped at the end."""
+    """make_gateway(upstream_url, **settings) -> a running gateway on a Stack of its own, as a
+    `stoker gateway` process has (a second one gets an Edge folder of its own, as a second
+    process would); all stopped, then their Stacks closed, at the end."""
     running: list[GatewayServer] = []
+    stacks: list[Stack] = []
 
     def make(upstream_url: str, **overrides: Any) -> GatewayServer:
-        s = gateway_settings(overrides.pop("redis_url", redis_url), qdrant_path, **overrides)
-        gw = GatewayServer(build_gateway(s, upstream_url=upstream_url)).start()
+        folder = qdrant_path.with_name(f"qdrant-gw{len(stacks)}") if stacks else qdrant_path
+        s = gateway_settings(overrides.pop("redis_url", redis_url), folder, **overrides)
+        stacks.append(stack := Stack(s))
+        gw = GatewayServer(stack.gateway(upstream_url=upstream_url)).start()
+        gw.stack = stack  # type: ignore[attr-defined]  # for stack_of
         running.append(gw)
         return gw
 
@@ -70,6 +76,15 @@ def make_gateway(redis_client: Any, redis_url: str, qdrant_path: Path) -> Iterat
         gw.stop()
     for gw in running:
         gw.join(30)
+    for stack in stacks:
+        stack.close()
+
+
+def stack_of(gw: GatewayServer) -> Stack:
+    """The Stack a gateway of make_gateway runs on: a worker a test runs beside it is a part
+    of the same process, so it takes its parts (Redis, embedder, the Edge store) from it."""
+    stack: Stack = gw.stack  # type: ignore[attr-defined]
+    return stack
 
 
 def client(gw: GatewayServer, tenant: str | None = "acme", **headers: str) -> openai.OpenAI:

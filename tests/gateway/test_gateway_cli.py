@@ -20,7 +20,7 @@ from schemas.events import KnowledgeBaseChanged
 from simulation.backend.http import SimulatorThread
 from stoker.runtime import WorkerGroup
 from stoker.settings import StokerSettings
-from stoker.wiring import build_gateway, build_publisher
+from stoker.stack import Stack
 from tests.cli import STOKER, clean_env
 from tests.gateway.conftest import client
 from tests.gateway.upstreams import Script, Served
@@ -141,7 +141,8 @@ def test_cli__a_request_sent_before_serving_starts_is_answered_not_refused(
     a client told the URL may connect at once. It waits in the listen queue, not refused."""
     s = StokerSettings(redis_url=redis_url, qdrant_path=tmp_path / "q",
                        gateway_default_temperature=0)  # fmt: skip
-    server = GatewayServer(build_gateway(s, upstream_url=sim.url))
+    stack = Stack(s)
+    server = GatewayServer(stack.gateway(upstream_url=sim.url))
     done: list[str] = []
 
     def early() -> None:
@@ -152,7 +153,7 @@ def test_cli__a_request_sent_before_serving_starts_is_answered_not_refused(
     t.start()
     with socket.create_connection((server.host, server.port), timeout=5):
         pass  # connected before serve(): the port listens already
-    with server:
+    with stack, server:
         t.join(30)
     assert done == ["miss"]
 
@@ -207,10 +208,11 @@ def test_cli__an_invalidation_reaches_the_vectors_the_gateway_serves(
         semantic_matcher="static", worker_poll_s=0.05, **semantic,
         gateway_lookup_budget_ms=1000,  # the paraphrase's embedding can pass 50 ms under load
     )  # fmt: skip
-    workers = WorkerGroup(s, ["invalidation"])
+    stack = Stack(s)  # one process: the gateway and its invalidation worker share the store
+    workers = WorkerGroup(stack, ["invalidation"])
     workers.start()
     try:
-        with GatewayServer(build_gateway(s, upstream_url=sim.url)) as gw:
+        with GatewayServer(stack.gateway(upstream_url=sim.url)) as gw:
             c = client(gw)
             store = gw.parts.gate.cache.semantic
             assert store is not None
@@ -218,7 +220,7 @@ def test_cli__an_invalidation_reaches_the_vectors_the_gateway_serves(
             wait_for(lambda: store.count({"tenant": "acme"}) == 1, 10, "the vector to be indexed")
             hit = _ask(gw.url, PARAPHRASE, extra_body=DOCS)
             assert hit.headers["x-stoker-cache"] == "semantic"
-            with build_publisher(s) as pub:
+            with stack.publisher as pub:
                 ev = KnowledgeBaseChanged(tenant="acme", doc_id="kb/reset", doc_version=2,
                                           change="updated")  # fmt: skip
                 pub.publish("inference.kb-changes", ev, key="acme")
@@ -228,4 +230,5 @@ def test_cli__an_invalidation_reaches_the_vectors_the_gateway_serves(
             assert _ask(gw.url, PARAPHRASE, extra_body=DOCS).headers["x-stoker-cache"] == "miss"
     finally:
         workers.join()
+        stack.close()
     assert not workers.errors

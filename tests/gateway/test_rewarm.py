@@ -17,10 +17,10 @@ from invalidators.invalidation import Invalidator
 from schemas.events import KnowledgeBaseChanged
 from simulation.backend.http import SimulatorThread
 from stoker.runtime import WorkerGroup
-from stoker.settings import StokerSettings
-from stoker.wiring import build_publisher, build_runner, worker_config
+from stoker.stack import Stack
+from stoker.wiring import worker_config
 from streams.worker import Worker
-from tests.gateway.conftest import GatewayFactory, client
+from tests.gateway.conftest import GatewayFactory, client, stack_of
 from tests.waiting import wait_for
 from warmers.hotset.window import Window
 from warmers.rewarm import InvalidationPending, RewarmHandler, RewarmOptions
@@ -59,28 +59,29 @@ def learned(
     redis_url: str,
     unique: str,
     qdrant_path: Path,
-) -> tuple[openai.OpenAI, StokerSettings]:
+) -> tuple[openai.OpenAI, Stack]:
     """A gateway whose RAG traffic (6 asks of each question, the doc's old text inlined) the
-    traffic worker has learned; the settings of the workers that follow."""
+    traffic worker has learned; the gateway's Stack, which the workers that follow share."""
     prefix = f"rewarm{unique}."
-    gw = make_gateway(sim.url, kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu",
-                      topic_prefix=prefix)  # fmt: skip
+    # the workers' settings too: they run in the gateway's process, on its Stack
+    gw = make_gateway(
+        sim.url, kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
+        warm_backend_url=sim.url, warm_min_ttl_left_s=60, worker_poll_s=0.05,
+        semantic_matcher="static",
+    )  # fmt: skip
     c = client(gw, **{"X-Stoker-Template-Version": "rag-v1"})
     for q in QUESTIONS:
         for _ in range(6):
             _ask(c, q, OLD)
     for _ in range(6):
         _ask(c, REFORMATTED, OLD.upper())
-    s = StokerSettings(
-        kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
-        redis_url=redis_url, qdrant_path=qdrant_path, warm_backend_url=sim.url,
-        warm_min_ttl_left_s=60, exact_ttl_s=600, worker_poll_s=0.05, semantic_matcher="static",
-    )  # fmt: skip
+    stack = stack_of(gw)
+    s = stack.settings
     handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(redis_url)))
     assert Worker(handler, worker_config(s, handler, f"g{unique}")).run_until(
         lambda st: st.events >= 18, 30
     )
-    return c, s
+    return c, stack
 
 
 def _tomorrow() -> Window:
@@ -97,16 +98,16 @@ def change(version: int = 4) -> KnowledgeBaseChanged:
 
 
 def test_rewarm__a_kb_change_with_its_new_text_rewarms_the_hot_requests_that_inlined_the_old(
-    learned: tuple[openai.OpenAI, StokerSettings], sim: SimulatorThread
+    learned: tuple[openai.OpenAI, Stack], sim: SimulatorThread
 ) -> None:
-    c, s = learned
+    c, stack = learned
     old_answers = {q: _ask(c, q, OLD)[1] for q in QUESTIONS}
-    workers = WorkerGroup(s, ["invalidation", "rewarm"])
+    workers = WorkerGroup(stack, ["invalidation", "rewarm"])
     (rewarm,) = [w.handler for w in workers.workers if isinstance(w.handler, RewarmHandler)]
     rewarm.window = _tomorrow
     workers.start()
     try:
-        with build_publisher(s) as pub:
+        with stack.publisher as pub:
             pub.publish("inference.kb-changes", change(), key="acme/kb/reset")
             pub.flush()
         wait_for(lambda: rewarm.last is not None or workers.errors, 60, "the re-warm to run")
@@ -128,13 +129,14 @@ def test_rewarm__a_kb_change_with_its_new_text_rewarms_the_hot_requests_that_inl
 
 
 def test_rewarm__waits_for_the_invalidation_and_renews_nothing_before_it(
-    learned: tuple[openai.OpenAI, StokerSettings], sim: SimulatorThread
+    learned: tuple[openai.OpenAI, Stack], sim: SimulatorThread
 ) -> None:
     """Before the invalidation worker applied the change, a warm would land under the old
     floor and be deleted as stale: the batch fails retriably (read again), sending nothing."""
-    _, s = learned
+    _, stack = learned
+    s = stack.settings
     handler = RewarmHandler(
-        build_runner(s, progress=False), RewarmOptions(budget_requests=5, wait_s=0.3),
+        stack.runner(progress=False), RewarmOptions(budget_requests=5, wait_s=0.3),
         window=_tomorrow,
     )  # fmt: skip
     served = sim.server.sim.stats.served

@@ -17,7 +17,7 @@ from caches.matching.counts import RedisCounts
 from caches.matching.error_budget import min_evidence
 from caches.matching.verified import LADDER
 from simulation.backend.http import SimulatorThread
-from tests.gateway.conftest import FAST_SIM, GatewayFactory, client, gateway_settings
+from tests.gateway.conftest import FAST_SIM, GatewayFactory, client, stack_of
 from tests.waiting import wait_for
 
 STORED = [
@@ -152,19 +152,18 @@ def test_verified__the_gateway_s_log_feeds_the_monitor_which_audits_the_served_h
 
     prefix = f"mon{unique}."
     kafka = {"kafka_bootstrap": kafka_bootstrap, "kafka_broker": "tansu", "topic_prefix": prefix}
-    gw = verified(make_gateway, model_sim.url, **kafka)
+    # the monitor's settings too: it runs in the gateway's process, on its Stack
+    monitor = {"monitor_share": 1.0, "monitor_qps": 100.0, "monitor_backend_url": model_sim.url}
+    gw = verified(make_gateway, model_sim.url, **kafka, **monitor)
     store_all(gw, STORED)
     counts = RedisCounts(redis_client)
     for _ in range(min_evidence(0.01)):
         counts.add("acme", "support", len(LADDER) - 1, wrong=False)
     assert ask(gw, NEAR).headers["x-stoker-cache"] == "semantic"
     # The monitor, as `stoker worker monitor` builds it, on the gateway's own request log.
-    s = gateway_settings(
-        redis_url, qdrant_path, semantic_matcher="verified", monitor_share=1.0,
-        monitor_qps=100.0, monitor_backend_url=model_sim.url, **kafka,
-    )  # fmt: skip
-    h = monitor_handler(s)
-    worker = Worker(h, worker_config(s, h))
+    stack = stack_of(gw)
+    h = monitor_handler(stack)
+    worker = Worker(h, worker_config(stack.settings, h))
     n = len(STORED) + 1  # the misses' events and the hit's
     assert worker.run_until(lambda st: st.events >= n, 60)
     got = read_topic(kafka_bootstrap, prefix + "stoker.audit", 1)

@@ -12,12 +12,12 @@ import redis
 from caches.generations import Generations
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
-from stoker.settings import StokerSettings
-from stoker.wiring import build_prewarmer, build_runner, worker_config
+from stoker.wiring import build_prewarmer, worker_config
 from streams.topics import topic_name
 from streams.worker import Worker
-from tests.gateway.conftest import GatewayFactory, client
+from tests.gateway.conftest import GatewayFactory, client, stack_of
 from tests.streams.conftest import read_topic
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -40,8 +40,9 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
     qdrant_path: Path,
 ) -> None:
     prefix = f"replay{unique}."
+    # the warm's settings too: the runner below is a part of the gateway's process
     gw = make_gateway(sim.url, kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu",
-                      topic_prefix=prefix)  # fmt: skip
+                      topic_prefix=prefix, warm_backend_url=sim.url, warm_min_ttl_left_s=60)  # fmt: skip
     c = client(gw, **{"X-Stoker-Template-Version": "rag-v1"})
     # Asked often enough to be worth warming (1 miss, then hits; the profile counts them all).
     answers = {
@@ -52,11 +53,8 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
     }
     (live_text,) = answers
 
-    s = StokerSettings(
-        kafka_bootstrap=kafka_bootstrap, kafka_broker="tansu", topic_prefix=prefix,
-        redis_url=redis_url, qdrant_path=qdrant_path, warm_backend_url=sim.url,
-        warm_min_ttl_left_s=60, exact_ttl_s=600,
-    )  # fmt: skip
+    stack = stack_of(gw)
+    s = stack.settings
     handler = TrafficHandler(TrafficProfile(redis.Redis.from_url(redis_url)))
     assert Worker(handler, worker_config(s, handler, f"g{unique}")).run_until(
         lambda st: st.events >= 6, 30
@@ -65,10 +63,10 @@ def test_warm_replay__a_warm_rag_answer_equals_the_live_answer_for_that_context(
     # The same hour tomorrow: the planner learns from past days (today's traffic is history).
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
     window = Window(hour, hour + timedelta(hours=1))
-    runner = build_runner(s, progress=False)
+    runner = stack.runner(progress=False)
     prewarmer = build_prewarmer(s, runner)
     prewarmer.budget, prewarmer.window = Budget(requests=5), lambda: window
-    res = prewarmer.prewarm("sim-model", "v2", "default", ["acme"])
+    res = prewarmer.prewarm(PrewarmRequest("sim-model", "v2", "default", ("acme",)))
     assert res.cached == 1 and res.ok
 
     warm = c.chat.completions.with_raw_response.create(

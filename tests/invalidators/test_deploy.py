@@ -25,8 +25,9 @@ from invalidators.deployjob import CutoverOptions, DeployJob, PrewarmOutcome
 from invalidators.purge import PurgeOptions, Purger
 from schemas.codec import decode_event, encode_event
 from schemas.events import JobStatus, ModelDeployed
+from schemas.prewarm import PrewarmRequest
 from stoker.settings import StokerSettings
-from stoker.wiring import build_status_sink
+from stoker.wiring import build_publisher, build_status_sink
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 from streams.worker import Worker, WorkerConfig
 from tests.cli import run_stoker
@@ -58,8 +59,8 @@ class CountingWarmer:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def prewarm(self, model_id: str, version: str, previous_version: str | None, tenants: Any):
-        self.calls.append((model_id, version))
+    def prewarm(self, req: PrewarmRequest) -> PrewarmOutcome:
+        self.calls.append((req.model_id, req.version))
         return PrewarmOutcome(warmed=3)
 
 
@@ -253,7 +254,7 @@ def settings(kafka_bootstrap: str, redis_url: str, unique: str) -> StokerSetting
 def kafka_cutover(
     client: CacheClient, store: EdgeSemanticStore, s: StokerSettings, purge: PurgeOptions
 ) -> Cutover:
-    sink = build_status_sink(s)
+    sink = build_status_sink(build_publisher(s))
     opts = CutoverOptions(purge=purge, status_every_s=0.0)
     return Cutover(client.redis, Purger(client.redis, store), sink, options=opts)
 
@@ -444,16 +445,18 @@ def test_cutover__failure_publishes_failed_with_the_reason(client: CacheClient, 
 
 def test_deploy_registry__factory_builds_a_handler_on_the_settings(settings: StokerSettings):
     from stoker.registry import build_handler
+    from stoker.stack import Stack
 
     s = settings.model_copy(update={"deploy_grace_s": 60, "deploy_purge_rate": 100.0})
-    handler = build_handler("deploy", s)
-    try:
-        assert isinstance(handler, DeployHandler) and handler.topics == ["inference.deploys"]
-        assert handler.runner.alive and handler.cutover.opts.grace_s == 60
-        assert handler.cutover.opts.purge.rate == 100.0
-    finally:
-        handler.close()
-    assert not handler.runner.alive
+    with Stack(s) as stack:
+        handler = build_handler("deploy", stack)
+        try:
+            assert isinstance(handler, DeployHandler) and handler.topics == ["inference.deploys"]
+            assert handler.runner.alive and handler.cutover.opts.grace_s == 60
+            assert handler.cutover.opts.purge.rate == 100.0
+        finally:
+            handler.close()
+        assert not handler.runner.alive
 
 
 def _flat(text: str) -> str:
@@ -468,7 +471,7 @@ def _bar_cutover(client: CacheClient, store: EdgeSemanticStore, s: StokerSetting
     from tests.warmers.test_prewarm import bar_prewarmer
 
     pre = bar_prewarmer(client.redis, backend_url, bar)
-    sink = build_status_sink(s)
+    sink = build_status_sink(build_publisher(s))
     return Cutover(client.redis, Purger(client.redis, store), sink, prewarmer=pre,
                    options=CutoverOptions(**opts))  # fmt: skip
 

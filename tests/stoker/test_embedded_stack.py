@@ -16,7 +16,7 @@ from stoker import embedded_state
 from stoker.registry import available
 from stoker.runtime import WorkerGroup, embedded_settings
 from stoker.settings import StokerSettings
-from stoker.wiring import build_cache_client, build_publisher, build_semantic
+from stoker.stack import Stack
 from tests.cli import run_stoker, running_stoker, stop
 from tests.waiting import wait_for
 
@@ -58,18 +58,19 @@ def test_worker_all__an_invalidation_reaches_the_store_the_serving_client_reads(
     base = StokerSettings(state_dir=tmp_path, worker_poll_s=0.05)
     with embedded_settings(base, Console(stderr=True), what="this test") as s:
         assert s.qdrant_path is not None
-        client = build_cache_client(s)
-        workers = WorkerGroup(s, available())
+        stack = Stack(s)
+        client = stack.cache
+        workers = WorkerGroup(stack, available())
         workers.start()
         try:
             assert client.semantic is not None
-            assert build_semantic(s) is client.semantic  # the workers' store is the client's
+            assert stack.semantic is client.semantic  # the workers' store is the client's
             req = CacheRequest("acme", "m", "v1", "t1", "how do i reset my password",
                                docs=(DocRef(doc_id="kb/reset"),))  # fmt: skip
             stored = client.store(client.lookup(req), "Open settings, then Security.")
             assert stored.landed and stored.semantic_indexed
             assert client.semantic.count({"tenant": "acme"}) == 1
-            with build_publisher(s) as pub:
+            with stack.publisher as pub:
                 ev = KnowledgeBaseChanged(tenant="acme", doc_id="kb/reset", doc_version=2,
                                           change="updated")  # fmt: skip
                 pub.publish("inference.kb-changes", ev, key="acme")
@@ -82,5 +83,5 @@ def test_worker_all__an_invalidation_reaches_the_store_the_serving_client_reads(
             assert client.lookup(req).outcome == "miss"
         finally:
             workers.join()
-            client.close()
+            stack.close()
         assert not workers.errors

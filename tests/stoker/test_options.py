@@ -14,39 +14,7 @@ from stoker.settings import StokerSettings
 from streams.worker import WorkerConfig
 from warmers.hotset.options import HotSetConfig
 from warmers.prefix.warm import PrefixWarmOptions
-
-# Settings not yet pointed at an owner (issue #32 converts them one owner at a time). This set
-# may only shrink: a new setting must get an owner or be SHELL_ONLY, never land here, and a
-# converted one must leave it (the test below fails on either).
-NOT_YET_OWNED = frozenset(
-    {
-        "analyze_embed_budget", "answer_bar", "budget_refresh_s", "budget_shadow_share",
-        "budget_window_s", "deploy_prewarm_hit_bar", "deploy_prewarm_hours",
-        "deploy_prewarm_min_share",
-        "embedder_batch_max_texts", "embedder_batch_wait_ms",
-        "embedder_engine", "embedder_model", "embedder_threads",
-
-
-
-
-        "l1_enabled",
-        "l1_max_entries", "l1_ttl_s", "llama_ctx", "llama_parallel", "llama_threads",
-        "max_wrong_hit_rate",
-        "prefix_capacity", "prefix_min_tokens",
-        "prefix_warm_before_peak_s",
-
-        "prefix_warm_replicas",
-
-        "semantic_answer_checks",
-        "semantic_cold_start", "traffic_hour_capacity",
-        "traffic_max_clock_skew_s", "traffic_max_event_age_s", "traffic_retention_weeks",
-        "traffic_week_capacity", "warm_backend_model", "warm_budget_gpu_seconds",
-        "warm_budget_requests",
-        "warm_load_from_metrics", "warm_qps",
-
-        "worker_batch_size",
-    }
-)  # fmt: skip
+from warmers.shadow import WarmConfig
 
 # Owner fields without a default: what options() must be given.
 REQUIRED: dict[type, dict[str, object]] = {
@@ -90,20 +58,7 @@ def test_options__every_setting_has_an_owner_or_is_shell_only():
     fields, owned = set(StokerSettings.model_fields), set(origins(StokerSettings))
     assert fields >= SHELL_ONLY, SHELL_ONLY - fields
     assert not SHELL_ONLY & owned, SHELL_ONLY & owned
-    assert fields == owned | SHELL_ONLY | NOT_YET_OWNED, fields ^ (
-        owned | SHELL_ONLY | NOT_YET_OWNED
-    )
-
-
-def test_options__not_yet_owned_only_shrinks():
-    """Every name left is a real setting that still has no owner: a converted setting must
-    leave the list, and a removed one cannot linger in it."""
-    owned = set(origins(StokerSettings))
-    assert set(StokerSettings.model_fields) >= NOT_YET_OWNED, NOT_YET_OWNED - set(
-        StokerSettings.model_fields
-    )
-    assert not NOT_YET_OWNED & owned, NOT_YET_OWNED & owned
-    assert not NOT_YET_OWNED & SHELL_ONLY, NOT_YET_OWNED & SHELL_ONLY
+    assert fields == owned | SHELL_ONLY, fields ^ (owned | SHELL_ONLY)
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -144,3 +99,10 @@ def test_options__a_planner_built_without_settings_plans_for_the_gateways_matche
     set built without wiring (a test, a benchmark, a tool) merged paraphrases no served entry
     would vouch for. The owner now holds the one default."""
     assert HotSetConfig().matcher == StokerSettings().semantic_matcher == "verified"
+
+
+def test_options__the_shadow_warmer_defaults_to_the_planners_ttl_bar_and_idle_price():
+    """WarmConfig's TTL bar and idle price are the planner's settings (HotSetConfig owns
+    them): a shadow warmer built without settings must re-warm and price as the plan did."""
+    warm, plan = WarmConfig(), HotSetConfig()
+    assert (warm.min_ttl_left_s, warm.idle_price) == (plan.min_ttl_left_s, plan.idle_price)

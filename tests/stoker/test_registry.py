@@ -12,6 +12,7 @@ from schemas.events import Event
 from stoker import registry
 from stoker.cli import app
 from stoker.settings import StokerSettings
+from stoker.stack import Stack
 from streams.base import Handler
 from warmers.traffic.worker import TrafficHandler
 
@@ -27,19 +28,20 @@ class Nop(Handler):
 
 
 def test_registry__traffic_is_built_in(redis_url: str) -> None:
-    handler = registry.build_handler("traffic", StokerSettings(redis_url=redis_url))
-    try:
-        assert isinstance(handler, TrafficHandler)
-        assert handler.topics == ["inference.requests"]
-    finally:
-        handler.close()
+    with Stack(StokerSettings(redis_url=redis_url)) as stack:
+        handler = registry.build_handler("traffic", stack)
+        try:
+            assert isinstance(handler, TrafficHandler)
+            assert handler.topics == ["inference.requests"]
+        finally:
+            handler.close()
 
 
 def test_registry__register_and_unregister() -> None:
     registry.register("extra", lambda _s: Nop())
     try:
         assert "extra" in registry.available()
-        assert isinstance(registry.build_handler("extra", StokerSettings()), Nop)
+        assert isinstance(registry.build_handler("extra", Stack(StokerSettings())), Nop)
     finally:
         registry.unregister("extra")
     assert "extra" not in registry.available()
@@ -91,11 +93,13 @@ def test_registry__the_scheduler_warms_prefixes_before_the_peak_unless_turned_of
 
     base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
             "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip
-    on = registry.build_service("scheduler", StokerSettings(**base))
-    job = on.scheduler.prefixes  # type: ignore[attr-defined]
-    assert isinstance(job, PeakPrefixWarm) and job.lead_s == 1800
-    off = registry.build_service("scheduler", StokerSettings(**base, prefix_warm_before_peak_s=0))
-    assert off.scheduler.prefixes is None  # type: ignore[attr-defined]
+    with Stack(StokerSettings(**base)) as stack:
+        on = registry.build_service("scheduler", stack)
+        job = on.scheduler.prefixes  # type: ignore[attr-defined]
+        assert isinstance(job, PeakPrefixWarm) and job.lead_s == 1800
+    with Stack(StokerSettings(**base, prefix_warm_before_peak_s=0)) as stack:
+        off = registry.build_service("scheduler", stack)
+        assert off.scheduler.prefixes is None  # type: ignore[attr-defined]
 
 
 def test_registry__the_scheduler_watches_the_listed_replicas_only(
@@ -106,13 +110,15 @@ def test_registry__the_scheduler_watches_the_listed_replicas_only(
     base = {"redis_url": redis_url, "qdrant_path": qdrant_path, "embedder_dim": 384,
             "warm_backend_url": "http://gpu-0:8000/v1"}  # fmt: skip
     fleet = {"llama": ["http://vllm-0:8000", "http://vllm-1:8000"]}
-    on = registry.build_service("scheduler", StokerSettings(**base, prefix_warm_replicas=fleet,
-                                                            prefix_warm_replica_check_s=12))  # fmt: skip
-    job = on.scheduler.replicas  # type: ignore[attr-defined]
-    assert isinstance(job, ReplicaWatch) and job.replicas == fleet
-    assert on.scheduler.cfg.replica_check_s == 12  # type: ignore[attr-defined]
-    off = registry.build_service("scheduler", StokerSettings(**base))
-    assert off.scheduler.replicas is None  # type: ignore[attr-defined]
+    watched = StokerSettings(**base, prefix_warm_replicas=fleet, prefix_warm_replica_check_s=12)
+    with Stack(watched) as stack:
+        on = registry.build_service("scheduler", stack)
+        job = on.scheduler.replicas  # type: ignore[attr-defined]
+        assert isinstance(job, ReplicaWatch) and job.replicas == fleet
+        assert on.scheduler.cfg.replica_check_s == 12  # type: ignore[attr-defined]
+    with Stack(StokerSettings(**base)) as stack:
+        off = registry.build_service("scheduler", stack)
+        assert off.scheduler.replicas is None  # type: ignore[attr-defined]
 
 
 def test_registry__the_rewarm_worker_runs_in_all_on_the_kb_changes() -> None:
@@ -126,5 +132,41 @@ def test_registry__a_worker_that_warms_needs_a_model_server_named(
     """With Kafka configured (no embedded stack) and no model server set, a worker that warms
     refuses at start in one line naming both settings, rather than warming a default address."""
     s = StokerSettings(redis_url=redis_url, qdrant_path=qdrant_path, embedder_dim=384)
-    with pytest.raises(ConfigError, match="STOKER_GATEWAY_UPSTREAM_URL or STOKER_WARM_BACKEND_URL"):
-        registry.build_service("scheduler", s)
+    with (
+        Stack(s) as stack,
+        pytest.raises(ConfigError, match="STOKER_GATEWAY_UPSTREAM_URL or STOKER_WARM_BACKEND_URL"),
+    ):
+        registry.build_service("scheduler", stack)
+
+
+def test_registry__the_invalidation_worker_purges_at_the_deploy_purge_settings(
+    redis_client: object, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker once built PurgeOptions() whatever STOKER_DEPLOY_PURGE_* said: a template
+    change then purged in batches of 1,000 at full speed on a site that had set them lower."""
+    from caches.request import CacheRequest
+    from invalidators.handlers import InvalidationHandler
+    from schemas.events import PromptTemplateChanged
+
+    monkeypatch.setenv("STOKER_DEPLOY_PURGE_BATCH", "2")
+    s = StokerSettings(redis_url=redis_url)
+    stack = Stack(s)
+    cache = stack.exact_cache
+    for i in range(12):
+        q = CacheRequest(tenant="acme", model_id="llama", model_version="v1",
+                         template_version="t1", prompt=f"question {i}")  # fmt: skip
+        assert cache.store(cache.lookup(q), f"answer {i}").landed
+    handler = registry.build_handler("invalidation", stack)
+    try:
+        assert isinstance(handler, InvalidationHandler)
+        ev = PromptTemplateChanged(
+            tenant="acme", model_id="llama", old_template_version="t1", new_template_version="t2"
+        )
+        done = handler.invalidator.template_changed(ev)
+    finally:
+        handler.close()
+        stack.close()
+    assert done.deleted == 12
+    # at 1,000 keys a batch, the dozen go in one SCAN and one UNLINK; at the setting's two,
+    # SCAN's COUNT hint stops each batch after a few buckets
+    assert done.batches > 1

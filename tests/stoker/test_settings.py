@@ -57,8 +57,10 @@ def test_settings__nested_dict_variables_and_the_data_dir_are_known(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setenv("STOKER_TENANT_THRESHOLDS__acme", "0.97")  # env_nested_delimiter "__"
-    monkeypatch.setenv("STOKER_DATA_DIR", "/nowhere")  # read by stoker/data.py, not a setting
-    assert StokerSettings().tenant_thresholds == {"acme": 0.97}
+    monkeypatch.setenv("STOKER_DATA_DIR", "/nowhere")  # a setting: stoker/data.py reads it
+    s = StokerSettings()
+    assert s.tenant_thresholds == {"acme": 0.97}
+    assert s.data_dir == Path("/nowhere")
 
 
 def test_settings__tenant_ids_follow_the_events_rule():

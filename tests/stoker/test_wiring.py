@@ -1,59 +1,121 @@
-"""The composition root: what settings turn on is built, and parts of one process share stores."""
+"""The composition root: what settings turn on is built once per process, in one Stack, and
+every part of the process (serving client, workers, verbs) shares the Stack's clients and stores."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from caches.request import CacheRequest
+from stoker import registry
 from stoker.settings import StokerSettings
-from stoker.wiring import build_cache_client, build_semantic, semantic_dim
+from stoker.stack import Stack
+from stoker.wiring import known_dim
 
 
 def test_wiring__l1_is_off_by_default_and_built_from_settings(redis_url: str) -> None:
-    off = build_cache_client(StokerSettings(redis_url=redis_url), semantic=False)
-    assert off.l1 is None
-    off.close()
+    with Stack(StokerSettings(redis_url=redis_url)) as off:
+        assert off.exact_cache.l1 is None
     s = StokerSettings(redis_url=redis_url, l1_enabled=True, l1_max_entries=7, l1_ttl_s=30)
-    cache = build_cache_client(s, semantic=False)
-    try:
+    with Stack(s) as stack:
+        cache = stack.exact_cache
         assert cache.l1 is not None and cache.l1.tracking
         assert (cache.l1.max_entries, cache.l1.ttl_s) == (7, 30)
         req = CacheRequest("acme", "m", "v1", "t1", "wired?")
         assert cache.store(cache.lookup(req), "answer").landed
         assert cache.l1.sync()
         assert [cache.lookup(req).rule for _ in range(2)] == ["exact", "exact:l1"]
-    finally:
-        cache.close()
-    assert not cache.l1.tracking
+    assert not cache.l1.tracking  # the Stack's close stopped the L1's listener
 
 
 def test_wiring__without_a_path_one_edge_store_serves_the_whole_process(redis_url: str) -> None:
     """The serving client and the invalidation / deploy workers of one process must read and
-    delete the same vectors; each used to get a fresh temp folder of its own."""
-    s = StokerSettings(redis_url=redis_url)
-    first, second = build_semantic(s), build_semantic(s)
-    assert first is second
+    delete the same vectors; each used to get a fresh temp folder of its own. The folder is the
+    process's: gone once the Stack is closed."""
+    with Stack(StokerSettings(redis_url=redis_url, embedder_dim=8)) as stack:
+        inv: Any = registry.build_handler("invalidation", stack)
+        assert inv.invalidator._semantic is stack.semantic
+        folder = stack.temp_folder
+        assert folder is not None and folder.is_dir()
+    assert stack.semantic.closed and not folder.exists()
 
 
-def test_wiring__a_path_gives_that_folder_s_store(tmp_path: Path) -> None:
-    a = build_semantic(StokerSettings(qdrant_path=tmp_path / "a"))
-    assert a is build_semantic(StokerSettings(qdrant_path=tmp_path / "a"))
-    assert a is not build_semantic(StokerSettings(qdrant_path=tmp_path / "b"))
+def test_wiring__a_closed_stack_releases_its_edge_folder_for_the_next(tmp_path: Path) -> None:
+    """An Edge shard is opened once per process: a second Stack on the folder opens it only
+    once the first is closed, and finds what the first wrote."""
+    import time
+
+    import numpy as np
+
+    from caches.keys import Namespace
+    from caches.semantic.base import SemanticPoint
+
+    s = StokerSettings(qdrant_path=tmp_path / "a", embedder_dim=4)
+    ns = Namespace("acme", "m", "v1", "t1")
+    v = np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+    with Stack(s) as first:
+        assert first.semantic is first.semantic
+        first.semantic.upsert([SemanticPoint("k1", v, ns, "c1", "p1", time.time() + 100, "q")])
+    assert first.semantic.closed
+    with Stack(s) as second:
+        assert second.semantic is not first.semantic
+        assert second.semantic.count({"tenant": "acme"}) == 1
+    assert (tmp_path / "a").is_dir()  # a configured folder stays: it is the operator's
+
+
+def test_wiring__the_deploy_and_every_worker_of_all_share_one_stack_s_parts(
+    redis_url: str, qdrant_path: Path, kafka_bootstrap: str, embedder: Any
+) -> None:
+    """Built from one Stack, `stoker worker all` holds one Redis client, one embedder and one
+    semantic store: the deploy handler alone used to open three Redis clients (its cutover's,
+    its pre-warm runner's and its prefix warmer's), each worker more of its own."""
+    s = StokerSettings(
+        redis_url=redis_url, qdrant_path=qdrant_path, kafka_bootstrap=kafka_bootstrap,
+        warm_backend_url="http://gpu-0:8000/v1", gateway_upstream_url="http://gpu-0:8000/v1",
+    )  # fmt: skip
+    with Stack(s) as stack:
+        names = [n for n in registry.available(s) if not registry.is_service(n)]
+        assert {"deploy", "traffic", "invalidation", "rewarm", "monitor", "prefixes"} <= set(names)
+        h: dict[str, Any] = {n: registry.build_handler(n, stack) for n in names}
+        try:
+            r, store, cache = stack.redis, stack.semantic, stack.cache
+            cutover = h["deploy"].cutover
+            pre = cutover.prewarmer  # the prefix warm, then the hot set
+            reds = [
+                cutover.redis, cutover.purger.redis, pre.inner.runner.cache.redis,
+                pre.warmer.store.r, h["traffic"].profile.r, h["invalidation"].invalidator._r,
+                h["rewarm"].runner.cache.redis, h["monitor"].cache.redis, h["prefixes"].store.r,
+            ]  # fmt: skip
+            assert all(x is r for x in reds)
+            assert cutover.purger._semantic is store and cache.semantic is store
+            assert h["invalidation"].invalidator._semantic is store
+            caches = [pre.inner.runner.cache, h["rewarm"].runner.cache, h["monitor"].cache]
+            assert all(c is cache for c in caches)
+            assert cache.embedder is not None and cache.embedder.inner is stack.embedder
+            scheduler: Any = registry.build_service("scheduler", stack)
+            assert scheduler.scheduler.lock.r is r
+            connection = r.client_id()  # the connection this thread's commands go through
+        finally:
+            for handler in h.values():
+                handler.close()
+        # the handlers closed none of the Stack's parts (a worker stopping first used to close
+        # the Redis client the others were still draining with): its owner does
+        assert r.client_id() == connection
 
 
 def test_wiring__the_default_model_s_dimension_is_known_without_loading_it() -> None:
-    assert semantic_dim(StokerSettings()) == 384
-    assert semantic_dim(StokerSettings(embedder_model="custom", embedder_dim=768)) == 768
+    assert known_dim(StokerSettings()) == 384
+    assert known_dim(StokerSettings(embedder_model="custom", embedder_dim=768)) == 768
+    assert known_dim(StokerSettings(embedder_model="custom")) is None
 
 
 def test_wiring__a_dimension_the_model_contradicts_fails_at_start(embedder) -> None:
     from schemas.errors import ConfigError
-    from stoker.wiring import build_embedder
 
     with pytest.raises(ConfigError, match="384 dimensions"):
-        build_embedder(StokerSettings(embedder_dim=512))
+        _ = Stack(StokerSettings(embedder_dim=512)).embedder
 
 
 def test_wiring__verified_by_default_with_its_shared_budget_static_when_set(redis_url: str) -> None:
@@ -121,12 +183,12 @@ def test_wiring__the_warmer_reads_the_engines_load_from_the_backends_metrics() -
 
     s = StokerSettings(warm_qps=3.0, warm_idle_price=0.4)
     cfg = warm_config(s, "http://gpu-0:8000/")
-    assert (cfg.engine_url, cfg.target_qps, cfg.idle_price) == (
+    assert (cfg.metrics_url, cfg.target_qps, cfg.idle_price) == (
         "http://gpu-0:8000/", 3.0, 0.4)  # fmt: skip
     assert cfg.engine_guard is not None  # it waits for room the live traffic leaves
     assert warm_config(s, "http://gpu-0:8000", qps=9.0).target_qps == 9.0
     off = StokerSettings(warm_load_from_metrics=False)
-    assert warm_config(off, "http://gpu-0:8000").engine_url is None
+    assert warm_config(off, "http://gpu-0:8000").metrics_url is None
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,14 @@ import redis
 from typer.testing import CliRunner
 
 from invalidators.deployjob import NoPrewarmer
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.cli import app
 from stoker.embedded import free_port
 from stoker.settings import StokerSettings
-from stoker.wiring import build_deploy_prewarmer, worker_config
+from stoker.stack import Stack
+from stoker.wiring import worker_config
 from streams.topics import ensure_topics, topic_name
 from streams.worker import Worker
 from tests.cli import run_stoker
@@ -181,7 +183,7 @@ def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
         pre = PrefixWarmingPrewarmer(
             NoPrewarmer(), PrefixWarmer(store, PrefixWarmOptions(backend_url=sim.url))
         )
-        res = pre.prewarm("llama", "v2", "v1", None)
+        res = pre.prewarm(PrewarmRequest("llama", "v2", "v1", None))
         assert _live_gpu_ms(sim, 1) < 2.0 * 20
     assert res.ok and res.warmed == 0
     assert res.detail.startswith("skipped: no warmer configured; prefix warm of llama: planned 1")
@@ -189,10 +191,12 @@ def test_deploy_prewarm__warms_prefixes_first_and_keeps_the_hot_sets_verdict(
 
 def test_wiring__deploy_prewarmer_has_prefix_warming_unless_turned_off(redis_url: str) -> None:
     s = StokerSettings(redis_url=redis_url, semantic_enabled=False, warm_backend_url=UNUSED_BACKEND)
-    on = build_deploy_prewarmer(s)
-    assert isinstance(on, PrefixWarmingPrewarmer)
-    off = build_deploy_prewarmer(s.model_copy(update={"prefix_warm_on_deploy": False}))
-    assert not isinstance(off, PrefixWarmingPrewarmer)
+    with Stack(s) as stack:
+        on = stack.deploy_prewarmer()
+        assert isinstance(on, PrefixWarmingPrewarmer)
+        assert on.warmer.store is stack.hot_prefixes  # the deploy's Redis, not one of its own
+    with Stack(s.model_copy(update={"prefix_warm_on_deploy": False})) as stack:
+        assert not isinstance(stack.deploy_prewarmer(), PrefixWarmingPrewarmer)
 
 
 def test_cli__warm_prefixes_dry_run_and_warm(
@@ -269,7 +273,8 @@ def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
         )  # fmt: skip
         names = ("inference.deploys", "stoker.status")
         ensure_topics(kafka_bootstrap, {topic_name(n, s.topic_prefix): TOPICS[n] for n in names})
-        worker = RunningWorker(s, deploy_handler(s), f"g{unique}")  # type: ignore[arg-type]
+        stack = Stack(s)
+        worker = RunningWorker(s, deploy_handler(stack), f"g{unique}")  # type: ignore[arg-type]
         try:
             p = Producer(producer_config(kafka_bootstrap, embedded=True))
             ev = ModelDeployed(deploy_id=f"d{unique}", model_id="llama", version="v2",
@@ -279,6 +284,7 @@ def test_deploy_worker__a_deploy_on_kafka_warms_the_new_replicas_prefixes(
             seen = statuses(s, f"d{unique}", "ready", timeout_s=60)
         finally:
             worker.stop()
+            stack.close()
         assert "ready" in [x.state for x in seen], [x.detail for x in seen]
         said = "prefix warm of llama: planned 1, warmed 1 (300 tokens of 104,857: 0.8 of the"
         assert said in seen[-1].detail

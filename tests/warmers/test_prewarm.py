@@ -13,6 +13,7 @@ from backends.client import OpenAIBackend, RetryPolicy
 from caches.client import CacheClient
 from caches.policy import CachePolicy
 from schemas.errors import BackendUnreachable, ConfigError
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from stoker.embedded import free_port
 from tests.gateway.upstreams import Served
@@ -55,15 +56,15 @@ def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(
         runner, Budget(requests=2), window=lambda: Window(start, start + timedelta(hours=1)),
         hit_bar=0.6,  # the balance alone serves about half the hour: both are needed
     )  # fmt: skip
-    res = pw.prewarm("m", "v2", "v1", ["acme"])
+    res = pw.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert (res.planned, res.sent, res.cached, res.failed) == (2, 2, 2, 0) and res.ok
     assert res.reached == res.projected >= 0.6
     assert len(redis_client.keys("stk:{t:acme}:e:m@v2:*")) == 2
     assert redis_client.keys("stk:{t:acme}:e:m@v1:*") == []  # the old namespace is untouched
     assert redis_client.keys("stk:{t:globex}:e:*") == []  # only the tenants asked for
-    again = pw.prewarm("m", "v2", "v1", ["acme"])
+    again = pw.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert again.sent == 0 and again.ok  # already warm: nothing to send
-    assert pw.prewarm("other-model", "v9", "v8", []).planned == 0
+    assert pw.prewarm(PrewarmRequest("other-model", "v9", "v8", ())).planned == 0
 
 
 # Weekdays at 10:00, beside 4 one-off fillers an hour that no pre-warm can serve: 88 requests
@@ -103,8 +104,12 @@ def _landed(r: redis.Redis, version: str) -> int:
 def test_prewarm__sizing_stops_at_the_bar_with_fewer_sends_than_the_budget(
     redis_client: redis.Redis, sim: SimulatorThread
 ) -> None:
-    low = bar_prewarmer(redis_client, sim.url, 0.3).prewarm("m", "v2", "v1", ["acme"])
-    high = bar_prewarmer(redis_client, sim.url, 0.5).prewarm("m", "v3", "v1", ["acme"])
+    low = bar_prewarmer(redis_client, sim.url, 0.3).prewarm(
+        PrewarmRequest("m", "v2", "v1", ("acme",))
+    )
+    high = bar_prewarmer(redis_client, sim.url, 0.5).prewarm(
+        PrewarmRequest("m", "v3", "v1", ("acme",))
+    )
     assert low.in_budget == high.in_budget == 5  # the budget held all five
     assert (low.planned, low.sent, _landed(redis_client, "v2")) == (1, 1, 1)
     assert (high.planned, high.sent, _landed(redis_client, "v3")) == (2, 2, 2)
@@ -122,7 +127,7 @@ def test_prewarm__each_tenant_is_sized_to_its_own_bar_so_the_biggest_cannot_take
 ) -> None:
     # acme's balance alone is 30% of both tenants' traffic: a cut on the total would stop there
     fill(TrafficProfile(redis_client), _week("globex", {"where is my parcel": 15}, {}))
-    res = bar_prewarmer(redis_client, sim.url, 0.3).prewarm("m", "v2", "v1", [])
+    res = bar_prewarmer(redis_client, sim.url, 0.3).prewarm(PrewarmRequest("m", "v2", "v1", ()))
     assert res.ok and res.tenants == () and res.expected_requests > 88
     assert (res.planned, _landed(redis_client, "v2")) == (2, 1)
     assert len(redis_client.keys("stk:{t:globex}:e:m@v2:*")) == 1
@@ -132,7 +137,9 @@ def test_prewarm__each_tenant_is_sized_to_its_own_bar_so_the_biggest_cannot_take
 def test_prewarm__an_unreachable_bar_warms_the_whole_plan_and_says_so(
     redis_client: redis.Redis, sim: SimulatorThread
 ) -> None:
-    res = bar_prewarmer(redis_client, sim.url, 0.95).prewarm("m", "v2", "v1", ["acme"])
+    res = bar_prewarmer(redis_client, sim.url, 0.95).prewarm(
+        PrewarmRequest("m", "v2", "v1", ("acme",))
+    )
     assert (res.planned, res.sent, res.cached) == (5, 5, 5)
     assert res.ok and not res.bar_reachable and res.projected == res.reachable == res.reached
     assert 0.75 < res.reachable < 0.95  # the fillers are a tail no pre-warm serves
@@ -149,14 +156,16 @@ def test_prewarm__a_backend_that_refuses_most_sends_leaves_the_bar_unmet_then_a_
     redis_client: redis.Redis, sim: SimulatorThread
 ) -> None:
     with most_refused(sim.url) as broken:
-        first = bar_prewarmer(redis_client, broken.url, 0.7).prewarm("m", "v2", "v1", ["acme"])
+        first = bar_prewarmer(redis_client, broken.url, 0.7).prewarm(
+            PrewarmRequest("m", "v2", "v1", ("acme",))
+        )
     assert (first.planned, first.sent, first.cached, first.failed) == (4, 4, 1, 3)
     assert first.projected >= 0.7 and first.reached < 0.5 and not first.ok
     assert first.detail.startswith("pre-warm of v2 below its bar")
     assert f"projected {first.projected:.1%}, reached {first.reached:.1%}" in first.detail
     # The retry (the cutover's, after back-off) finds the balance in place and sends the rest.
     retry = bar_prewarmer(redis_client, sim.url, 0.7)
-    again: HotSetPrewarm = retry.prewarm("m", "v2", "v1", ["acme"])
+    again: HotSetPrewarm = retry.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert (again.planned, again.sent, again.cached) == (3, 3, 3)
     assert again.ok and again.reached == again.projected == first.projected
     assert _landed(redis_client, "v2") == 4
@@ -165,7 +174,9 @@ def test_prewarm__a_backend_that_refuses_most_sends_leaves_the_bar_unmet_then_a_
 def test_prewarm__nothing_learned_is_ready_and_bad_settings_fail_at_once(
     redis_client: redis.Redis, sim: SimulatorThread
 ) -> None:
-    res = bar_prewarmer(redis_client, sim.url, 0.3).prewarm("other-model", "v9", "v8", [])
+    res = bar_prewarmer(redis_client, sim.url, 0.3).prewarm(
+        PrewarmRequest("other-model", "v9", "v8", ())
+    )
     assert res.ok and res.planned == 0 and "no traffic expected" in res.detail
     runner = bar_prewarmer(redis_client, sim.url, 0.3).runner
     for kw in ({"hit_bar": 0.0}, {"hit_bar": 1.5}, {"hours": 0}, {"hours": 25}):
@@ -190,7 +201,7 @@ def test_prewarm__plans_by_hits_whatever_value_model_the_selector_has(
     window = Window(START, START + timedelta(hours=1))
     assert runner.plan(window, Budget(requests=2)).items == []
     pw = HotSetPrewarmer(runner, Budget(requests=2), window=lambda: window, hit_bar=0.7)
-    res = pw.prewarm("m", "v2", "v1", ["acme"])
+    res = pw.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert res.ok and (res.planned, res.sent, res.cached) == (1, 1, 1)  # the hot one: 80%
     assert res.reached == res.projected == pytest.approx(0.8, abs=0.05)
 
@@ -200,6 +211,6 @@ def test_prewarm__a_backend_that_refuses_connections_fails_it_at_once_naming_the
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(BackendUnreachable) as e:
-        bar_prewarmer(redis_client, url, 0.95).prewarm("m", "v2", "v1", ["acme"])
+        bar_prewarmer(redis_client, url, 0.95).prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert str(e.value).startswith(f"pre-warm of v2: cannot connect to {url}: ConnectError")
     assert _landed(redis_client, "v2") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, date, datetime
 
 import pytest
@@ -10,6 +11,7 @@ from confluent_kafka import Message
 
 from caches import keys as K
 from tests.events import encode, request
+from warmers.traffic.decode import FastDecoder
 from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
 from warmers.traffic.worker import TrafficHandler
 
@@ -314,3 +316,36 @@ def test_profile__an_hour_keeps_its_top_by_the_hours_then_the_weeks_count(
     ]
     hc = profile.hourly_counts("acme", "llama", "t1")[MONDAY_10[0]]
     assert hc.warmable[MONDAY_10[1]] == len(monday)  # the totals stay exact
+
+
+def test_profile__a_full_hour_keeps_its_top_by_count_then_week_then_name(
+    redis_client: redis.Redis,
+) -> None:
+    # Many ties, batch after batch: the hour keeps what a plain ranking keeps, (the hour's
+    # count, the week's count) descending, then the smaller query key; an evicted query
+    # comes back at its own count.
+    profile = TrafficProfile(redis_client, week_capacity=100, hour_capacity=4)
+    rng = random.Random(5)
+    prompts = [f"tie {i}" for i in range(12)]
+    qkey = {p: _qkey(p) for p in prompts}
+    hour: dict[str, int] = {}
+    week: dict[str, int] = {}
+    offset = 0
+    for _ in range(6):
+        asked = rng.choices(prompts, k=rng.randrange(3, 20))
+        _ingest(profile, _asked(asked, offset))
+        offset += len(asked)
+        for p in asked:
+            hour[qkey[p]] = hour.get(qkey[p], 0) + 1
+            week[qkey[p]] = week.get(qkey[p], 0) + 1
+        ranked = sorted(hour, key=lambda q: (-hour[q], -week[q], q))
+        hour = {q: hour[q] for q in ranked[:4]}
+        key = K.profile_hour_key("acme", "llama", "t1", *MONDAY_10)
+        stored = {k.decode(): int(v) for k, v in redis_client.hgetall(key).items()}
+        assert stored == hour
+
+
+def _qkey(prompt: str) -> str:
+    obs = FastDecoder().observe(encode(request(0, prompt=prompt)), "p", 0)
+    assert obs is not None
+    return obs.qkey

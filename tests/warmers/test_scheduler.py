@@ -30,10 +30,11 @@ class Counter:
             self.n += 1
 
 
+Scheduled = tuple[WarmScheduler, Counter, Counter]  # a scheduler, its warms, its sweeps
+
+
 @pytest.fixture
-def pair(
-    redis_client: redis.Redis, unique: str
-) -> Iterator[list[tuple[WarmScheduler, Counter, Counter]]]:
+def pair(redis_client: redis.Redis, unique: str) -> Iterator[list[Scheduled]]:
     key = f"stk:test-leader:{unique}"
     out = []
     for name in ("a", "b"):
@@ -66,7 +67,7 @@ def test_leader_lock__expires_when_not_renewed(redis_client: redis.Redis) -> Non
 
 
 def test_scheduler__exactly_one_leader_warms_and_sweeps(
-    pair: list[tuple[WarmScheduler, Counter, Counter]],
+    pair: list[Scheduled],
 ) -> None:
     for s, _, _ in pair:
         s.start()
@@ -77,13 +78,18 @@ def test_scheduler__exactly_one_leader_warms_and_sweeps(
     assert follower_warm.n == 0 and leader_warm.n >= 3
 
 
-def test_scheduler__a_crashed_leader_is_replaced_after_its_lock_expires(
-    pair: list[tuple[WarmScheduler, Counter, Counter]],
-) -> None:
+def _started(pair: list[Scheduled]) -> tuple[Scheduled, Scheduled]:
+    """Both schedulers started, once one of them leads: (leader, follower)."""
     for s, _, _ in pair:
         s.start()
     wait_for(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
-    leader, follower = (pair[0], pair[1]) if pair[0][0].is_leader else (pair[1], pair[0])
+    return (pair[0], pair[1]) if pair[0][0].is_leader else (pair[1], pair[0])
+
+
+def test_scheduler__a_crashed_leader_is_replaced_after_its_lock_expires(
+    pair: list[Scheduled],
+) -> None:
+    leader, follower = _started(pair)
     leader[0].stop(release=False)  # a crash: the lock is left to expire
     stopped_at = time.monotonic()
     wait_for(lambda: follower[0].is_leader, timeout_s=TTL_S + 3.0)
@@ -93,12 +99,9 @@ def test_scheduler__a_crashed_leader_is_replaced_after_its_lock_expires(
 
 
 def test_scheduler__a_clean_stop_hands_over_at_once(
-    pair: list[tuple[WarmScheduler, Counter, Counter]],
+    pair: list[Scheduled],
 ) -> None:
-    for s, _, _ in pair:
-        s.start()
-    wait_for(lambda: pair[0][0].is_leader or pair[1][0].is_leader)
-    leader, follower = (pair[0], pair[1]) if pair[0][0].is_leader else (pair[1], pair[0])
+    leader, follower = _started(pair)
     leader[0].stop()  # releases the lock
     assert leader[0].lock.holder() is None or follower[0].lock.holder() == follower[0].lock.owner
     wait_for(lambda: follower[0].is_leader, timeout_s=2.0)

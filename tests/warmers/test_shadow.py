@@ -186,8 +186,8 @@ def test_shadow__prices_each_send_at_the_backends_load_and_leaves_out_what_no_lo
     # Worth 10 s: it pays at any load. One send at a time, so each sees the last one's answer.
     cheap = [_worth(_item(i), 80.0) for i in range(6)]
     dear = [_worth(_item(100 + i), 10_000.0) for i in range(2)]
-    cfg = dataclasses.replace(
-        FAST, concurrency=1, idle_price=0.2, aimd=AimdConfig(baseline_samples=2)
+    cfg = FAST.model_copy(
+        update=dict(concurrency=1, idle_price=0.2, aimd=AimdConfig(baseline_samples=2))
     )
     with SimulatorThread(SimConfig(slots=0, queue=0)) as s:  # every request gets a 429
         busy = _warm(s.url, cache, [dear[0], *cheap[:3], dear[1], *cheap[3:]], config=cfg)
@@ -197,7 +197,7 @@ def test_shadow__prices_each_send_at_the_backends_load_and_leaves_out_what_no_lo
         idle = _warm(s.url, cache, cheap, config=cfg)
     assert idle.skipped_priced == 0 and idle.sent == idle.cached == 6
     # without prices (idle_price None) the plan's choice stands at any load
-    unpriced = dataclasses.replace(cfg, idle_price=None)
+    unpriced = cfg.model_copy(update=dict(idle_price=None))
     with SimulatorThread(SimConfig(slots=0, queue=0)) as s:
         blind = _warm(s.url, cache, [*dear, *cheap[:2]], config=unpriced)
     assert blind.sent == 4 and blind.skipped_priced == 0
@@ -262,7 +262,7 @@ def test_shadow__a_backend_that_refuses_connections_ends_the_run_at_its_third_re
     the run sends nothing more: one log line, naming the URL."""
     url = f"http://127.0.0.1:{free_port()}/v1"
     items = [_item(i) for i in range(62)]
-    one_at_a_time = dataclasses.replace(FAST, concurrency=1)
+    one_at_a_time = FAST.model_copy(update=dict(concurrency=1))
     with caplog.at_level("INFO", logger="warmers.shadow"):
         s = _warm(url, cache, items, config=one_at_a_time)
     assert (s.sent, s.failed, s.cached) == (3, 3, 0)  # RetryPolicy(attempts=1): one each

@@ -5,7 +5,6 @@ on a real llama-server (warmers/engineguard.py)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 
 import httpx
@@ -38,13 +37,14 @@ def test_shadow_engine__a_send_that_no_longer_pays_at_a_queueing_engine_is_left_
 ) -> None:
     """No answer yet shows the load (no latency baseline, no 429): the engine's gauges do."""
     cheap = [_worth(_item(200 + i), 80.0) for i in range(4)]  # pays at idle (0.2), not at 1.0
-    cfg = dataclasses.replace(FAST, concurrency=1, idle_price=0.2,
-                              aimd=AimdConfig(baseline_samples=2))  # fmt: skip
+    cfg = FAST.model_copy(
+        update=dict(concurrency=1, idle_price=0.2, aimd=AimdConfig(baseline_samples=2))
+    )
     # ~3 s an answer: the hogs outlast the warm run by seconds even on a loaded machine
     slow = SimConfig(slots=1, queue=8, decode_ms_per_token=20.0, min_answer_tokens=150,
                      default_max_tokens=160)  # fmt: skip
     with SimulatorThread(slow) as s:
-        metered = dataclasses.replace(cfg, engine_url=s.url)
+        metered = cfg.model_copy(update=dict(engine_url=s.url))
         body = {"model": "sim-model", "messages": [{"role": "user", "content": "a long one"}]}
         hogs = [threading.Thread(target=httpx.post, args=(s.url + "/v1/chat/completions",),
                                  kwargs={"json": body, "timeout": 60}) for _ in range(2)]  # fmt: skip
@@ -56,8 +56,7 @@ def test_shadow_engine__a_send_that_no_longer_pays_at_a_queueing_engine_is_left_
         for t in hogs:
             t.join(60)
     with SimulatorThread(SimConfig()) as s:  # an idle engine: its gauges say 0
-        idle = _warm(s.url, cache, cheap[1:], config=dataclasses.replace(
-            cfg, engine_url=s.url))  # fmt: skip
+        idle = _warm(s.url, cache, cheap[1:], config=cfg.model_copy(update=dict(engine_url=s.url)))
     assert (busy.sent, busy.skipped_priced) == (0, 4)
     assert (blind.sent, blind.skipped_priced) == (1, 0)
     assert (idle.sent, idle.skipped_priced) == (3, 0)
@@ -149,7 +148,7 @@ def test_shadow_engine__the_warmer_holds_back_while_llama_server_defers_live_req
     for t in hogs:
         t.start()
     items = [_real_item(p, 32) for p in STOPS]
-    cfg = dataclasses.replace(GUARDED, engine_url=url)
+    cfg = GUARDED.model_copy(update=dict(engine_url=url))
 
     async def go() -> tuple[WarmSummary, int]:
         async with OpenAIBackend(url, retry=RetryPolicy(attempts=1)) as b:
@@ -184,7 +183,7 @@ def test_shadow_engine__a_warm_in_flight_makes_way_for_live_requests(
     decoding it: streamed, as warm runs send, at its next token), and the live ones run; if
     one of them was deferred meanwhile, the rate is cut as for a 429."""
     url = llama.base_url
-    cfg = dataclasses.replace(GUARDED, engine_url=url)
+    cfg = GUARDED.model_copy(update=dict(engine_url=url))
     item = _real_item("Tell me a long story about a dragon.", 400)  # ~10 s: under way still
     predicted = "llamacpp:tokens_predicted_total"
 

@@ -85,10 +85,8 @@ class Forecaster:
             days = regimes.matching_days(d)
             if not days:
                 continue
-            counts, qkeys, totals, weight = self._hourly(
-                tenant, model_id, template, hourly, days, today
-            )
-            bg = self._background(tenant, model_id, template, hourly, days)
+            counts, qkeys, totals, weight = self._hourly(ns, days, today)
+            bg = self._background(ns, days)
             share = self._share(counts, totals, hours, bg)  # (queries, len(hours))
             per_hour_volume = totals[hours] / weight
             expected = share @ per_hour_volume
@@ -103,7 +101,7 @@ class Forecaster:
                 row[cols] += split
             notes.add(f"{_regime_name(regimes, d)} ({len(days)} days)")
         ns.note = ", ".join(sorted(notes)) or "no history"
-        self._fallback(tenant, model_id, template, hourly, ns)
+        self._fallback(ns)
         ns.note += self._surges(ns, window)
         # the send hour: the one before the window, from the past days of its own day's regime
         send = window.start - timedelta(hours=1)
@@ -133,7 +131,7 @@ class Forecaster:
     def _surges(self, ns: NamespaceForecast, window: Window) -> str:
         """Step 2's live hours: a query surging there is expected at its recent share of the
         window's volume, spread over the hours as the volume is. Returns the note's tail."""
-        recent, seen = self._recent(ns.tenant, ns.model_id, ns.template_version, ns.history, window)
+        recent, seen = self._recent(ns, window)
         if not seen:
             return ""
         if not ns.volume:  # no regime forecast: the load is the recent rate, hour after hour
@@ -150,14 +148,7 @@ class Forecaster:
                 surging += 1
         return f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
 
-    def _fallback(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        ns: NamespaceForecast,
-    ) -> None:
+    def _fallback(self, ns: NamespaceForecast) -> None:
         """Whatever the retained weeks asked, at any hour of any day, by how much: a floor of
         its share of those weeks x the window's volume, times FALLBACK (under every query the
         forecast really expects: a query the matching days never asked is ranked, by how much
@@ -166,24 +157,18 @@ class Forecaster:
         top-K's would, not to the one-offs of the matching days. (bench hot_set_shapes, K=1000,
         against naive: 0.998 on surge, incident and longtail with the token floor; 1.01-1.02
         with this one.)"""
-        total = float(sum(sum(hc.warmable) for hc in hourly.values()))
+        total = float(sum(sum(hc.warmable) for hc in ns.history.values()))
         if not total:
             return
         weight = PAST_BREAK_EVEN if self.cfg.min_value_ms is None else FALLBACK
-        for q, n in self.profile.week_counts(tenant, model_id, template).items():
+        week_counts = self.profile.week_counts(ns.tenant, ns.model_id, ns.template_version)
+        for q, n in week_counts.items():
             floor = weight * n / total * max(ns.volume, 1.0)
             if ns.hits.get(q, 0.0) < floor:
                 ns.hits[q] = floor
                 ns.per_hour.pop(q, None)  # spread as the window's volume is (hourly())
 
-    def _recent(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        window: Window,
-    ) -> tuple[dict[str, int], int]:
+    def _recent(self, ns: NamespaceForecast, window: Window) -> tuple[dict[str, int], int]:
         """Counts per query in the `recent_hours` before the window, and their total."""
         if self.cfg.recent_hours <= 0:
             return {}, 0
@@ -191,22 +176,18 @@ class Forecaster:
         for i in range(1, self.cfg.recent_hours + 1):
             week, how = week_and_hour(window.start - timedelta(hours=i))
             by_week.setdefault(week, []).append(how)
+        hourly = ns.history
         seen = sum(hourly[w].warmable[h] for w, hs in by_week.items() if w in hourly for h in hs)
         counts: dict[str, int] = {}
         if seen:
+            tenant, model_id, template = ns.tenant, ns.model_id, ns.template_version
             for week, hows in by_week.items():
                 for st in self.profile.top_queries(tenant, model_id, template, hows, _ALL, [week]):
                     counts[st.qkey] = counts.get(st.qkey, 0) + st.count
         return counts, seen
 
     def _hourly(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        days: Sequence[date],
-        today: date,
+        self, ns: NamespaceForecast, days: Sequence[date], today: date
     ) -> tuple[np.ndarray, list[str], np.ndarray, float]:
         """Counts per (query, hour of day) over `days`, each day weighted by its age before
         `today` (half-life `history_half_life_days`: last week counts half as much as this
@@ -215,7 +196,7 @@ class Forecaster:
         weight = self._day_weights(days, today)
         cells = [(*week_and_hour(_midnight(d)), d) for d in days]
         reads = [(week, how + h) for week, how, _ in cells for h in range(24)]
-        got = self.profile.hour_cells(tenant, model_id, template, reads)
+        got = self.profile.hour_cells(ns.tenant, ns.model_id, ns.template_version, reads)
         index: dict[str, int] = {}
         rows: list[tuple[int, int, float]] = []
         for n, cell in enumerate(got):
@@ -225,7 +206,7 @@ class Forecaster:
         counts_m = np.zeros((len(index), 24))
         for i, h, wc in rows:
             counts_m[i, h] += wc
-        totals, weights = self._totals(hourly, days, today)
+        totals, weights = self._totals(ns.history, days, today)
         return counts_m, list(index), totals, weights
 
     def _day_weights(self, days: Sequence[date], today: date) -> dict[date, float]:
@@ -263,14 +244,7 @@ class Forecaster:
         out: np.ndarray = (counts @ w.T) / denom[None, :]
         return out
 
-    def _background(
-        self,
-        tenant: str,
-        model_id: str,
-        template: str,
-        hourly: dict[int, HourlyCounts],
-        days: Sequence[date],
-    ) -> float:
+    def _background(self, ns: NamespaceForecast, days: Sequence[date]) -> float:
         """How much of a query's share comes from the rest of the day, chosen on the history
         itself: the latest of `days` is predicted from the others, hour by hour, with each
         candidate weight, and the best Poisson likelihood wins. Traffic whose mix follows
@@ -280,11 +254,11 @@ class Forecaster:
         if len(grid) < 2 or len(days) < 3:
             return self.cfg.background
         held, rest = max(days), [d for d in days if d != max(days)]
-        memo = ("bg", tenant, model_id, template, held, len(rest))
+        memo = ("bg", ns.tenant, ns.model_id, ns.template_version, held, len(rest))
         if memo in self._memo:
             return float(self._memo[memo])
-        c_rest, q_rest, t_rest, _ = self._hourly(tenant, model_id, template, hourly, rest, held)
-        c_held, q_held, t_held, _ = self._hourly(tenant, model_id, template, hourly, [held], held)
+        c_rest, q_rest, t_rest, _ = self._hourly(ns, rest, held)
+        c_held, q_held, t_held, _ = self._hourly(ns, [held], held)
         where = {q: i for i, q in enumerate(q_rest)}
         best, best_ll = self.cfg.background, -np.inf
         for bg in grid:

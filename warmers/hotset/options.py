@@ -4,12 +4,19 @@ and the selector (which runs them) import it, not each other."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from warmers.hotset.value import ValueModel
 from warmers.hotset.warm_budget import DEFAULT_FLOOR
+
+# An entry with under an hour left is warmed again: it would expire inside the window planned.
+# The planner skips what outlives it and the shadow warmer re-checks it (WarmConfig).
+DEFAULT_MIN_TTL_LEFT_S: Final = 3600.0
+# A GPU-ms at idle as a share of one at the history's busiest hour, for the plan's value and
+# the shadow warmer's price at the load the backend shows when it sends.
+DEFAULT_IDLE_PRICE: Final = 0.2
 
 
 class HotSetConfig(BaseModel):
@@ -32,7 +39,7 @@ class HotSetConfig(BaseModel):
     candidates_per_item: float = 5.0
     min_candidates: int = 2000
     # the shadow warmer's own bar: under an hour left is warmed again
-    min_ttl_left_s: float = Field(default=3600.0, ge=0)
+    min_ttl_left_s: float = Field(default=DEFAULT_MIN_TTL_LEFT_S, ge=0)
     # None: each tenant's semantic threshold
     cluster_threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     # The semantic matcher the gateways serve with (STOKER_SEMANTIC_MATCHER). "static": one
@@ -70,6 +77,6 @@ class HotSetConfig(BaseModel):
     # pre-warm (sized to a hit bar) plans by, passing it per plan.
     value_model: ValueModel = "prevented"
     # "prevented": a GPU-ms at idle, as a share of one at peak load
-    idle_price: float = Field(default=0.2, ge=0.0, le=1.0)
+    idle_price: float = Field(default=DEFAULT_IDLE_PRICE, ge=0.0, le=1.0)
     # "prevented": GPU-ms per ms of first-request latency saved
     latency_weight: float = Field(default=0.0, ge=0.0)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import redis
@@ -62,6 +62,17 @@ from warmers.hotset.value import Prevented, Prices, ValueModel, after_expiry, pr
 from warmers.hotset.warm_budget import Budget, fair_shares
 from warmers.hotset.window import Window
 from warmers.traffic.profile import MissCost, TrafficProfile
+
+
+class PlanScope(TypedDict, total=False):
+    """HotSetSelector.plan's keywords (what a plan is narrowed to), for a caller that passes
+    them through as they come (WarmRunner.plan) without writing the list out again."""
+
+    tenants: Iterable[str] | None
+    model_id: str | None
+    model_version: str | None
+    value_model: ValueModel | None
+    docs: Collection[tuple[str, str]] | None
 
 
 class HotSetSelector:

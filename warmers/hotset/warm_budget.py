@@ -13,6 +13,8 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from schemas.errors import ConfigError
 
 # A quarter of the mean weight: a tenant with 1% of the traffic still gets a quarter of an
@@ -54,6 +56,21 @@ class Budget:
         if self.requests is not None:
             return f"{self.requests} requests"
         return f"{self.gpu_seconds:g} GPU-seconds"
+
+
+class BudgetOptions(BaseModel):
+    """The owner of the warm_budget_* settings' defaults and bounds (stoker/options.py): one
+    warm run's budget, in warm sends, or in their expected GPU-seconds when that is set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests: int = Field(default=500, ge=0)
+    gpu_seconds: float | None = Field(default=None, ge=0)
+
+    def budget(self) -> Budget:
+        if self.gpu_seconds is not None:
+            return Budget(gpu_seconds=self.gpu_seconds)
+        return Budget(requests=self.requests)
 
 
 def fair_shares(

@@ -26,6 +26,9 @@ from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile
 log = logging.getLogger(__name__)
 
 HOURS_PER_DAY = 24
+# Half an hour before the peak: long enough to send a few hundred prefixes at the warm's pace,
+# short enough that the quiet hours before it cannot evict them again.
+DEFAULT_LEAD_S = 1800.0
 
 
 def busiest_hours(profile: TrafficProfile) -> dict[str, list[int]]:
@@ -50,7 +53,7 @@ class PeakPrefixWarm:
 
     profile: TrafficProfile
     warm: Callable[[str], object]  # model id -> the prefix warm's report
-    lead_s: float = 1800.0
+    lead_s: float = DEFAULT_LEAD_S
     clock: Callable[[], datetime] = utcnow
     done: dict[str, date] = field(default_factory=dict)  # model -> the peak's day warmed for
 

@@ -50,6 +50,9 @@ PREFIX_ROLES: Final = frozenset({"system", "developer"})
 GPU_OUTCOMES: Final = frozenset({"miss", "bypass"})
 # Below one KV block (vLLM's 16 tokens) nothing of a prefix can be cached: not worth a warm.
 MIN_PREFIX_TOKENS: Final = 16
+# System prompts tracked per tenant and model: a deployment has a few templates per model, and
+# the space-saving count keeps the hottest among the one-offs.
+DEFAULT_CAPACITY: Final = 200
 
 # KEYS = [counts, meta]; ARGV = [capacity, ttl_s, then (digest, count, meta JSON) triples].
 ADD_LUA = """
@@ -153,7 +156,9 @@ def prefix_of(ev: RequestLogged, min_tokens: int = MIN_PREFIX_TOKENS) -> Prefix 
 class HotPrefixes:
     """The store (see the module docstring). Every Redis failure is CacheUnavailable."""
 
-    def __init__(self, r: redis.Redis, capacity: int = 200, ttl_s: int = C.PREFIX_TTL_S) -> None:
+    def __init__(
+        self, r: redis.Redis, capacity: int = DEFAULT_CAPACITY, ttl_s: int = C.PREFIX_TTL_S
+    ) -> None:
         if capacity < 1 or ttl_s < 1:
             raise ValueError("capacity and ttl_s must be >= 1")
         self.r = r

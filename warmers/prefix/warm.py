@@ -46,6 +46,7 @@ from schemas.errors import (
     ConfigError,
     StokerError,
 )
+from schemas.prewarm import PrewarmRequest
 from warmers.prefix.hot import HotPrefix, HotPrefixes
 
 # The user turn a warm appends: a chat template needs one, and a single token adds ~nothing.
@@ -286,17 +287,9 @@ class PrefixWarmingPrewarmer:
         self.inner = inner
         self.warmer = warmer
 
-    def prewarm(
-        self,
-        model_id: str,
-        version: str,
-        previous_version: str | None,
-        tenants: Sequence[str] | None,
-    ) -> WithPrefixWarm:
+    def prewarm(self, req: PrewarmRequest) -> WithPrefixWarm:
         try:
-            summary = str(self.warmer.warm(model_id, tenants or None))
+            summary = str(self.warmer.warm(req.model_id, req.tenants or None))
         except StokerError as e:  # Redis down: the hot-set pre-warm decides the job's fate
-            summary = f"prefix warm of {model_id} skipped: {e}"
-        return WithPrefixWarm(
-            self.inner.prewarm(model_id, version, previous_version, tenants), summary
-        )
+            summary = f"prefix warm of {req.model_id} skipped: {e}"
+        return WithPrefixWarm(self.inner.prewarm(req), summary)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from schemas.events import Event, RequestLogged
 from streams.base import Handler
-from warmers.prefix.hot import HotPrefixes, Prefix, prefix_of
+from warmers.prefix.hot import MIN_PREFIX_TOKENS, HotPrefixes, Prefix, prefix_of
 
 
 class PrefixLogHandler(Handler):
@@ -23,10 +23,14 @@ class PrefixLogHandler(Handler):
     def __init__(
         self,
         store: HotPrefixes,
-        min_tokens: int = 16,
+        min_tokens: int = MIN_PREFIX_TOKENS,
         clock: Callable[[], float] = time.time,
+        *,
+        close_clients: bool = True,
     ) -> None:
+        """close_clients: False when the caller shares the store's Redis (the shell's Stack)."""
         self.store = store
+        self._close_clients = close_clients
         self.min_tokens = min_tokens
         self.clock = clock
         self.counted = 0  # requests whose prefix was counted, for tests and the report
@@ -42,4 +46,5 @@ class PrefixLogHandler(Handler):
             self.counted += sum(counts.values())
 
     def close(self) -> None:
-        self.store.r.close()
+        if self._close_clients:
+            self.store.r.close()

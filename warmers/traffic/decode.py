@@ -25,7 +25,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from caches.keys import canonical_params, normalise_prompt
 from schemas.codec import decode_event
-from schemas.common import MAX_INT64, tenant_problem
+from schemas.common import MAX_INT64, answer_params, tenant_problem
 from schemas.errors import EventDecodeError
 from schemas.events import MAX_REQUEST_MS, MAX_REQUEST_TOKENS, RequestLogged
 from warmers.traffic.delta import Observation, observation
@@ -57,17 +57,9 @@ class _Params(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     history: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """As RequestParams.as_dict() gives it, so both paths hash a query alike."""
-        d: dict[str, Any] = {"temperature": self.temperature}
-        if self.max_tokens is not None:
-            d["max_tokens"] = self.max_tokens
-        if self.top_p is not None:
-            d["top_p"] = self.top_p
-        if self.api is not None:
-            d["api"] = self.api
-        if self.history is not None:
-            d["history"] = self.history
-        return d
+        """As RequestParams.as_dict() gives it (no extras here), so both paths hash a query
+        alike; called once per distinct params (params_canon, QueryKeys memoise)."""
+        return answer_params(self.temperature, self.max_tokens, self.top_p, self.api, self.history)
 
     @property
     def cacheable(self) -> bool:

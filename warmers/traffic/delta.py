@@ -74,10 +74,12 @@ local function fields(map)
   for f in pairs(map) do names[#names + 1] = f end
   return names
 end
--- merge(old value or false, delta) -> new value, for every field of `map`
-local function update(key, map, merge)
-  local names = fields(map)
-  local cur, args = hmget(key, names), {}
+-- merge(old value or false, delta) -> new value, for every field of `map`; names and cur,
+-- when the caller has already read them (fields(map) and their values), are not read again
+local function update(key, map, merge, names, cur)
+  names = names or fields(map)
+  cur = cur or hmget(key, names)
+  local args = {}
   for j = 1, #names do
     args[#args + 1] = names[j]
     args[#args + 1] = merge(cur[j], map[names[j]])
@@ -97,14 +99,11 @@ local function add_cost(old, d)
   end
   return string.format('%d %d %d %d', m, g, t, l)
 end
--- The n names of rows with the smallest counts, ties going to the greater name: bucketed by
--- count, so only the boundary bucket is sorted (a full sort of ~30k rows per batch, with a Lua
--- comparator, was most of the script's time).
-local function smallest(rows, count, n)
-  local buckets, values, out = {}, {}, {}
-  if n <= 0 then return out end
+-- Rows in buckets by by[row], and the buckets' values in ascending order.
+local function buckets_of(rows, by)
+  local buckets, values = {}, {}
   for _, f in ipairs(rows) do
-    local v = count[f]
+    local v = by[f]
     local bucket = buckets[v]
     if not bucket then
       bucket = {}
@@ -114,17 +113,38 @@ local function smallest(rows, count, n)
     bucket[#bucket + 1] = f
   end
   table.sort(values)
+  return buckets, values
+end
+-- Marks in `out` the n worst of rows (n < #rows when i > 1): the smallest levels[1][row]
+-- first, its ties by levels[2], ..., the last ties going to the greater name. Bucketed level
+-- by level, so only one boundary bucket is sorted, by name and without a Lua comparator: a
+-- full sort of ~30k rows per batch with one was most of the script's time.
+local function take_worst(rows, levels, i, n, out)
+  if i > #levels then
+    table.sort(rows)
+    for j = #rows - n + 1, #rows do out[rows[j]] = true end
+    return
+  end
+  local buckets, values = buckets_of(rows, levels[i])
   for _, v in ipairs(values) do
     local bucket = buckets[v]
-    if #bucket > n then
-      table.sort(bucket)
-      for i = #bucket - n + 1, #bucket do out[bucket[i]] = true end
-      return out
-    end
+    if #bucket > n then return take_worst(bucket, levels, i + 1, n, out) end
     for _, f in ipairs(bucket) do out[f] = true end
     n = n - #bucket
-    if n == 0 then return out end
+    if n == 0 then return end
   end
+end
+-- The n names of rows with the smallest counts, ties going to the greater name.
+local function smallest(rows, count, n)
+  local out = {}
+  if n > 0 then take_worst(rows, {count}, 1, n, out) end
+  return out
+end
+-- The n worst rows of an hour: by the hour's count, then the week's, then the greater name
+-- (once an hour is full, every batch ranks its rows: a sort with a comparator ran there too).
+local function worst(rows, count, weekly, n)
+  local out = {}
+  if n > 0 then take_worst(rows, {count, weekly}, 1, n, out) end
   return out
 end
 -- A week's heavy hitters, at most `cap` queries (space-saving, merged a batch at a time):
@@ -141,7 +161,7 @@ local function summary(k, map)
   for j = 1, #names do if not cur[j] then fresh = fresh + 1 end end
   local size = redis.call('HLEN', k)
   if size + fresh <= cap then
-    update(k, map, add)
+    update(k, map, add, names, cur)
     return map, {}
   end
   local flat = redis.call('HGETALL', k)
@@ -186,7 +206,7 @@ local function hour(key, s, map)
   for j = 1, #names do if not cur[j] then fresh[#fresh + 1] = names[j] end end
   local size = redis.call('HLEN', key)
   if size + #fresh <= hcap then
-    update(key, map, add)
+    update(key, map, add, names, cur)
     return
   end
   local flat = redis.call('HGETALL', key)
@@ -200,23 +220,16 @@ local function hour(key, s, map)
   for f, n in pairs(map) do count[f] = (count[f] or 0) + n end
   local week, weekly = hmget(s, rows), {}
   for i = 1, #rows do weekly[rows[i]] = tonumber(week[i]) or 0 end
-  table.sort(rows, function(x, y)
-    local a, z = count[x], count[y]
-    if a ~= z then return a > z end
-    a, z = weekly[x], weekly[y]
-    if a ~= z then return a > z end
-    return x < y
-  end)
-  local kept, args, evicted = {}, {}, {}
-  for i = 1, math.min(hcap, #rows) do kept[rows[i]] = true end
+  local gone = worst(rows, count, weekly, #rows - hcap)
+  local args, evicted = {}, {}
   for j = 1, #names do
-    if kept[names[j]] then
+    if not gone[names[j]] then
       args[#args + 1] = names[j]
       args[#args + 1] = count[names[j]]
     end
   end
-  for i = hcap + 1, #rows do
-    if stored[rows[i]] then evicted[#evicted + 1] = rows[i] end
+  for i = 1, #rows do
+    if stored[rows[i]] and gone[rows[i]] then evicted[#evicted + 1] = rows[i] end
   end
   hset(key, args)
   hdel(key, evicted)

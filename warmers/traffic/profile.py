@@ -88,6 +88,8 @@ WEEK_CAPACITY = 20_000
 # queries are asked in every hour, so 168 x 20,000 cells would be ~250 MB a week. 1,000 an hour
 # bound a week's cells at 168k, by the hour's count, then the week's.
 HOUR_CAPACITY = 1_000
+# Weeks kept (the keys expire after that): the forecast weighs recent weeks most.
+RETENTION_WEEKS = 4
 # A partial refusal needs one more round trip; more than 4 in a row means another worker keeps
 # moving the same watermark (a rebalance storm), and the batch is retried as a whole later.
 _MAX_REFUSALS = 4
@@ -139,7 +141,7 @@ class TrafficProfile:
     def __init__(
         self,
         r: redis.Redis,
-        retention_weeks: int = 4,
+        retention_weeks: int = RETENTION_WEEKS,
         clock: Callable[[], datetime] = utcnow,
         week_capacity: int = WEEK_CAPACITY,
         hour_capacity: int = HOUR_CAPACITY,

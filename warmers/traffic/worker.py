@@ -64,11 +64,15 @@ class TrafficHandler(Handler):
         times: EventTimes | None = None,
         clock: Callable[[], datetime] = utcnow,
         calibration: WarmHits | None = None,
+        *,
+        close_clients: bool = True,
     ) -> None:
         """times: the event times counted, around `clock` (None: any; the shell always sets
         them, see warmers/traffic/event_time.py); the rest is dead-lettered. calibration: where the hits
-        of warmed entries are credited (warmers/hotset/calibration.py; None: nowhere)."""
+        of warmed entries are credited (warmers/hotset/calibration.py; None: nowhere).
+        close_clients: False when the caller shares the profile's Redis (the shell's Stack)."""
         self.profile = profile
+        self._close_clients = close_clients
         self.tally = BatchTally()
         self.times = times
         self.clock = clock
@@ -95,4 +99,5 @@ class TrafficHandler(Handler):
         count_gateway_outcomes(decoded.tally)
 
     def close(self) -> None:
-        self.profile.r.close()
+        if self._close_clients:
+            self.profile.r.close()
