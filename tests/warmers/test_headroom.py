@@ -7,6 +7,7 @@ import pytest
 import redis
 
 from schemas.errors import ConfigError
+from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from tests.warmers.test_prewarm import START, bar_prewarmer
 from warmers.headroom import Headroom, cap_plan, lead_prewarm
@@ -79,5 +80,5 @@ def test_lead_prewarm__spreads_the_sends_over_the_lead_hours_each_under_its_cap(
     assert len(sent) == len(set(sent))  # what an earlier hour landed is not sent again
     assert steps[1].fresh == 2 and steps[-1].in_place >= 0.8 > steps[0].in_place
     # the cutover's own pre-warm, at the same bar, finds it all in place: nothing to send
-    final = need.prewarm("m", "v2", "v1", ["acme"])
+    final = need.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert final.sent == 0 and final.ok and final.reached >= 0.8
