@@ -61,12 +61,8 @@ def gateway(
     embedded stack and every worker in this process. Exit 0 after a SIGTERM drain, 1 if it
     failed, 2 for a bad option or setting (a malformed --upstream among them)."""
     overrides = connection_overrides(kafka_bootstrap, redis_url, qdrant_url)
-    if port is not None:
-        overrides["gateway_port"] = port
-    if host is not None:
-        overrides["gateway_host"] = host
-    if upstream is not None:
-        overrides["gateway_upstream_url"] = upstream
+    given = {"gateway_port": port, "gateway_host": host, "gateway_upstream_url": upstream}
+    overrides |= {name: v for name, v in given.items() if v is not None}
     settings = StokerSettings(**overrides)
     embedded = not settings.kafka_bootstrap and not settings.redis_url
     configure_logging(settings.log_format, settings.log_level)
