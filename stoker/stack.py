@@ -16,14 +16,13 @@ import weakref
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from stoker import wiring as W
 from stoker.settings import StokerSettings
 
 if TYPE_CHECKING:
     import redis
-    from rich.console import Console
 
     from backends.base import Backend
     from caches.client import CacheClient
@@ -135,22 +134,11 @@ class Stack:
 
     # -- what is built of the parts (a new one per call: each has state of its own) --
 
-    def runner(
-        self,
-        *,
-        qps: float | None = None,
-        backend_url: str | None = None,
-        progress: bool | None = None,
-        console: Console | None = None,
-        dry_run: bool = False,
-    ) -> WarmRunner:
+    def runner(self, **choices: Unpack[W.RunnerChoices]) -> WarmRunner:
         """A warm runner on the shared cache, embedder and profile (dry_run: on the exact cache,
         writing nothing); each worker that warms gets its own, as each runs its own plans."""
-        cache = self.exact_cache if dry_run else self.cache
-        return W.build_runner(
-            self.settings, cache, self.embedder, self.profile, qps=qps,
-            backend_url=backend_url, progress=progress, console=console, dry_run=dry_run,
-        )  # fmt: skip
+        cache = self.exact_cache if choices.get("dry_run") else self.cache
+        return W.build_runner(self.settings, cache, self.embedder, self.profile, **choices)
 
     def prefix_warmer(self, **overrides: Any) -> PrefixWarmer:
         """The prefix warmer of the shared hot prefixes (overrides: wiring.prefix_warm_options)."""

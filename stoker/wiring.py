@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import redis
 from rich.console import Console
@@ -293,23 +293,30 @@ def warm_backend(
     return backend
 
 
+class RunnerChoices(TypedDict, total=False):
+    """What a verb or worker chooses of its warm runner (the rest is the settings')."""
+
+    qps: float | None
+    backend_url: str | None
+    progress: bool | None
+    console: Console | None
+    dry_run: bool
+
+
 def build_runner(
     s: StokerSettings,
     cache: CacheClient,
     embedder: Embedder,
     profile: TrafficProfile,
-    *,
-    qps: float | None = None,
-    backend_url: str | None = None,
-    progress: bool | None = None,
-    console: Console | None = None,
-    dry_run: bool = False,
+    **choices: Unpack[RunnerChoices],
 ) -> WarmRunner:
     """The warm runner on `cache` (exact only for a dry run), `embedder` (the raw model) and
     the traffic `profile`, warming the settings' backend (or `backend_url`).
 
     dry_run: plan only, writing nothing: the embedding cache is read, not written, no
     semantic store is opened and no job record is written."""
+    dry_run, backend_url = choices.get("dry_run", False), choices.get("backend_url")
+    qps, progress, console = choices.get("qps"), choices.get("progress"), choices.get("console")
     from warmers.hotset.calibration import Calibration
     from warmers.hotset.select import HotSetSelector
 
