@@ -96,13 +96,17 @@ def test_wiring__the_deploy_and_every_worker_of_all_share_one_stack_s_parts(
             assert cache.embedder is not None and cache.embedder.inner is stack.embedder
             scheduler: Any = registry.build_service("scheduler", stack)
             assert scheduler.scheduler.lock.r is r
-            connection = r.client_id()  # the connection this thread's commands go through
+            r.ping()  # at least one connection open in the pool
+            # the open connections of its pool (closing the client disconnects every one)
+            pool = r.connection_pool
+            opened = [c for c in pool._get_free_connections() if c.is_connected]
+            assert opened
         finally:
             for handler in h.values():
                 handler.close()
         # the handlers closed none of the Stack's parts (a worker stopping first used to close
         # the Redis client the others were still draining with): its owner does
-        assert r.client_id() == connection
+        assert all(c.is_connected for c in opened)
 
 
 def test_wiring__the_default_model_s_dimension_is_known_without_loading_it() -> None:
