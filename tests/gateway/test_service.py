@@ -20,7 +20,9 @@ def test_service__objects_alive_at_start_are_frozen_while_serving_and_thawed_aft
     frozen = gc.get_freeze_count()
     assert frozen > 10_000
     gc.collect()  # a full collection while serving leaves them frozen
-    assert gc.get_freeze_count() == frozen
+    # (a frozen object whose last reference goes is still freed, so the count may only
+    # shrink by those few; thawed, it would be 0)
+    assert frozen - 1_000 < gc.get_freeze_count() <= frozen
     r = client(gw).chat.completions.create(
         model="sim-model", messages=[{"role": "user", "content": "hello"}], temperature=0
     )
