@@ -115,6 +115,8 @@ class CacheClient:
         """Stop the L1's listener (if any) and release the Redis connections."""
         if self.l1 is not None:
             self.l1.close()
+        if self.embedder is not None:  # its write-behind thread
+            self.embedder.close()
         self.redis.close()
 
     # -- read path --

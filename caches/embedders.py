@@ -93,6 +93,9 @@ class Embedder(ABC):
         out: Vectors = self.embed([text])[0]
         return out
 
+    def close(self) -> None:  # noqa: B027  (optional: most models hold nothing to release)
+        """Release what the embedder holds (threads, connections); a local model, nothing."""
+
 
 # torch's intra-op threads for a local model. One: all-MiniLM-L6-v2 is small and prompts are
 # short, so a second thread gains little on an idle box, and on a busy one it costs up to 25x:
@@ -594,3 +597,7 @@ class CachedEmbedder:
             )
         with redis_boundary("embedding prime"):
             pipe.execute()
+
+    def close(self) -> None:
+        """Land the queued write-backs and stop their thread (the model is not this one's)."""
+        self._behind.close()

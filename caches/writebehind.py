@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from typing import Final
 
 import redis
 
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 1024
 
 Write = list[tuple[str, bytes]]  # (key, value) pairs, set together with the TTL
+_STOP: Final = object()  # queued by close(): the writes before it land, then the thread ends
 
 
 class WriteBehind:
@@ -35,9 +37,10 @@ class WriteBehind:
     def __init__(self, r: redis.Redis, ttl_s: int, max_pending: int = MAX_PENDING) -> None:
         self._r = r
         self._ttl_s = ttl_s
-        self._q: queue.Queue[Write | threading.Event] = queue.Queue(max_pending)
+        self._q: queue.Queue[Write | threading.Event | object] = queue.Queue(max_pending)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = False
         self.dropped = 0  # writes not queued (full), for tests and logs
         self.failed = 0  # writes Redis refused
 
@@ -60,23 +63,38 @@ class WriteBehind:
             return False
         return done.wait(timeout_s)
 
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Write what is queued, then stop the thread (a cache client closing: each one
+        started its own)."""
+        with self._lock:
+            thread, self._closed = self._thread, True
+        if thread is None:
+            return
+        try:
+            self._q.put(_STOP, timeout=timeout_s)
+        except queue.Full:
+            return  # the writer is stuck on Redis; the daemon thread dies with the process
+        thread.join(timeout_s)
+
     def _start(self) -> None:
         with self._lock:
-            if self._thread is None:
+            if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="embedding-write-behind", daemon=True
                 )
                 self._thread.start()
 
     def _run(self) -> None:
-        while True:
+        stop = False
+        while not stop:
             batch = [self._q.get()]
             while len(batch) < 64:  # what queued meanwhile goes in the same round trip
                 try:
                     batch.append(self._q.get_nowait())
                 except queue.Empty:
                     break
-            self._write([w for w in batch if not isinstance(w, threading.Event)])
+            stop = _STOP in batch
+            self._write([w for w in batch if isinstance(w, list)])
             for w in batch:
                 if isinstance(w, threading.Event):
                     w.set()

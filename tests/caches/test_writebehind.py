@@ -92,3 +92,20 @@ def test_write_behind__a_full_queue_drops_and_a_dead_redis_is_counted_not_raised
     dead.put([("wb:x", b"x")])
     assert dead.flush()
     assert dead.failed == 1
+
+
+def test_write_behind__close_lands_what_was_queued_then_ends_its_thread(
+    redis_client: redis.Redis,
+) -> None:
+    """A closing cache client stops its writer: one thread was left per client (per test
+    gateway) and ran for the life of the process."""
+    wb = WriteBehind(redis_client, ttl_s=60)
+    wb.put([("wb:a", b"1")])
+    wb.put([("wb:b", b"2")])
+    thread = wb._thread
+    assert thread is not None and thread.is_alive()
+    wb.close()
+    assert redis_client.mget(["wb:a", "wb:b"]) == [b"1", b"2"]
+    assert not thread.is_alive()
+    wb.put([("wb:c", b"3")])  # after close: no new thread, nothing written
+    assert wb._thread is thread and redis_client.get("wb:c") is None
