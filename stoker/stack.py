@@ -44,8 +44,12 @@ class Stack:
     """The parts one process runs with, each built once from `settings`. Use it as a context
     manager, or call close() when the last user of its parts has stopped."""
 
-    def __init__(self, settings: StokerSettings) -> None:
+    def __init__(self, settings: StokerSettings, *, model: Embedder | None = None) -> None:
+        """model: an embedding model already loaded, shared by several Stacks in one process
+        (the tests' gateways, the demo's passes); None loads the settings' model on first use.
+        Each Stack batches on it with threads of its own and stops them at close()."""
         self.settings = settings
+        self._model = model
         self.closed = False
         self.temp_folder: Path | None = None  # the Edge folder made for this process, if any
 
@@ -69,7 +73,7 @@ class Stack:
     @cached_property
     def embedder(self) -> Embedder:
         """The embedding model, loaded on first use (seconds and ~100 MB)."""
-        return W.build_embedder(self.settings)
+        return W.build_embedder(self.settings, self._model)
 
     @cached_property
     def semantic_dim(self) -> int:
@@ -157,8 +161,9 @@ class Stack:
     # -- the end --
 
     def close(self) -> None:
-        """Close what was opened, users first: the cache clients (their L1 listeners), the
-        semantic store (so the folder can be opened again), the publisher's queue, Redis, and
+        """Close what was opened, users first: the cache clients (their L1 listeners and
+        embedding write-behind), the semantic store (so the folder can be opened again), the
+        embedder's threads, the publisher's queue, Redis, and
         the process's temp Edge folder. A second close does nothing."""
         if self.closed:
             return
@@ -169,6 +174,8 @@ class Stack:
             _quietly("cache client close", cache.close)
         if "semantic" in built:
             _quietly("semantic store close", built["semantic"].close)
+        if "embedder" in built:  # its batching threads (a shared model stays loaded)
+            _quietly("embedder close", built["embedder"].close)
         if "publisher" in built:
             _quietly("publisher flush", built["publisher"].flush)
         if "redis" in built:

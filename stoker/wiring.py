@@ -107,19 +107,10 @@ def build_async_redis(s: StokerSettings) -> Any:
     )
 
 
-def build_embedder(s: StokerSettings) -> Embedder:
-    """The settings' model, loaded now (all-MiniLM-L6-v2: seconds and ~100 MB): build it once
-    per process, as the Stack does."""
-    if s.embedder == "openai":
-        if not s.embedder_url:
-            raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
-        key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
-        model: Embedder = OpenAIEmbedder(
-            s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key
-        )
-    else:
-        opts = s.options(EmbedderOptions)
-        model = SentenceTransformerEmbedder.from_options(opts, cache_root(s.model_cache_dir))
+def build_embedder(s: StokerSettings, model: Embedder | None = None) -> Embedder:
+    """The settings' model, loaded now (all-MiniLM-L6-v2: seconds and ~100 MB), or `model`
+    already loaded, behind the batcher: build it once per process, as the Stack does."""
+    model = model if model is not None else load_model(s)
     emb = BatchingEmbedder(  # concurrent callers share forward passes
         model, s.embedder_batch_max_texts, max_wait_s=s.embedder_batch_wait_ms / 1000
     )
@@ -129,6 +120,17 @@ def build_embedder(s: StokerSettings) -> Embedder:
             f"STOKER_EMBEDDER_DIM says {s.embedder_dim}"
         )
     return emb
+
+
+def load_model(s: StokerSettings) -> Embedder:
+    """The settings' embedding model itself (no batcher)."""
+    if s.embedder == "openai":
+        if not s.embedder_url:
+            raise ConfigError("embedder=openai needs STOKER_EMBEDDER_URL")
+        key = s.embedder_api_key.get_secret_value() if s.embedder_api_key else None
+        return OpenAIEmbedder(s.embedder_url, s.embedder_model, dim=s.embedder_dim, api_key=key)
+    opts = s.options(EmbedderOptions)
+    return SentenceTransformerEmbedder.from_options(opts, cache_root(s.model_cache_dir))
 
 
 def known_dim(s: StokerSettings) -> int | None:

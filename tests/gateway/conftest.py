@@ -10,9 +10,11 @@ from typing import Any
 import openai
 import pytest
 
+from caches.embedders import Embedder
 from gateway.service import GatewayServer
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
+from stoker import wiring as W
 from stoker.settings import StokerSettings
 from stoker.stack import Stack
 from tests.gateway.upstreams import Script, Served, scripted_app
@@ -54,18 +56,29 @@ def gateway_settings(redis_url: str, qdrant_path: Path, **overrides: Any) -> Sto
     return StokerSettings(**(fields | overrides))
 
 
+@pytest.fixture(scope="session")
+def stack_model() -> Embedder:
+    """The embedding model a Stack of default settings loads (the engine too), once a run."""
+    return W.load_model(StokerSettings())
+
+
 @pytest.fixture
-def make_gateway(redis_client: Any, redis_url: str, qdrant_path: Path) -> Iterator[GatewayFactory]:
+def make_gateway(
+    redis_client: Any, redis_url: str, qdrant_path: Path, stack_model: Embedder
+) -> Iterator[GatewayFactory]:
     """make_gateway(upstream_url, **settings) -> a running gateway on a Stack of its own, as a
     `stoker gateway` process has (a second one gets an Edge folder of its own, as a second
-    process would); all stopped, then their Stacks closed, at the end."""
+    process would); all stopped, then their Stacks closed, at the end. The Stacks share the
+    run's loaded model (unless a test sets the embedder), each batching on it with threads of
+    its own: a model loaded per gateway cost seconds and ~100 MB each."""
     running: list[GatewayServer] = []
     stacks: list[Stack] = []
 
     def make(upstream_url: str, **overrides: Any) -> GatewayServer:
         folder = qdrant_path.with_name(f"qdrant-gw{len(stacks)}") if stacks else qdrant_path
         s = gateway_settings(overrides.pop("redis_url", redis_url), folder, **overrides)
-        stacks.append(stack := Stack(s))
+        shared = None if any(k.startswith("embedder") for k in overrides) else stack_model
+        stacks.append(stack := Stack(s, model=shared))
         gw = GatewayServer(stack.gateway(upstream_url=upstream_url)).start()
         gw.stack = stack  # type: ignore[attr-defined]  # for stack_of
         running.append(gw)

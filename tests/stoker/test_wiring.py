@@ -3,11 +3,14 @@ every part of the process (serving client, workers, verbs) shares the Stack's cl
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from caches.embedders import embed_deadline
 from caches.request import CacheRequest
 from stoker import registry
 from stoker.settings import StokerSettings
@@ -207,3 +210,22 @@ def test_wiring__the_engines_metrics_are_read_at_the_servers_root_whatever_the_u
     url = warm_config(StokerSettings(), written).engine_url
     assert url is not None
     assert EngineReader(url).metrics_url == "http://gpu:8000/metrics"
+
+
+def test_wiring__a_closed_stack_stops_the_threads_its_embedder_and_cache_started(
+    redis_url: str, qdrant_path: Path, embedder: Any
+) -> None:
+    """Stacks sharing one loaded model each batch on it with threads of their own; close()
+    ends them (they outlived every Stack, one set per test gateway, until the process ended)."""
+    before = set(threading.enumerate())
+    stack = Stack(StokerSettings(redis_url=redis_url, qdrant_path=qdrant_path), model=embedder)
+    cache = stack.cache
+    assert cache.embedder is not None and cache.embedder.inner is stack.embedder
+    assert stack.embedder.inner is embedder  # the shared model, not a second load
+    with embed_deadline(time.monotonic() + 30):  # a lookup's embedding: its write-back goes behind
+        cache.embedder.embed("acme", ["how do I reset my password?"])
+    started = [t for t in threading.enumerate() if t not in before]
+    names = {t.name for t in started}
+    assert {"embedder-lookups", "embedding-write-behind"} <= names
+    stack.close()
+    assert [t.name for t in started if t.is_alive()] == []
