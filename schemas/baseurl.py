@@ -48,7 +48,7 @@ class BaseURL:
             )  # host:port, scheme left out
             raise ConfigError(
                 f"{text!r} is not an http:// or https:// URL: write the base URL as the openai "
-                f"SDK takes it, e.g. {f'http://{u}/v1' if bare else example}"
+                f"SDK takes it, e.g. {_with_scheme(u) if bare else example}"
             )
         if not parts.hostname:
             raise ConfigError(f"{text!r} names no host, e.g. {example}")
@@ -90,3 +90,9 @@ def route_of(gateway_path: str) -> str:
     """The upstream route of one of the gateway's own paths: /v1/chat/completions ->
     chat/completions (the gateway serves the API under /v1, as every OpenAI server does)."""
     return gateway_path.removeprefix(API_VERSION).lstrip("/")
+
+
+def _with_scheme(bare: str) -> str:
+    """`bare` (host:port, maybe a path) as the example to write: http:// before it, and /v1
+    after it only when it names no path of its own."""
+    return f"http://{bare}" if "/" in bare else f"http://{bare}/v1"

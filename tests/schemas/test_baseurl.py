@@ -41,6 +41,7 @@ def test_base_url__each_written_form_maps_to_the_routes_the_openai_sdk_would_cal
     [
         ("127.0.0.1:8002", "e.g. http://127.0.0.1:8002/v1"),
         ("localhost:8000/v1", "not an http:// or https:// URL"),
+        ("localhost:8000/v1", "e.g. http://localhost:8000/v1"),  # its own path, not /v1/v1
         ("ftp://h/v1", "not an http:// or https:// URL"),
         ("", "not an http:// or https:// URL"),
         ("http:///v1", "names no host"),
@@ -57,6 +58,7 @@ def test_base_url__a_malformed_one_is_one_line_saying_what_is_wrong(
     with pytest.raises(ConfigError) as e:
         BaseURL.parse(written)
     assert says in str(e.value) and "\n" not in str(e.value)
+    assert "/v1/v1" not in str(e.value)
 
 
 def test_base_url__credentials_are_refused_and_never_echoed() -> None:
