@@ -31,6 +31,10 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         {"ingest_traffic", "ingest_traffic_replay"},
     ),
     "bench_ingest_scaling.py": (["--events", "60000", "--rounds", "1"], {"ingest_scaling"}),
+    "bench_ingest_cpu.py": (
+        ["--events", "40000", "--rounds", "1"],
+        {"ingest_traffic_cpu", "ingest_traffic_replay_cpu"},
+    ),
     "bench_purge.py": (
         ["--keys", "3000", "--throttled-keys", "2000", "--rounds", "1", "--rate", "4000"],
         {"purge_unthrottled", "purge_throttled"},
