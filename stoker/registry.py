@@ -118,31 +118,25 @@ def rewarm_handler(stack: Stack, *, backend_url: str | None = None) -> Handler:
 def scheduler_service(stack: Stack) -> Service:
     """The leader-elected schedule: warm the next hour, sweep expired vectors, send the hot
     prompt prefixes before each day's peak, and to the watched replicas that restarted."""
-    import logging
     import time
 
-    from warmers.hotset.window import Window
+    from warmers.headroom import NextHourWarm, ProfileHeadroom
     from warmers.prefix.options import PrefixOptions
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
 
-    log = logging.getLogger("warmers.scheduler")
     s = stack.settings
     runner = stack.runner(progress=False)
     lock = LeaderLock(runner.cache.redis, s.scheduler_lock_ttl_s)
-    budget = W.default_budget(s)
-
-    def warm() -> None:
-        plan = runner.plan(Window.next_hour(), budget)
-        summary = runner.warm(plan, labels={"by": "scheduler"})
-        # A run that sent nothing is routine (every 15 min, mostly): DEBUG, not a line of INFO.
-        level = logging.INFO if summary.sent or summary.failed else logging.DEBUG
-        log.log(level, "warmed %s: %d planned, %s", plan.window, len(plan.items), summary)
+    cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
+    room = None
+    if cfg.headroom_share > 0:
+        room = ProfileHeadroom(runner.selector.profile, cfg.headroom_share)
+    warm = NextHourWarm(runner, W.default_budget(s), room)
 
     def sweep() -> None:
         if runner.cache.semantic is not None:
             runner.cache.semantic.sweep_expired(time.time())
 
-    cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
     prefixes = None
     if o.before_peak_s > 0:
         from warmers.prefix.before_peak import PeakPrefixWarm

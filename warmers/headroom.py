@@ -12,23 +12,31 @@ What does not fit under one hour's cap waits for the next send hour, or is left 
   entries fresh and sends only what is still missing for its bar;
 - a scheduled warm keeps, in rank order, the items that fit (`cap_plan`).
 
-The forecast is the caller's: GPU-seconds per hour from the traffic profile (requests per hour
-of week times their cost per miss) or, in the demo, from the week the profile was learned from.
+The forecast is the caller's. The scheduler's (`ProfileHeadroom`) is the traffic profile's:
+per namespace, the requests of each hour of the week that reach the GPU, times what one costs,
+over the complete weeks retained. The demo's is the week its profile was learned from, replayed
+through the regime's cache (demo/headroom.py).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
+from schemas.common import utcnow
 from schemas.errors import ConfigError
 from warmers.hotset.plan import Plan, Skipped
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import size_to_bar
 from warmers.runner import WarmRunner
+from warmers.shadow import WarmSummary
+from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
 
 _EPS = 1e-9
+log = logging.getLogger("warmers.scheduler")
 
 
 @dataclass(frozen=True)
@@ -133,3 +141,101 @@ def lead_prewarm(
     step.in_place = plan.hit_share([*plan.fresh, *(i for i in plan.items if key[id(i)] in landed)])
     step.sent_keys = list(s.sent_keys)
     return step
+
+
+def profile_live_gpu(profile: TrafficProfile, before_week: int) -> list[float] | None:
+    """Live GPU-seconds per hour of week (0 = Monday 00:00 UTC) that the profile forecasts,
+    summed over its tenants and namespaces (one backend pool serves them): per namespace, the
+    mean over its retained weeks before `before_week` (complete ones: the week under way has
+    not had its busy hours yet) of each hour's requests that reach the GPU, times the mean
+    GPU time of one. The warmable requests reach it at the share the tracked queries' misses
+    say (a query evicted from the week's summary loses its misses, so the share, and the
+    room, err low); the never-cacheable ones all do. None when no namespace has such a week.
+    """
+    out, known = [0.0] * HOURS_PER_WEEK, False
+    for tenant in profile.tenants():
+        for model, template in profile.namespaces(tenant):
+            hourly = profile.hourly_counts(tenant, model, template)
+            weeks = [w for w in hourly if w < before_week]
+            cost = profile.miss_totals(tenant, model, template, weeks)
+            warmable = sum(sum(hourly[w].warmable) for w in weeks)
+            if not cost.misses or not warmable:
+                continue  # no request of these weeks reached the GPU: no cost to go by
+            known = True
+            share = min(1.0, cost.misses / warmable)
+            per_req_s = cost.gpu_ms_per_miss / 1000.0 / len(weeks)
+            for w in weeks:
+                hc = hourly[w]
+                for h in range(HOURS_PER_WEEK):
+                    out[h] += (hc.warmable[h] * share + hc.uncacheable[h]) * per_req_s
+    return out if known else None
+
+
+class ProfileHeadroom:
+    """The scheduler's headroom: what warms may still send in the hour under way, under
+    `share` of the busiest hour the profile forecasts (profile_live_gpu, read again each
+    hour), less what this process's warms already sent in it (`spend`). A new leader starts
+    the hour with nothing spent: at worst one hour's room is spent twice."""
+
+    def __init__(
+        self,
+        profile: TrafficProfile,
+        share: float = 1.0,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ConfigError(f"headroom share must lie in (0, 1], got {share}")
+        self.profile, self.share, self.clock = profile, share, clock
+        self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
+        self._room: Headroom | None = None
+        self.spent = 0.0
+
+    def left(self) -> float | None:
+        """GPU-seconds the hour under way has left for warms; None while the profile holds no
+        complete week: no peak is known yet, and the warm goes uncapped."""
+        week, how = week_and_hour(self.clock())
+        if self._hour != (week, how):
+            live = profile_live_gpu(self.profile, before_week=week)
+            self._room = None if live is None else Headroom.under_peak(live, 0, self.share)
+            self._hour, self.spent = (week, how), 0.0
+        if self._room is None:
+            return None
+        return max(0.0, self._room.cap(how) - self.spent)
+
+    def spend(self, gpu_s: float) -> None:
+        self.spent += gpu_s
+
+
+def sent_gpu_s(plan: Plan, sent_keys: Sequence[str]) -> float:
+    """The expected GPU-seconds (warm_cost_ms, as cap_plan counts them) of the plan's items
+    that were sent."""
+    sent = set(sent_keys)
+    return sum(i.warm_cost_ms for i in plan.items if i.item.identity.key().exact() in sent) / 1e3
+
+
+class NextHourWarm:
+    """The scheduler's warm job: plan the next hour (`window`) and send what the hour under way
+    has room for (`room`, warmers/headroom.py; None: no cap), counting what it sent there."""
+
+    def __init__(
+        self,
+        runner: WarmRunner,
+        budget: Budget,
+        room: ProfileHeadroom | None,
+        window: Callable[[], Window] = Window.next_hour,
+    ) -> None:
+        self.runner, self.budget, self.room, self.window = runner, budget, room, window
+
+    def __call__(self) -> WarmSummary:
+        plan = self.runner.plan(self.window(), self.budget)
+        left = None if self.room is None else self.room.left()
+        if left is not None:
+            cap_plan(plan, left)
+        summary = self.runner.warm(plan, labels={"by": "scheduler"})
+        if self.room is not None:
+            self.room.spend(sent_gpu_s(plan, summary.sent_keys))
+        # A run that sent nothing is routine (every 15 min, mostly): DEBUG, not a line of INFO.
+        level = logging.INFO if summary.sent or summary.failed else logging.DEBUG
+        under = "" if left is None else f" under {left:.1f} GPU-s of headroom"
+        log.log(level, "warmed %s: %d planned%s, %s", plan.window, len(plan.items), under, summary)
+        return summary

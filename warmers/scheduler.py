@@ -9,7 +9,8 @@ would warm twice, which wastes GPU but never corrupts the cache (writes are gene
 and idempotent), so the lock only has to be right almost always, not always.
 
 Jobs (apscheduler 3.x BackgroundScheduler, one instance of each job at a time, missed runs
-coalesced): lead (renew/acquire), warm (plan the next hour, warm it; leader only), sweep
+coalesced): lead (renew/acquire), warm (plan the next hour, send what the hour under way has
+room for, warmers/headroom.py: NextHourWarm; leader only), sweep
 (SemanticStore.sweep_expired; leader only), prefixes (the KV prefix warm before each day's
 peak, warmers/prefix/before_peak.py; leader only, when given), replicas (the prefix warm of a replica that
 restarted or is new, warmers/prefix/after_restart.py; leader only, when given).
@@ -94,6 +95,9 @@ class SchedulerConfig(BaseModel):
     # has a watched replica restarted?
     replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
     lock_ttl_s: float = Field(default=30.0, gt=0)
+    # a warm sends in an hour only what fits under this share of the busiest hour the traffic
+    # profile forecasts, less the hour's own load (warmers/headroom.py); 0: no cap
+    headroom_share: float = Field(default=1.0, ge=0, le=1)
     # default: a third of the TTL, so two renewals may fail in a row
     renew_s: float | None = Field(default=None, gt=0)
 

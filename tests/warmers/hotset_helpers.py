@@ -48,6 +48,7 @@ def event(
     gpu_ms: float = 800.0,
     model_version: str = "v1",
     latency_ms: float | None = None,  # None: the GPU time
+    outcome: str = "miss",
 ) -> RequestLogged:
     return to_event(
         n,
@@ -59,7 +60,7 @@ def event(
             "template_version": "t1",
             "prompt": prompt,
             "params": {"temperature": temperature, "max_tokens": 16},
-            "cache_outcome": "miss",
+            "cache_outcome": outcome,
             "latency_ms": gpu_ms if latency_ms is None else latency_ms,
             "gpu_ms": gpu_ms,
             "tokens_in": 10,
@@ -67,6 +68,11 @@ def event(
             "ts": ts.isoformat(),
         },
     )
+
+
+def hit_event(n: int, tenant: str, prompt: str, ts: datetime) -> RequestLogged:
+    """A request the exact cache answered: it reached no GPU."""
+    return event(n, tenant, prompt, ts, gpu_ms=0.0, latency_ms=2.0, outcome="exact")
 
 
 def fill(profile: TrafficProfile, events: Sequence[RequestLogged]) -> None:

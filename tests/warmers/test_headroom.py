@@ -3,17 +3,30 @@ ahead spreads its pre-warm over the lead hours instead of sending it all in the 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import redis
 
 from schemas.errors import ConfigError
 from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
+from tests.warmers.hotset_helpers import event, fill, hit_event
+from tests.warmers.test_hotset import MONDAY
 from tests.warmers.test_prewarm import START, bar_prewarmer
-from warmers.headroom import Headroom, cap_plan, lead_prewarm
+from warmers.headroom import (
+    Headroom,
+    NextHourWarm,
+    ProfileHeadroom,
+    cap_plan,
+    lead_prewarm,
+    profile_live_gpu,
+)
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarmer
+from warmers.traffic.profile import TrafficProfile, week_and_hour
+from warmers.traffic.worker import observe_event
 
 
 def test_headroom__the_room_under_the_peak_less_the_hours_own_load() -> None:
@@ -82,3 +95,78 @@ def test_lead_prewarm__spreads_the_sends_over_the_lead_hours_each_under_its_cap(
     # the cutover's own pre-warm, at the same bar, finds it all in place: nothing to send
     final = need.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert final.sent == 0 and final.ok and final.reached >= 0.8
+
+
+# -- the scheduler's headroom, from the traffic profile --
+
+
+def _hour(h: int, prompt: str, n: int, *, hits: int = 0, temperature: float = 0.0) -> list:
+    """`n` GPU-reaching requests for `prompt` (800 ms each) and `hits` answered from the
+    cache, in hour `h` of MONDAY's week."""
+    ts = MONDAY + timedelta(hours=h)
+    out = [event(i, "acme", prompt, ts, temperature=temperature) for i in range(n)]
+    return out + [hit_event(n + i, "acme", prompt, ts) for i in range(hits)]
+
+
+def test_profile_headroom__the_room_under_the_forecast_peak_from_what_reached_the_gpu(
+    redis_client: redis.Redis,
+) -> None:
+    profile = TrafficProfile(redis_client)
+    # hour 0: 10 misses and 10 hits of a warmable query; hour 1: 4 sampled (never cacheable)
+    fill(profile, [*_hour(0, "q", 10, hits=10), *_hour(1, "poem", 4, temperature=0.7)])
+    now = [MONDAY + timedelta(days=7, hours=1, minutes=20)]  # the next week, hour 1
+    room = ProfileHeadroom(profile, clock=lambda: now[0])
+    # half the warmable requests reached the GPU, every sampled one did, each 0.8 GPU-s:
+    # the forecast is 20 x 0.5 x 0.8 = 8.0 GPU-s in hour 0 (the peak), 4 x 0.8 = 3.2 in hour 1
+    assert room.left() == pytest.approx(8.0 - 3.2)
+    room.spend(3.0)
+    assert room.left() == pytest.approx(8.0 - 3.2 - 3.0)
+    now[0] += timedelta(hours=1)  # a new hour: its own room, nothing spent in it yet
+    assert room.left() == pytest.approx(8.0)
+    now[0] = MONDAY + timedelta(days=14)  # the peak hour itself (two weeks on): no room
+    assert room.left() == 0.0
+    half = ProfileHeadroom(profile, share=0.5, clock=lambda: MONDAY + timedelta(days=7, hours=1))
+    assert half.left() == pytest.approx(4.0 - 3.2)
+
+
+def test_profile_headroom__the_week_under_way_is_not_read_and_no_complete_week_means_no_cap(
+    redis_client: redis.Redis,
+) -> None:
+    profile = TrafficProfile(redis_client)
+    fill(profile, _hour(0, "q", 10))
+    now = [MONDAY + timedelta(hours=5)]  # MONDAY's own week: no complete week yet
+    room = ProfileHeadroom(profile, clock=lambda: now[0])
+    assert room.left() is None
+    now[0] = MONDAY + timedelta(days=7, hours=5)
+    assert room.left() == pytest.approx(8.0)
+    # the week under way has a burst already: it is not a forecast of this week's hours
+    burst = [event(100 + i, "acme", "burst", now[0] - timedelta(hours=1)) for i in range(50)]
+    profile.write([observe_event(e, "test:0", 1_000 + i) for i, e in enumerate(burst)])
+    now[0] += timedelta(hours=1)
+    assert room.left() == pytest.approx(8.0)
+    with pytest.raises(ConfigError, match="share"):
+        ProfileHeadroom(profile, share=0.0)
+
+
+def test_next_hour_warm__sends_only_what_the_hour_has_room_for_and_counts_it(
+    redis_client: redis.Redis, sim: SimulatorThread
+) -> None:
+    pw, win, plan = _hot_plan(redis_client, sim.url)  # HOT: weekdays at 10:00, week of MONDAY
+    per_send = max(i.warm_cost_ms for i in plan.items) / 1000.0
+    now = [START - timedelta(hours=1)]  # 09:00 the next week: fillers only, much room
+    # a share that leaves 09:00 room for two sends: the ceiling is the 09:00 load plus that
+    live = profile_live_gpu(pw.runner.selector.profile, before_week=week_and_hour(START)[0])
+    assert live is not None and max(live) > live[9] + 3 * per_send
+    share = (live[9] + 2.5 * per_send) / max(live)
+    room = ProfileHeadroom(pw.runner.selector.profile, share=share, clock=lambda: now[0])
+    job = NextHourWarm(pw.runner, Budget(requests=5), room, window=lambda: win)
+    first = job()
+    assert first.sent == 2 and 0 < room.spent <= 2.5 * per_send
+    second = job()  # the same hour: what is left holds none of the rest
+    assert second.sent == 0
+    now[0] = START  # the peak hour: no room at all, whatever the plan holds
+    full = NextHourWarm(pw.runner, Budget(requests=5), ProfileHeadroom(
+        pw.runner.selector.profile, clock=lambda: now[0]), window=lambda: win)  # fmt: skip
+    assert full().sent == 0
+    # uncapped (the setting at 0), the same plan sends the rest
+    assert NextHourWarm(pw.runner, Budget(requests=5), None, window=lambda: win)().sent == 3

@@ -383,14 +383,29 @@ class TrafficProfile:
         for i, q in enumerate(qkeys):
             m = g = t = lat = 0
             for vals in per_week:
-                if vals[i]:  # "<misses> <gpu us> <tokens> <latency us>", as APPLY_LUA writes it
-                    vm, vg, vt, *vl = vals[i].split()
-                    m, g, t = m + int(vm), g + int(vg), t + int(vt)
-                    # a row from before latency was kept: its GPU time stands in, as it did
-                    lat += int(vl[0]) if vl else int(vg)
+                if vals[i]:
+                    vm, vg, vt, vl = _cost_fields(vals[i])
+                    m, g, t, lat = m + vm, g + vg, t + vt, lat + vl
             if m:
                 out[q] = MissCost(m, g / 1000.0, t, lat / 1000.0)
         return out
+
+    def miss_totals(
+        self, tenant: str, model_id: str, template_version: str, weeks: Sequence[int]
+    ) -> MissCost:
+        """The misses of every tracked query of `weeks`, summed (the scheduler's headroom
+        forecast: what a request that reaches the GPU costs, and how many do)."""
+        with redis_boundary("profile miss totals"):
+            pipe = self.r.pipeline(transaction=False)
+            for w in weeks:
+                pipe.hvals(K.profile_week_key(tenant, "k", model_id, template_version, w))
+            per_week: list[list[bytes]] = pipe.execute()
+        m = g = t = lat = 0
+        for vals in per_week:
+            for v in vals:
+                vm, vg, vt, vl = _cost_fields(v)
+                m, g, t, lat = m + vm, g + vg, t + vt, lat + vl
+        return MissCost(m, g / 1000.0, t, lat / 1000.0)
 
     def representatives(
         self, tenant: str, model_id: str, template_version: str, qkeys: Sequence[str]
@@ -432,6 +447,13 @@ def daily_from(hourly: dict[int, HourlyCounts]) -> dict[date, list[int]]:
             hours = range(d * 24, d * 24 + 24)
             out[start + timedelta(days=d)] = [hc.warmable[h] + hc.uncacheable[h] for h in hours]
     return dict(sorted(out.items()))
+
+
+def _cost_fields(v: bytes) -> tuple[int, int, int, int]:
+    """One cost field, "<misses> <gpu us> <tokens> <latency us>" as APPLY_LUA writes it; a
+    field from before latency was kept has three figures, and its GPU time stands in."""
+    vm, vg, vt, *vl = v.split()
+    return int(vm), int(vg), int(vt), int(vl[0]) if vl else int(vg)
 
 
 def _s(v: bytes | str) -> str:
