@@ -25,8 +25,8 @@ from invalidators.deployjob import Prewarmer
 from schemas.common import RequestParams
 from schemas.prewarm import PrewarmRequest
 from stoker.stack import Stack
-from warmers.headroom import Headroom, cap_plan, lead_prewarm
-from warmers.hotset.plan import Plan
+from warmers.headroom import Headroom, lead_prewarm
+from warmers.hotset.plan import Plan, cap_plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer

@@ -120,7 +120,7 @@ def scheduler_service(stack: Stack) -> Service:
     prompt prefixes before each day's peak, and to the watched replicas that restarted."""
     import time
 
-    from warmers.headroom import NextHourWarm, ProfileHeadroom
+    from warmers.headroom import NextHourWarm
     from warmers.prefix.options import PrefixOptions
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
 
@@ -128,10 +128,7 @@ def scheduler_service(stack: Stack) -> Service:
     runner = stack.runner(progress=False)
     lock = LeaderLock(runner.cache.redis, s.scheduler_lock_ttl_s)
     cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
-    room = None
-    if cfg.headroom_share > 0:
-        room = ProfileHeadroom(runner.selector.profile, cfg.headroom_share)
-    warm = NextHourWarm(runner, W.default_budget(s), room)
+    warm = NextHourWarm(runner, W.default_budget(s), W.build_headroom(s, runner))
 
     def sweep() -> None:
         if runner.cache.semantic is not None:

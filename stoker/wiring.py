@@ -58,6 +58,7 @@ from streams.base import Handler
 from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
+from warmers.headroom import ProfileHeadroom
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.warm_budget import Budget, BudgetOptions
 from warmers.prefix.hot import HotPrefixes
@@ -369,11 +370,19 @@ def default_budget(s: StokerSettings) -> Budget:
 
 def build_prewarmer(s: StokerSettings, runner: WarmRunner) -> HotSetPrewarmer:
     """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
-    budget, and the bar READY stands for."""
+    budget, the bar READY stands for, and the headroom its sends are held to."""
     o = s.options(PrewarmOptions)
     return HotSetPrewarmer(
-        runner, default_budget(s), hours=o.hours, hit_bar=o.hit_bar, min_share=o.min_share
-    )
+        runner, default_budget(s), hours=o.hours, hit_bar=o.hit_bar, min_share=o.min_share,
+        room=build_headroom(s, runner),
+    )  # fmt: skip
+
+
+def build_headroom(s: StokerSettings, runner: WarmRunner) -> ProfileHeadroom | None:
+    """The room under the forecast peak that the scheduler's and the deploy's warms are held
+    to (None: STOKER_WARM_HEADROOM_SHARE is 0, no cap)."""
+    share = s.warm_headroom_share
+    return ProfileHeadroom(runner.selector.profile, share) if share > 0 else None
 
 
 def build_hot_prefixes(s: StokerSettings, r: redis.Redis) -> HotPrefixes:

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from schemas.common import utcnow
 from schemas.errors import ConfigError
-from warmers.hotset.plan import Plan, Skipped
+from warmers.hotset.plan import cap_plan, sent_gpu_s
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import size_to_bar
@@ -71,23 +71,6 @@ class Headroom:
     def cap(self, hour: int) -> float:
         """What warms sent in `hour` may spend, in GPU-seconds (0 in an hour at the ceiling)."""
         return max(0.0, self.ceiling_gpu_s - self.live_gpu_s(hour))
-
-
-def cap_plan(plan: Plan, gpu_s: float) -> float:
-    """Keep plan.items, in rank order, while their sends' expected GPU (warm_cost_ms) fits in
-    `gpu_s`; an item too big for what is left is passed over for the smaller ones after it.
-    What is left out is noted in plan.skipped. Returns the GPU-seconds kept."""
-    kept, spent = [], 0.0
-    for i in plan.items:
-        c = i.warm_cost_ms / 1000.0
-        if spent + c <= gpu_s + _EPS:
-            kept.append(i)
-            spent += c
-        else:
-            why = f"left out: over the send hour's headroom ({gpu_s:.1f} GPU-s)"
-            plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
-    plan.items = kept
-    return spent
 
 
 @dataclass
@@ -204,13 +187,6 @@ class ProfileHeadroom:
 
     def spend(self, gpu_s: float) -> None:
         self.spent += gpu_s
-
-
-def sent_gpu_s(plan: Plan, sent_keys: Sequence[str]) -> float:
-    """The expected GPU-seconds (warm_cost_ms, as cap_plan counts them) of the plan's items
-    that were sent."""
-    sent = set(sent_keys)
-    return sum(i.warm_cost_ms for i in plan.items if i.item.identity.key().exact() in sent) / 1e3
 
 
 class NextHourWarm:

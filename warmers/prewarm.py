@@ -26,6 +26,13 @@ warmed and the bar is reported unreachable with the reachable figure; READY then
 the deploy, while traffic that no pre-warm could serve does not block every deploy. No
 traffic expected in the window (nothing learned): READY, the cache fills from live traffic.
 
+Held to the headroom (`room`, warmers/headroom.py: ProfileHeadroom, when the scheduler's cap is
+on): a pre-warm sent in a busy hour makes the peak it prepares for. So after sizing, the plan
+keeps only what fits in the room the hour under way has left under the forecast peak. When
+that leaves items out, the bar READY stands for is what the room let in: `min_share` of the
+projection of what was kept. The cutover goes ahead at the smaller bar, and the scheduler warms
+the new version's rest behind READY, hour by hour, under the same headroom.
+
 A backend that refuses connections stops the warm at once (its client's circuit), and the
 pre-warm raises BackendUnreachable naming the URL: the cutover fails the deploy with that line
 instead of retrying a pre-warm that cannot land anything.
@@ -38,13 +45,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from caches.boundary import redis_boundary
 from schemas.errors import BackendUnreachable, ConfigError
 from schemas.prewarm import PrewarmRequest
-from warmers.hotset.plan import Plan, PlanItem, Skipped
+from warmers.hotset.plan import Plan, PlanItem, Skipped, cap_plan, sent_gpu_s
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.runner import WarmRunner
@@ -72,6 +80,14 @@ class PrewarmOptions(BaseModel):
     hours: int = Field(default=DEFAULT_HOURS, ge=1, le=MAX_HOURS)
     hit_bar: float = Field(default=DEFAULT_HIT_BAR, gt=0.0, le=1.0)
     min_share: float = Field(default=DEFAULT_MIN_SHARE, ge=0.0, le=1.0)
+
+
+class Room(Protocol):
+    """The headroom a warm may spend in the hour under way (warmers/headroom.py)."""
+
+    def left(self) -> float | None: ...  # GPU-seconds; None: no peak known, no cap
+
+    def spend(self, gpu_s: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,8 @@ class HotSetPrewarm:
     # what the sent items cost the GPU when they missed, by the profile's learned miss cost
     # (a time-compressed simulator's own gpu_seconds understate it)
     sent_miss_gpu_s: float = 0.0
+    held: int = 0  # items the bar needed that the hour's headroom left out
+    room_gpu_s: float | None = None  # the room the hour had left, when it was asked
 
     @property
     def warmed(self) -> int:
@@ -117,13 +135,22 @@ class HotSetPrewarm:
         reachable figure is in place; or no traffic is expected to warm for."""
         if self.expected_requests <= 0:
             return True
-        need = self.hit_bar if self.bar_reachable else self.min_share * self.reachable
+        if self.held:
+            need = self.min_share * self.projected
+        else:
+            need = self.hit_bar if self.bar_reachable else self.min_share * self.reachable
         return self.reached >= need - _EPS
 
     @property
     def figures(self) -> str:
         if self.expected_requests <= 0:
             return "no traffic expected in the window (nothing learned to warm with)"
+        if self.held:
+            return (
+                f"held to the hour's headroom ({self.room_gpu_s or 0.0:.1f} GPU-s left under "
+                f"the peak, {self.held} sends left to the scheduler): hit rate projected "
+                f"{self.projected:.1%}, reached {self.reached:.1%} (bar {self.hit_bar:.1%})"
+            )
         if self.bar_reachable:
             return (
                 f"hit rate projected {self.projected:.1%}, reached {self.reached:.1%} "
@@ -160,6 +187,7 @@ class HotSetPrewarmer:
         hours: int = DEFAULT_HOURS,
         hit_bar: float = DEFAULT_HIT_BAR,
         min_share: float = DEFAULT_MIN_SHARE,
+        room: Room | None = None,
     ) -> None:
         if not 0.0 < hit_bar <= 1.0:
             raise ConfigError(f"pre-warm hit bar must lie in (0, 1], got {hit_bar}")
@@ -169,7 +197,7 @@ class HotSetPrewarmer:
             raise ConfigError(f"pre-warm window must be 1 to {MAX_HOURS} hours, got {hours}")
         self.runner, self.budget = runner, budget
         self.window = window or (lambda: Window.from_this_hour(hours))
-        self.hit_bar, self.min_share = hit_bar, min_share
+        self.hit_bar, self.min_share, self.room = hit_bar, min_share, room
 
     def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:
         """Plan, size to the bar, warm, measure; tenants None or empty = every tenant in the
@@ -186,8 +214,14 @@ class HotSetPrewarmer:
         reachable = plan.hit_share([*plan.fresh, *plan.items])
         if reachable >= self.hit_bar - _EPS:
             size_to_bar(plan, self.hit_bar)
+        room = None if self.room is None else self.room.left()
+        sized = len(plan.items)
+        if room is not None:
+            cap_plan(plan, room)
         projected = plan.hit_share([*plan.fresh, *plan.items])
         s = self.runner.warm(plan, labels={"model_id": model_id, "version": version})
+        if self.room is not None:
+            self.room.spend(sent_gpu_s(plan, s.sent_keys))
         if s.unreachable:  # no item could land: the job says where it could not connect
             raise BackendUnreachable(f"pre-warm of {version}: {s.unreachable}")
         reached = plan.hit_share(self._in_place([*plan.fresh, *plan.items]))
@@ -197,6 +231,7 @@ class HotSetPrewarmer:
             s.failed, s.refused_stale, s.gpu_seconds, s.skipped_cached, self.hit_bar,
             self.min_share, in_budget, plan.expected_volume, projected, reachable, reached,
             sum(i.miss_cost_ms for i in plan.items[: s.sent]) / 1000.0,
+            sized - len(plan.items), room,
         )  # fmt: skip
 
     __call__ = prewarm

@@ -153,19 +153,29 @@ def test_wiring__verified_by_default_with_its_shared_budget_static_when_set(redi
 
 
 def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_settings() -> None:
+    from types import SimpleNamespace
     from typing import cast
 
     from stoker.wiring import build_prewarmer
+    from warmers.headroom import ProfileHeadroom
     from warmers.runner import WarmRunner
 
     s = StokerSettings(
         deploy_prewarm_hours=5, deploy_prewarm_hit_bar=0.4, deploy_prewarm_min_share=0.8,
         warm_budget_requests=7,
     )  # fmt: skip
-    runner = cast(WarmRunner, object())  # only handed through: no embedder to load
+    profile = object()
+    # only handed through: no embedder to load
+    runner = cast(WarmRunner, SimpleNamespace(selector=SimpleNamespace(profile=profile)))
     pw = build_prewarmer(s, runner)
     assert (pw.hit_bar, pw.min_share, pw.budget.requests) == (0.4, 0.8, 7)
     assert pw.window().hours() == 5 and pw.runner is runner
+    # held to the headroom under the profile's forecast peak, at the scheduler's share
+    assert isinstance(pw.room, ProfileHeadroom) and pw.room.profile is profile
+    assert pw.room.share == 1.0
+    half = build_prewarmer(s.model_copy(update={"warm_headroom_share": 0.5}), runner)
+    assert isinstance(half.room, ProfileHeadroom) and half.room.share == 0.5
+    assert build_prewarmer(s.model_copy(update={"warm_headroom_share": 0.0}), runner).room is None
 
 
 def test_wiring__the_planner_takes_its_value_model_and_prices_from_settings() -> None:

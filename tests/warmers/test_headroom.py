@@ -18,13 +18,13 @@ from warmers.headroom import (
     Headroom,
     NextHourWarm,
     ProfileHeadroom,
-    cap_plan,
     lead_prewarm,
     profile_live_gpu,
 )
+from warmers.hotset.plan import cap_plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
-from warmers.prewarm import HotSetPrewarmer
+from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
 from warmers.traffic.profile import TrafficProfile, week_and_hour
 from warmers.traffic.worker import observe_event
 
@@ -170,3 +170,40 @@ def test_next_hour_warm__sends_only_what_the_hour_has_room_for_and_counts_it(
     assert full().sent == 0
     # uncapped (the setting at 0), the same plan sends the rest
     assert NextHourWarm(pw.runner, Budget(requests=5), None, window=lambda: win)().sent == 3
+
+
+def test_prewarm__held_to_the_headroom_sends_what_fits_and_cuts_over_at_the_bar_it_reached(
+    redis_client: redis.Redis, sim: SimulatorThread
+) -> None:
+    pw, win, plan = _hot_plan(redis_client, sim.url)
+    per_send = max(i.warm_cost_ms for i in plan.items) / 1000.0
+    profile = pw.runner.selector.profile
+    live = profile_live_gpu(profile, before_week=week_and_hour(START)[0])
+    assert live is not None
+    # the deploy lands at 09:00 the next week, with room for two and a half sends
+    share = (live[9] + 2.5 * per_send) / max(live)
+    room = ProfileHeadroom(profile, share=share, clock=lambda: START - timedelta(hours=1))
+    held = HotSetPrewarmer(pw.runner, Budget(requests=5), lambda: win, hit_bar=0.8, room=room)
+    res = held.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
+    assert res.sent == 2 and res.held >= 2 and 0 < room.spent <= 2.5 * per_send
+    assert res.room_gpu_s == pytest.approx(2.5 * per_send)
+    # READY at the bar the room let in: what was kept is in place, the 80% bar is not
+    assert res.ok and res.reached == res.projected < 0.8
+    assert "held to the hour's headroom" in res.detail and "(bar 80.0%)" in res.detail
+    # with the room spent, a second pre-warm in the same hour sends nothing more
+    assert held.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",))).sent == 0
+    # not held (the cap off): the same plan reaches the bar
+    free = HotSetPrewarmer(pw.runner, Budget(requests=5), lambda: win, hit_bar=0.8)
+    res = free.prewarm(PrewarmRequest("m", "v3", "v1", ("acme",)))
+    assert res.held == 0 and res.room_gpu_s is None and res.ok and res.reached >= 0.8
+
+
+def test_prewarm__held_to_the_headroom_still_fails_when_what_it_kept_did_not_land() -> None:
+    def report(reached: float) -> HotSetPrewarm:
+        return HotSetPrewarm(
+            "m", "v2", "v1", (), "w", planned=2, sent=2, cached=0, skipped=0, failed=2,
+            refused_stale=0, gpu_seconds=0.0, hit_bar=0.8, min_share=0.5, expected_requests=88,
+            projected=0.4, reachable=0.9, reached=reached, held=3, room_gpu_s=1.0,
+        )  # fmt: skip
+
+    assert not report(0.1).ok and report(0.2).ok  # half of the 40% the room let in

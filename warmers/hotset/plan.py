@@ -6,7 +6,7 @@ deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from backends.base import GenerationRequest
@@ -15,6 +15,8 @@ from schemas.errors import ConfigError
 from warmers.hotset.value import Worth
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
+
+_EPS = 1e-9  # GPU-seconds a cap may be overrun by rounding
 
 
 @dataclass(frozen=True)
@@ -169,3 +171,27 @@ class Plan:
         the warmed entries alone give the window, if the profile's forecast holds."""
         v = self.expected_volume
         return 0.0 if v <= 0 else min(1.0, sum(i.expected_hits for i in items) / v)
+
+
+def cap_plan(plan: Plan, gpu_s: float) -> float:
+    """Keep plan.items, in rank order, while their sends' expected GPU (warm_cost_ms) fits in
+    `gpu_s`; an item too big for what is left is passed over for the smaller ones after it.
+    What is left out is noted in plan.skipped. Returns the GPU-seconds kept."""
+    kept, spent = [], 0.0
+    for i in plan.items:
+        c = i.warm_cost_ms / 1000.0
+        if spent + c <= gpu_s + _EPS:
+            kept.append(i)
+            spent += c
+        else:
+            why = f"left out: over the send hour's headroom ({gpu_s:.1f} GPU-s)"
+            plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
+    plan.items = kept
+    return spent
+
+
+def sent_gpu_s(plan: Plan, sent_keys: Sequence[str]) -> float:
+    """The expected GPU-seconds (warm_cost_ms, as cap_plan counts them) of the plan's items
+    that were sent."""
+    sent = set(sent_keys)
+    return sum(i.warm_cost_ms for i in plan.items if i.item.identity.key().exact() in sent) / 1e3
