@@ -28,7 +28,9 @@ traffic expected in the window (nothing learned): READY, the cache fills from li
 
 Held to the headroom (`room`, warmers/headroom.py: ProfileHeadroom, when the scheduler's cap is
 on): a pre-warm sent in a busy hour makes the peak it prepares for. So after sizing, the plan
-keeps only what fits in the room the hour under way has left under the forecast peak. When
+keeps only what fits in the room the hour under way has left under the forecast peak (its best
+item at least: one send is within any hour's noise, and it is what finds a backend that is
+not there). When
 that leaves items out, the bar READY stands for is what the room let in: `min_share` of the
 projection of what was kept. The cutover goes ahead at the smaller bar, and the scheduler warms
 the new version's rest behind READY, hour by hour, under the same headroom.
@@ -216,8 +218,10 @@ class HotSetPrewarmer:
             size_to_bar(plan, self.hit_bar)
         room = None if self.room is None else self.room.left()
         sized = len(plan.items)
-        if room is not None:
-            cap_plan(plan, room)
+        if room is not None and plan.items:
+            # the best item at least, whatever the room: one send is within any hour's noise,
+            # and it is what tells a backend that is not there (the deploy fails naming it)
+            cap_plan(plan, max(room, plan.items[0].warm_cost_ms / 1000.0))
         projected = plan.hit_share([*plan.fresh, *plan.items])
         s = self.runner.warm(plan, labels={"model_id": model_id, "version": version})
         if self.room is not None:

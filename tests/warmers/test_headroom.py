@@ -190,8 +190,14 @@ def test_prewarm__held_to_the_headroom_sends_what_fits_and_cuts_over_at_the_bar_
     # READY at the bar the room let in: what was kept is in place, the 80% bar is not
     assert res.ok and res.reached == res.projected < 0.8
     assert "held to the hour's headroom" in res.detail and "(bar 80.0%)" in res.detail
-    # with the room spent, a second pre-warm in the same hour sends nothing more
-    assert held.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",))).sent == 0
+    # with the room spent, a second pre-warm in the same hour sends its best item only
+    assert held.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",))).sent == 1
+    # in the peak hour itself there is no room: the best item still goes, the rest waits
+    peak = ProfileHeadroom(profile, clock=lambda: START)
+    res = HotSetPrewarmer(pw.runner, Budget(requests=5), lambda: win, hit_bar=0.8, room=peak)(
+        PrewarmRequest("m", "v4", "v1", ("acme",))
+    )
+    assert (res.sent, res.room_gpu_s) == (1, 0.0) and res.held >= 3 and res.ok
     # not held (the cap off): the same plan reaches the bar
     free = HotSetPrewarmer(pw.runner, Budget(requests=5), lambda: win, hit_bar=0.8)
     res = free.prewarm(PrewarmRequest("m", "v3", "v1", ("acme",)))
