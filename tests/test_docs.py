@@ -192,3 +192,14 @@ def test_readme__is_a_landing_page_of_at_most_150_lines() -> None:
     """Design notes and measurements go to docs/; the README says what stoker is and the way in."""
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150, f"README.md has {len(lines)} lines: move the details to docs/"
+
+
+def test_model_server_doc__names_the_cache_folders_the_build_uses() -> None:
+    from stoker import modelserver
+
+    doc = (ROOT / "docs" / "model-server.md").read_text(encoding="utf-8")
+    server = modelserver.server_path(Path("<cache>"))
+    model = modelserver.model_path(Path("<cache>"))
+    # the folders a user is told to look in (or delete) are the ones setup writes
+    assert f"{server.parent}/llama-server" in doc and f"{server.parent}/build.log" in doc
+    assert str(model) in doc
