@@ -299,10 +299,11 @@ class StokerSettings(BaseSettings):
     sweep_interval_s: float = option(SchedulerConfig, "sweep_interval_s")
     # Leader lock expiry: a crashed leader is replaced within this (renewed every third of it).
     scheduler_lock_ttl_s: float = option(SchedulerConfig, "lock_ttl_s")
-    # The scheduler's warm and the deploy pre-warm send in an hour only what fits under this
-    # share of the busiest hour the traffic profile forecasts, less that hour's own forecast
-    # load: a warm never makes the peak it exists to flatten (warmers/headroom.py). A pre-warm
-    # held to it cuts over at the bar it reached, the scheduler warming the rest. 0: no cap.
+    # The scheduler's warm and the deploy pre-warm send to a model in an hour only what fits
+    # under this share of its busiest hour the traffic profile forecasts, less that hour's own
+    # forecast load: a warm never makes the peak it exists to flatten (warmers/headroom.py).
+    # A pre-warm held to it cuts over at the bar it reached, the scheduler warming the rest.
+    # 0: no cap.
     warm_headroom_share: float = option(SchedulerConfig, "headroom_share")
 
     # -- KV prefix warming (warmers/prefix/hot.py, warmers/prefix/warm.py) --

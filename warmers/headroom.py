@@ -126,9 +126,11 @@ def lead_prewarm(
     return step
 
 
-def profile_live_gpu(profile: TrafficProfile, before_week: int) -> list[float] | None:
-    """Live GPU-seconds per hour of week (0 = Monday 00:00 UTC) that the profile forecasts,
-    summed over its tenants and namespaces (one backend pool serves them): per namespace, the
+def profile_live_gpu(
+    profile: TrafficProfile, before_week: int, model_id: str | None = None
+) -> list[float] | None:
+    """Live GPU-seconds per hour of week (0 = Monday 00:00 UTC) that the profile forecasts for
+    `model_id` (None: every model), summed over its tenants and templates: per namespace, the
     mean over its retained weeks before `before_week` (complete ones: the week under way has
     not had its busy hours yet) of each hour's requests that reach the GPU, times the mean
     GPU time of one. The warmable requests reach it at the share the tracked queries' misses
@@ -138,6 +140,8 @@ def profile_live_gpu(profile: TrafficProfile, before_week: int) -> list[float] |
     out, known = [0.0] * HOURS_PER_WEEK, False
     for tenant in profile.tenants():
         for model, template in profile.namespaces(tenant):
+            if model_id is not None and model != model_id:
+                continue
             hourly = profile.hourly_counts(tenant, model, template)
             weeks = [w for w in hourly if w < before_week]
             cost = profile.miss_totals(tenant, model, template, weeks)
@@ -155,10 +159,11 @@ def profile_live_gpu(profile: TrafficProfile, before_week: int) -> list[float] |
 
 
 class ProfileHeadroom:
-    """The scheduler's headroom: what warms may still send in the hour under way, under
-    `share` of the busiest hour the profile forecasts (profile_live_gpu, read again each
-    hour), less what this process's warms already sent in it (`spend`). A new leader starts
-    the hour with nothing spent: at worst one hour's room is spent twice."""
+    """The scheduler's and the deploy's headroom: what warms may still send to a model in the
+    hour under way, under `share` of the busiest hour the profile forecasts for that model
+    (profile_live_gpu, read again each hour: each model's servers are a pool of their own),
+    less what this process's warms already sent to it in the hour (`spend`). A new leader
+    starts the hour with nothing spent: at worst one hour's room is spent twice."""
 
     def __init__(
         self,
@@ -170,28 +175,38 @@ class ProfileHeadroom:
             raise ConfigError(f"headroom share must lie in (0, 1], got {share}")
         self.profile, self.share, self.clock = profile, share, clock
         self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
-        self._room: Headroom | None = None
-        self.spent = 0.0
+        self._rooms: dict[str | None, Headroom | None] = {}
+        self.spent: dict[str | None, float] = {}
 
-    def left(self) -> float | None:
-        """GPU-seconds the hour under way has left for warms; None while the profile holds no
-        complete week: no peak is known yet, and the warm goes uncapped."""
-        week, how = week_and_hour(self.clock())
-        if self._hour != (week, how):
-            live = profile_live_gpu(self.profile, before_week=week)
-            self._room = None if live is None else Headroom.under_peak(live, 0, self.share)
-            self._hour, self.spent = (week, how), 0.0
-        if self._room is None:
+    def left(self, model_id: str | None = None) -> float | None:
+        """GPU-seconds the hour under way has left for warms to `model_id` (None: every model
+        as one pool); None while the profile holds no complete week of it: no peak is known
+        yet, and the warm goes uncapped."""
+        week, how = self._roll()
+        if model_id not in self._rooms:
+            live = profile_live_gpu(self.profile, before_week=week, model_id=model_id)
+            room = None if live is None else Headroom.under_peak(live, 0, self.share)
+            self._rooms[model_id] = room
+        room = self._rooms[model_id]
+        if room is None:
             return None
-        return max(0.0, self._room.cap(how) - self.spent)
+        return max(0.0, room.cap(how) - self.spent.get(model_id, 0.0))
 
-    def spend(self, gpu_s: float) -> None:
-        self.spent += gpu_s
+    def spend(self, gpu_s: float, model_id: str | None = None) -> None:
+        self._roll()
+        self.spent[model_id] = self.spent.get(model_id, 0.0) + gpu_s
+
+    def _roll(self) -> tuple[int, int]:
+        """The hour under way; a new one forgets the last one's forecast and spending."""
+        hour = week_and_hour(self.clock())
+        if self._hour != hour:
+            self._hour, self._rooms, self.spent = hour, {}, {}
+        return hour
 
 
 class NextHourWarm:
-    """The scheduler's warm job: plan the next hour (`window`) and send what the hour under way
-    has room for (`room`, warmers/headroom.py; None: no cap), counting what it sent there."""
+    """The scheduler's warm job: plan the next hour (`window`) and send to each model what the
+    hour under way has room for (`room`, ProfileHeadroom; None: no cap), counting it there."""
 
     def __init__(
         self,
@@ -204,14 +219,21 @@ class NextHourWarm:
 
     def __call__(self) -> WarmSummary:
         plan = self.runner.plan(self.window(), self.budget)
-        left = None if self.room is None else self.room.left()
-        if left is not None:
-            cap_plan(plan, left)
+        room, models = self.room, sorted({i.model_id for i in plan.items})
+        rooms: dict[str, float] = {}
+        if room is not None:
+            for m in models:
+                left = room.left(m)
+                if left is not None:
+                    rooms[m] = left
+                    cap_plan(plan, left, m)
         summary = self.runner.warm(plan, labels={"by": "scheduler"})
-        if self.room is not None:
-            self.room.spend(sent_gpu_s(plan, summary.sent_keys))
+        if room is not None:
+            for m in models:
+                room.spend(sent_gpu_s(plan, summary.sent_keys, m), m)
         # A run that sent nothing is routine (every 15 min, mostly): DEBUG, not a line of INFO.
         level = logging.INFO if summary.sent or summary.failed else logging.DEBUG
-        under = "" if left is None else f" under {left:.1f} GPU-s of headroom"
+        under = ", ".join(f"{m} {v:.1f}" for m, v in rooms.items())
+        under = f" under the headroom ({under} GPU-s)" if under else ""
         log.log(level, "warmed %s: %d planned%s, %s", plan.window, len(plan.items), under, summary)
         return summary

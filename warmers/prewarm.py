@@ -85,11 +85,11 @@ class PrewarmOptions(BaseModel):
 
 
 class Room(Protocol):
-    """The headroom a warm may spend in the hour under way (warmers/headroom.py)."""
+    """The headroom warms to a model may spend in the hour under way (warmers/headroom.py)."""
 
-    def left(self) -> float | None: ...  # GPU-seconds; None: no peak known, no cap
+    def left(self, model_id: str | None = None) -> float | None: ...  # GPU-s; None: no cap
 
-    def spend(self, gpu_s: float) -> None: ...
+    def spend(self, gpu_s: float, model_id: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class HotSetPrewarmer:
         reachable = plan.hit_share([*plan.fresh, *plan.items])
         if reachable >= self.hit_bar - _EPS:
             size_to_bar(plan, self.hit_bar)
-        room = None if self.room is None else self.room.left()
+        room = None if self.room is None else self.room.left(model_id)
         sized = len(plan.items)
         if room is not None and plan.items:
             # the best item at least, whatever the room: one send is within any hour's noise,
@@ -225,7 +225,7 @@ class HotSetPrewarmer:
         projected = plan.hit_share([*plan.fresh, *plan.items])
         s = self.runner.warm(plan, labels={"model_id": model_id, "version": version})
         if self.room is not None:
-            self.room.spend(sent_gpu_s(plan, s.sent_keys))
+            self.room.spend(sent_gpu_s(plan, s.sent_keys), model_id)
         if s.unreachable:  # no item could land: the job says where it could not connect
             raise BackendUnreachable(f"pre-warm of {version}: {s.unreachable}")
         reached = plan.hit_share(self._in_place([*plan.fresh, *plan.items]))

@@ -95,8 +95,8 @@ class SchedulerConfig(BaseModel):
     # has a watched replica restarted?
     replica_check_s: float = Field(default=30.0, gt=0, le=3_600)
     lock_ttl_s: float = Field(default=30.0, gt=0)
-    # a warm sends in an hour only what fits under this share of the busiest hour the traffic
-    # profile forecasts, less the hour's own load (warmers/headroom.py); 0: no cap
+    # a warm sends to a model in an hour only what fits under this share of its busiest hour
+    # the traffic profile forecasts, less the hour's own load (warmers/headroom.py); 0: no cap
     headroom_share: float = Field(default=1.0, ge=0, le=1)
     # default: a third of the TTL, so two renewals may fail in a row
     renew_s: float | None = Field(default=None, gt=0)

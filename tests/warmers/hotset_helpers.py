@@ -49,13 +49,14 @@ def event(
     model_version: str = "v1",
     latency_ms: float | None = None,  # None: the GPU time
     outcome: str = "miss",
+    model_id: str = "m",
 ) -> RequestLogged:
     return to_event(
         n,
         {
             "request_id": f"r{n}",
             "tenant": tenant,
-            "model_id": "m",
+            "model_id": model_id,
             "model_version": model_version,
             "template_version": "t1",
             "prompt": prompt,

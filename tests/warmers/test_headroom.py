@@ -100,11 +100,14 @@ def test_lead_prewarm__spreads_the_sends_over_the_lead_hours_each_under_its_cap(
 # -- the scheduler's headroom, from the traffic profile --
 
 
-def _hour(h: int, prompt: str, n: int, *, hits: int = 0, temperature: float = 0.0) -> list:
+def _hour(
+    h: int, prompt: str, n: int, *, hits: int = 0, temperature: float = 0.0, model_id: str = "m"
+) -> list:
     """`n` GPU-reaching requests for `prompt` (800 ms each) and `hits` answered from the
     cache, in hour `h` of MONDAY's week."""
     ts = MONDAY + timedelta(hours=h)
-    out = [event(i, "acme", prompt, ts, temperature=temperature) for i in range(n)]
+    out = [event(i, "acme", prompt, ts, temperature=temperature, model_id=model_id)
+           for i in range(n)]  # fmt: skip
     return out + [hit_event(n + i, "acme", prompt, ts) for i in range(hits)]
 
 
@@ -127,6 +130,25 @@ def test_profile_headroom__the_room_under_the_forecast_peak_from_what_reached_th
     assert room.left() == 0.0
     half = ProfileHeadroom(profile, share=0.5, clock=lambda: MONDAY + timedelta(days=7, hours=1))
     assert half.left() == pytest.approx(4.0 - 3.2)
+
+
+def test_profile_headroom__each_model_has_the_room_under_its_own_peak(
+    redis_client: redis.Redis,
+) -> None:
+    profile = TrafficProfile(redis_client)
+    # model m peaks at hour 0 (8.0 GPU-s), model big at hour 1 (16.0): each on its own servers
+    fill(profile, [*_hour(0, "q", 10), *_hour(1, "q", 20, model_id="big")])
+    now = [MONDAY + timedelta(days=7, hours=1, minutes=5)]
+    room = ProfileHeadroom(profile, clock=lambda: now[0])
+    # hour 1 is big's peak, and m's quiet hour: m has its whole ceiling, big none
+    assert (room.left("m"), room.left("big")) == (pytest.approx(8.0), 0.0)
+    room.spend(5.0, "m")  # what one model's warms spend is not the other's
+    assert (room.left("m"), room.left("big")) == (pytest.approx(3.0), 0.0)
+    assert room.left("other") is None  # a model the profile never saw: no peak known
+    # as one pool (the two summed): the peak is hour 1's 16.0, and hour 1 is it
+    assert room.left() == 0.0
+    now[0] -= timedelta(hours=1)  # hour 0: m's peak, big's quiet hour
+    assert (room.left("m"), room.left("big")) == (0.0, pytest.approx(16.0))
 
 
 def test_profile_headroom__the_week_under_way_is_not_read_and_no_complete_week_means_no_cap(
@@ -161,7 +183,7 @@ def test_next_hour_warm__sends_only_what_the_hour_has_room_for_and_counts_it(
     room = ProfileHeadroom(pw.runner.selector.profile, share=share, clock=lambda: now[0])
     job = NextHourWarm(pw.runner, Budget(requests=5), room, window=lambda: win)
     first = job()
-    assert first.sent == 2 and 0 < room.spent <= 2.5 * per_send
+    assert first.sent == 2 and 0 < room.spent["m"] <= 2.5 * per_send
     second = job()  # the same hour: what is left holds none of the rest
     assert second.sent == 0
     now[0] = START  # the peak hour: no room at all, whatever the plan holds
@@ -185,7 +207,7 @@ def test_prewarm__held_to_the_headroom_sends_what_fits_and_cuts_over_at_the_bar_
     room = ProfileHeadroom(profile, share=share, clock=lambda: START - timedelta(hours=1))
     held = HotSetPrewarmer(pw.runner, Budget(requests=5), lambda: win, hit_bar=0.8, room=room)
     res = held.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
-    assert res.sent == 2 and res.held >= 2 and 0 < room.spent <= 2.5 * per_send
+    assert res.sent == 2 and res.held >= 2 and 0 < room.spent["m"] <= 2.5 * per_send
     assert res.room_gpu_s == pytest.approx(2.5 * per_send)
     # READY at the bar the room let in: what was kept is in place, the 80% bar is not
     assert res.ok and res.reached == res.projected < 0.8

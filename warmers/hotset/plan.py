@@ -173,12 +173,16 @@ class Plan:
         return 0.0 if v <= 0 else min(1.0, sum(i.expected_hits for i in items) / v)
 
 
-def cap_plan(plan: Plan, gpu_s: float) -> float:
-    """Keep plan.items, in rank order, while their sends' expected GPU (warm_cost_ms) fits in
-    `gpu_s`; an item too big for what is left is passed over for the smaller ones after it.
-    What is left out is noted in plan.skipped. Returns the GPU-seconds kept."""
+def cap_plan(plan: Plan, gpu_s: float, model_id: str | None = None) -> float:
+    """Keep plan.items (those of `model_id`; None: all), in rank order, while their sends'
+    expected GPU (warm_cost_ms) fits in `gpu_s`; an item too big for what is left is passed
+    over for the smaller ones after it. Other models' items are kept as they are. What is
+    left out is noted in plan.skipped. Returns the GPU-seconds kept."""
     kept, spent = [], 0.0
     for i in plan.items:
+        if model_id is not None and i.model_id != model_id:
+            kept.append(i)
+            continue
         c = i.warm_cost_ms / 1000.0
         if spent + c <= gpu_s + _EPS:
             kept.append(i)
@@ -190,8 +194,16 @@ def cap_plan(plan: Plan, gpu_s: float) -> float:
     return spent
 
 
-def sent_gpu_s(plan: Plan, sent_keys: Sequence[str]) -> float:
+def sent_gpu_s(plan: Plan, sent_keys: Sequence[str], model_id: str | None = None) -> float:
     """The expected GPU-seconds (warm_cost_ms, as cap_plan counts them) of the plan's items
-    that were sent."""
+    (of `model_id`; None: all) that were sent."""
     sent = set(sent_keys)
-    return sum(i.warm_cost_ms for i in plan.items if i.item.identity.key().exact() in sent) / 1e3
+    return (
+        sum(
+            i.warm_cost_ms
+            for i in plan.items
+            if (model_id is None or i.model_id == model_id)
+            and i.item.identity.key().exact() in sent
+        )
+        / 1e3
+    )
