@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -108,11 +109,19 @@ def raw_rate(bootstrap: str, topic: str, n: int, batch: int) -> float:
     return (seen - first_n) / (time.perf_counter() - first_at)
 
 
-def stoker_rate(stack: EmbeddedStack, topic_prefix: str, n: int, batch: int) -> float:
+def stoker_rate(
+    stack: EmbeddedStack,
+    topic_prefix: str,
+    n: int,
+    batch: int,
+    handler_of: Callable[[TrafficProfile], TrafficHandler] = TrafficHandler,
+) -> float:
+    """Events/s of the traffic worker (its handler made by `handler_of`) over `n` events,
+    from the end of its first batch."""
     settings = stack.settings(
         kafka_broker="tansu", topic_prefix=topic_prefix, worker_batch_size=batch
     )
-    handler = TrafficHandler(TrafficProfile(build_redis(settings)))
+    handler = handler_of(TrafficProfile(build_redis(settings)))
     group = f"stoker-bench-{uuid.uuid4().hex[:6]}"  # fresh per round
     worker = Worker(handler, worker_config(settings, handler, group))
     marks: dict[str, float] = {}
@@ -159,7 +168,13 @@ def measure(stack: EmbeddedStack, events: list[bytes], rounds: int, batch: int) 
     }
 
 
-def main() -> None:
+Measure = Callable[[EmbeddedStack, list[bytes], int, int], dict[str, Any]]
+
+
+def run_shapes(measure: Measure, suffix: str = "", **goals: Any) -> None:
+    """The ingest benchmarks' command line: per shape, its events measured `--rounds` times on
+    one embedded stack (`measure(stack, events, rounds, batch)`), one JSON line each, named
+    `<shape><suffix>`, with `goals` after the figures."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=3, help="raw/stoker pairs; medians reported")
@@ -173,15 +188,18 @@ def main() -> None:
                 continue
             events = make_events(args.events, span_hours=span_hours)
             emit(
-                name,
+                f"{name}{suffix}",
                 events=args.events,
                 span_hours=span_hours,
                 batch_size=batch,
                 rounds=args.rounds,
                 **measure(stack, events, args.rounds, batch),
-                goal_ratio_min=0.5,
-                goal_events_per_s_min=100_000,
+                **goals,
             )
+
+
+def main() -> None:
+    run_shapes(measure, goal_ratio_min=0.5, goal_events_per_s_min=100_000)
 
 
 if __name__ == "__main__":

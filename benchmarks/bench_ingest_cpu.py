@@ -12,7 +12,6 @@ bench_ingest; each round reads the topic from the start in a fresh group.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
@@ -20,15 +19,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from _common import emit
-from bench_ingest import BATCH, SHAPES, make_events, produce, raw_rate
+from bench_ingest import produce, raw_rate, run_shapes, stoker_rate
 from confluent_kafka import Message
 
 from stoker.embedded import EmbeddedStack
-from stoker.wiring import build_redis, worker_config
+from stoker.wiring import build_redis
 from streams.base import Decoded
 from streams.topics import ensure_topics
-from streams.worker import Worker, WorkerStats
 from warmers.traffic.profile import TrafficProfile
 from warmers.traffic.worker import TrafficHandler
 
@@ -72,19 +69,14 @@ def stoker_round(
     stack: EmbeddedStack, prefix: str, n: int, batch: int
 ) -> tuple[float, dict[str, float]]:
     """(events/s, thread CPU seconds of the tally and the apply) of one stoker round."""
-    settings = stack.settings(kafka_broker="tansu", topic_prefix=prefix, worker_batch_size=batch)
-    handler = _TimedHandler(TrafficProfile(build_redis(settings)))
-    worker = Worker(handler, worker_config(settings, handler, f"stoker-cpu-{uuid.uuid4().hex[:6]}"))
-    marks: dict[str, float] = {}
+    made: list[_TimedHandler] = []
 
-    def done(s: WorkerStats) -> bool:
-        if s.batches and "first" not in marks:
-            marks["first"], marks["first_n"] = time.perf_counter(), s.events
-        return s.events + s.dlq >= n
+    def handler_of(profile: TrafficProfile) -> _TimedHandler:
+        made.append(_TimedHandler(profile))
+        return made[-1]
 
-    assert worker.run_until(done, TIMEOUT_S), f"worker saw {worker.stats}"
-    rate = (worker.stats.events - marks["first_n"]) / (time.perf_counter() - marks["first"])
-    return rate, handler.cpu_s
+    rate = stoker_rate(stack, prefix, n, batch, handler_of)
+    return rate, made[0].cpu_s
 
 
 def measure(stack: EmbeddedStack, events: list[bytes], rounds: int, batch: int) -> dict[str, Any]:
@@ -123,25 +115,7 @@ def measure(stack: EmbeddedStack, events: list[bytes], rounds: int, batch: int) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=300_000)
-    ap.add_argument("--rounds", type=int, default=3, help="raw/stoker pairs; medians reported")
-    ap.add_argument("--shape", choices=["all", *SHAPES], default="all")
-    args = ap.parse_args()
-    batch = max(1, min(BATCH, args.events // 4))
-    with EmbeddedStack() as stack:
-        for name, span_hours in SHAPES.items():
-            if args.shape not in ("all", name):
-                continue
-            events = make_events(args.events, span_hours=span_hours)
-            emit(
-                f"{name}_cpu",
-                events=args.events,
-                span_hours=span_hours,
-                batch_size=batch,
-                rounds=args.rounds,
-                **measure(stack, events, args.rounds, batch),
-            )
+    run_shapes(measure, suffix="_cpu")
 
 
 if __name__ == "__main__":
