@@ -22,7 +22,7 @@ from backends.engine import (
 )
 from simulation.backend.http import SimulatorThread
 from stoker.embedded import LlamaServer, free_port
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_for_async
 
 V1 = """# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
 # TYPE vllm:num_requests_waiting gauge
@@ -160,10 +160,7 @@ def test_engine_reader__latest_reads_in_the_background_at_most_every_interval(
             seen.append(asked(await r.latest()))  # within the interval: no read
             now[0] = 1.5
             seen.append(asked(await r.latest()))  # a read starts; what was known comes back
-            for _ in range(200):  # bounded: 2 s
-                if asked(r.last) != seen[0]:
-                    break
-                await asyncio.sleep(0.01)
+            await wait_for_async(lambda: asked(r.last) != seen[0], 2, "the background read", 0.01)
             seen.append(asked(r.last))
             return seen
         finally:

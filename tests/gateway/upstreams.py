@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -18,6 +17,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.waiting import wait_for
 
 
 class _Quiet(uvicorn.Server):
@@ -41,10 +42,9 @@ class Served:
 
     def __enter__(self) -> Self:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline and self._thread.is_alive(), "upstream did not start"
-            time.sleep(0.005)
+        wait_for(lambda: self._server.started or not self._thread.is_alive(), 10,
+                 "the upstream to start", 0.005)  # fmt: skip
+        assert self._server.started, "upstream did not start"
         return self
 
     def __exit__(

@@ -6,7 +6,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,7 +18,7 @@ from schemas.errors import BackendOverloaded, BackendRejected
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig, Simulator
 from stoker.embedded import free_port
-from tests.waiting import wait_for_async
+from tests.waiting import wait_for, wait_for_async
 
 NO_RETRY = RetryPolicy(attempts=1)
 
@@ -148,15 +147,17 @@ def test_sim_backend_cli__serves_then_stops_cleanly_on_sigterm(tmp_path: Path) -
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:  # the interpreter and typer take ~1 s to start
+        got: list[dict[str, int]] = []
+
+        def healthy() -> bool:  # the interpreter and typer take ~1 s to start
             try:
-                health = httpx.get(f"{url}/health", timeout=1).json()
-                break
+                got.append(httpx.get(f"{url}/health", timeout=1).json())
             except httpx.TransportError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "sim-backend did not start"
-                time.sleep(0.05)
+            return bool(got)
+
+        wait_for(healthy, 20, "sim-backend to answer /health", 0.05)
+        health = got[0]
         assert health["slots"] == 2
         (g,) = asyncio.run(_generate(url, _req("PING")))
         assert g.text == "pong"

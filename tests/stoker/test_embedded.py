@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from stoker.embedded import (
     free_port,
 )
 from stoker.settings import StokerSettings
+from tests.waiting import wait_for
 
 
 def _alive(pid: int) -> bool:
@@ -33,12 +33,9 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pids: list[int], timeout_s: float = 10) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    alive = [p for p in pids if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
-    return alive
+    """The pids still alive once all are gone or `timeout_s` is up (then the test fails)."""
+    wait_for(lambda: not any(_alive(p) for p in pids), timeout_s, f"pids {pids} to exit", 0.05)
+    return [p for p in pids if _alive(p)]
 
 
 def test_find_redis_server__is_executable() -> None:

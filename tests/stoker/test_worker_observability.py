@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +12,7 @@ import orjson
 
 from stoker.embedded import free_port
 from tests.cli import STOKER, clean_env
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,20 +50,24 @@ def test_worker_cli__serves_metrics_and_logs_json(kafka_bootstrap: str, redis_ur
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        body, deadline = None, time.monotonic() + 60
-        # bounded: the endpoint comes up before the consumer joins
-        while body is None and time.monotonic() < deadline and proc.poll() is None:
-            body = _metrics(port)
-            if body is None:
-                time.sleep(0.1)
-        assert body is not None, "".join(lines)
+        scraped: list[str] = []
+
+        def scrape() -> bool:  # the endpoint comes up before the consumer joins
+            got = _metrics(port)
+            if got is not None:
+                scraped.append(got)
+            return got is not None or proc.poll() is not None
+
+        wait_for(scrape, 60, "the worker's metrics endpoint", 0.1)
+        assert scraped, "".join(lines)
+        body = scraped[0]
         # every package's families are registered from the first scrape
         for family in ("stoker_worker_events", "stoker_gateway_requests", "stoker_cache_lookups",
                        "stoker_warm_requests_sent", "stoker_invalidation_lag_seconds"):  # fmt: skip
             assert f"# TYPE {family}" in body, family
         # SIGTERM once the consumer runs (before that the default handler would just kill it)
-        while not any("joined group" in x for x in lines) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: any("joined group" in x for x in lines), 60,
+                 "the consumer to join its group", 0.1)  # fmt: skip
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     finally:

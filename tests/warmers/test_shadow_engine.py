@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -175,6 +176,13 @@ def test_shadow_engine__the_warmer_holds_back_while_llama_server_defers_live_req
     assert (summary.sent, summary.cached, summary.yielded) == (2, 2, 0)
 
 
+def _running(url: str) -> bool:
+    """Does the server run a request now? (read_engine runs its own event loop: in a thread.)"""
+    with ThreadPoolExecutor(1) as pool:
+        st = pool.submit(read_engine, url).result(10)
+    return bool(st and st.running)
+
+
 def test_shadow_engine__a_warm_in_flight_makes_way_for_live_requests(
     llama: LlamaServer, cache: CacheClient
 ) -> None:
@@ -193,7 +201,8 @@ def test_shadow_engine__a_warm_in_flight_makes_way_for_live_requests(
             run = asyncio.create_task(w.run([item]))
             await wait_for_async(lambda: bool(w.summary and w.summary.sent), 30,
                                  "the warm to be sent")  # fmt: skip
-            await asyncio.sleep(1.0)  # decoding
+            await wait_for_async(lambda: _running(url), 30,
+                                 "the warm to hold a slot on the server", 0.1)  # fmt: skip
             live = [asyncio.to_thread(_ask, url, f"Tell me story {i} about the sea.", 16)
                     for i in range(2)]  # fmt: skip
             await asyncio.wait_for(asyncio.gather(*live), 120)
