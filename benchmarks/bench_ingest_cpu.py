@@ -50,8 +50,10 @@ class _TimedHandler(TrafficHandler):
     def __init__(self, profile: TrafficProfile) -> None:
         super().__init__(profile)
         self.cpu_s = {"tally": 0.0, "apply": 0.0}
+        self.events = 0  # decoded: the worker reads a batch past the timed ones (bench_ingest)
 
     def decode_batch(self, messages: Sequence[Message]) -> Decoded:
+        self.events += len(messages)
         return self._timed("tally", super().decode_batch, messages)
 
     def apply_decoded(self, decoded: Decoded) -> None:
@@ -67,8 +69,9 @@ class _TimedHandler(TrafficHandler):
 
 def stoker_round(
     stack: EmbeddedStack, prefix: str, n: int, batch: int
-) -> tuple[float, dict[str, float]]:
-    """(events/s, thread CPU seconds of the tally and the apply) of one stoker round."""
+) -> tuple[float, int, dict[str, float]]:
+    """(events/s, events read, thread CPU seconds of the tally and the apply) of one stoker
+    round."""
     made: list[_TimedHandler] = []
 
     def handler_of(profile: TrafficProfile) -> _TimedHandler:
@@ -76,10 +79,12 @@ def stoker_round(
         return made[-1]
 
     rate = stoker_rate(stack, prefix, n, batch, handler_of)
-    return rate, made[0].cpu_s
+    return rate, made[0].events, made[0].cpu_s
 
 
-def measure(stack: EmbeddedStack, events: list[bytes], rounds: int, batch: int) -> dict[str, Any]:
+def measure(
+    stack: EmbeddedStack, events: list[bytes], n: int, rounds: int, batch: int
+) -> dict[str, Any]:
     prefix = f"benchcpu{uuid.uuid4().hex[:6]}."
     topic = f"{prefix}inference.requests"
     ensure_topics(stack.kafka_bootstrap, {topic: 6})
@@ -87,19 +92,21 @@ def measure(stack: EmbeddedStack, events: list[bytes], rounds: int, batch: int) 
     assert stack.kafka is not None and stack.redis is not None
     pids = {"bench": None, "redis": stack.redis.pid, "broker": stack.kafka.pid}
     r = build_redis(stack.settings())
-    n = len(events)
     per: dict[str, list[dict[str, float]]] = {"raw": [], "stoker": []}
     for _ in range(rounds):
         r.flushdb()  # the profile's watermarks would refuse the re-read
         for side in ("raw", "stoker"):
             before = {name: process_cpu_s(pid) for name, pid in pids.items()}
             parts: dict[str, float] = {}
+            read = n  # raw reads exactly n
             if side == "raw":
                 rate = raw_rate(stack.kafka_bootstrap, topic, n, batch)
             else:
-                rate, parts = stoker_round(stack, prefix, n, batch)
-            us = {name: (process_cpu_s(pid) - before[name]) / n * 1e6 for name, pid in pids.items()}
-            us |= {f"worker_{part}": s / n * 1e6 for part, s in parts.items()}
+                rate, read, parts = stoker_round(stack, prefix, n, batch)
+            us = {
+                name: (process_cpu_s(pid) - before[name]) / read * 1e6 for name, pid in pids.items()
+            }
+            us |= {f"worker_{part}": s / read * 1e6 for part, s in parts.items()}
             us["total"] = sum(us[name] for name in pids)
             us["events_per_s"] = rate
             per[side].append(us)
