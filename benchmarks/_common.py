@@ -28,3 +28,32 @@ def emit(name: str, **figures: Any) -> None:
         orjson.dumps({"name": name, **figures}, option=orjson.OPT_SERIALIZE_NUMPY).decode(),
         flush=True,
     )
+
+
+class SeedRows:
+    """Rows gathered over runs on several seeds, emitted once each: every number (bools aside)
+    that differs between the runs as its mean over them, anything else as the first run gave
+    it, the seeds, and `over_seeds`: each number's mean, sd, min and max (demo.seeds.spread)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, name: str, **figures: Any) -> None:
+        self.runs.setdefault(name, []).append(figures)
+
+    def emit(self, seeds: Sequence[int]) -> None:
+        from demo.seeds import spread
+
+        for name, runs in self.runs.items():
+            numbers = [k for k, v in runs[0].items() if _is_number(v)]
+            spreads = {k: spread([run.get(k) for run in runs]) for k in numbers}
+            means = {
+                k: s["mean"]
+                for k, s in spreads.items()
+                if s is not None and len({run.get(k) for run in runs}) > 1
+            }
+            emit(name, **(runs[0] | means), seeds=list(seeds), over_seeds=spreads)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float | np.number) and not isinstance(v, bool)

@@ -1,5 +1,9 @@
 """Hot-set quality on the two-week sample log: a week-1 profile chooses what week 2 needs.
 
+`--seeds N` (default 3): the committed log (seed 150) and N-1 more of the same spec made with
+the next seeds (simulation/logs/sample.py); each row's numbers are the means over the logs, and
+`over_seeds` has each one's mean, sd, min and max. One log is not a measurement.
+
 Protocol (per day): week 1's rows fill a TrafficProfile on a real redis-server through the
 traffic worker's own observe path (no Kafka). For each tenant and each day of week 2, the
 selector plans a 24-hour window with a budget of K warm requests for that tenant alone, through
@@ -49,13 +53,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
-from _common import ROOT, emit
+from _common import ROOT, SeedRows
 from _coverage import Scorer
 from _verified import SimAnswers, VerifiedScorer
 
 from caches.embedders import Embedder, SentenceTransformerEmbedder
 from caches.keys import normalise_prompt
 from caches.policy import CachePolicy
+from simulation.logs.sample import SampleSpec, generate
 from stoker.embedded import EmbeddedStack
 from stoker.wiring import build_redis
 from streams.replay import to_event
@@ -68,6 +73,7 @@ from warmers.traffic.profile import TrafficProfile
 from warmers.traffic.worker import observe_event
 
 SAMPLE = ROOT / "data" / "sample" / "requests-2w.parquet"
+SAMPLE_SEED = SampleSpec().seed  # the committed log's (data/sample/README.md)
 WEEK2 = datetime(2026, 11, 9, tzinfo=UTC)
 
 
@@ -96,8 +102,9 @@ class DiskCachedEmbedder(Embedder):
             )
 
 
-def load() -> pd.DataFrame:
-    df = pd.read_parquet(SAMPLE)
+def load(seed: int = SAMPLE_SEED) -> pd.DataFrame:
+    """The sample log: the committed one, or the same spec generated with another seed."""
+    df = pd.read_parquet(SAMPLE) if seed == SAMPLE_SEED else generate(SampleSpec(seed=seed))
     params = df["params"].map(orjson.loads)
     df["cacheable"] = [p.get("temperature", 0) == 0 and not p.get("no_cache") for p in params]
     df["day"] = (df["ts"] - pd.Timestamp("2026-11-02", tz="UTC")).dt.days
@@ -221,9 +228,26 @@ def main() -> None:
         "--verified-levels", default="3,7",
         help="ladder levels the verified matcher is held at for the _verified rows; empty: none",
     )  # fmt: skip
+    ap.add_argument(
+        "--seeds", type=int, default=3,
+        help="sample logs: the committed one and N-1 more of the same spec with the next seeds;"
+        " each row is the mean over them, with over_seeds (mean, sd, min, max)",
+    )  # fmt: skip
     args = ap.parse_args()
-    df = load()
+    if args.seeds < 1:
+        ap.error("--seeds: at least 1")
     emb = DiskCachedEmbedder(SentenceTransformerEmbedder(), args.embed_cache)
+    rows = SeedRows()
+    seeds = list(range(SAMPLE_SEED, SAMPLE_SEED + args.seeds))
+    for seed in seeds:
+        run_seed(args, load(seed), emb, rows)
+    rows.emit(seeds)
+
+
+def run_seed(
+    args: argparse.Namespace, df: pd.DataFrame, emb: DiskCachedEmbedder, rows: SeedRows
+) -> None:
+    """Every row of one sample log into `rows`."""
     vectors = TextVectors(emb)
     scorer = Scorer(emb)
     # the simulated backend's meaning of each prompt (_verified.py): read by it, not the matcher
@@ -253,11 +277,11 @@ def main() -> None:
                     )  # fmt: skip
                     f = run_served(sel, df, k, scorer, verified, vsel)
                     emb.save()
-                    _emit_served(k, f, time.perf_counter() - t0, sorted(verified))
+                    _add_served(rows, k, f, time.perf_counter() - t0, sorted(verified))
                     continue
                 cov, orc, nai = run(sel, df, k)
                 emb.save()
-                emit(
+                rows.add(
                     f"hot_set_k{k}{suffix}", k=k, cluster_threshold=thr, protocol="per-day",
                     scored="intent labels", coverage=round(cov, 4), oracle=round(orc, 4),
                     naive=round(nai, 4), ratio=round(cov / orc, 4),
@@ -265,9 +289,11 @@ def main() -> None:
                 )  # fmt: skip
 
 
-def _emit_served(k: int, f: dict[str, float], seconds: float, levels: list[int]) -> None:
+def _add_served(
+    rows: SeedRows, k: int, f: dict[str, float], seconds: float, levels: list[int]
+) -> None:
     cov, logged, rates, hist = f["coverage"], f["oracle_logged"], f["oracle_rates"], f["history"]
-    emit(
+    rows.add(
         f"hot_set_k{k}_t092", k=k, cluster_threshold=0.92, protocol="per-day",
         scored="served at 0.92", coverage=round(cov, 4), oracle=round(f["oracle"], 4),
         naive=round(f["naive"], 4), ratio=round(cov / f["oracle"], 4),
@@ -281,7 +307,7 @@ def _emit_served(k: int, f: dict[str, float], seconds: float, levels: list[int])
     for level in levels:
         v = {name: f[f"verified_l{level}_{name}"]
              for name in ("coverage", "clustered", "naive", "oracle_logged_choice")}  # fmt: skip
-        emit(
+        rows.add(
             f"hot_set_k{k}_verified_l{level}", k=k, cluster_threshold=0.92, protocol="per-day",
             scored=f"served by the verified matcher held at level {level} (simulated answers)",
             coverage=round(v["coverage"], 4), naive=round(v["naive"], 4),

@@ -16,6 +16,8 @@ all-MiniLM-L6-v2 (no label is read: the cache cannot read them either).
 - naive: per tenant, the K most asked normalised prompts of everything before the window.
 ratio = coverage / oracle, ratio_vs_naive = coverage / naive. Goal: ratio_vs_naive >= 1.0 on
 every shape and K. plan_s_max: the slowest plan in process (its embedder disk-cached).
+`--seeds N` (default 3): N logs per shape, from the spec's seed on; each row's numbers are the
+means over them, and `over_seeds` has each one's mean, sd, min and max.
 
 Row `warm_dry_run_<shape>`: `stoker warm --dry-run --json` as a user runs it, a new process
 against the same Redis once the profile holds all of it but the last window, for that window and
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import orjson
 import pandas as pd
-from _common import ROOT, emit
+from _common import ROOT, SeedRows, emit
 from _coverage import Scorer
 from bench_hot_set import DiskCachedEmbedder
 
@@ -69,8 +71,11 @@ def fill(profile: TrafficProfile, rows: pd.DataFrame, first: int) -> None:
         profile.write(obs[i : i + 5_000])
 
 
-def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
-    df = generate(ShapeSpec(shape))
+def run_shape(
+    shape: str, ks: list[int], emb: DiskCachedEmbedder, seed: int, rows: SeedRows, dry: bool
+) -> None:
+    """One shape's log made with `seed`: its rows into `rows`; with `dry`, the dry-run row."""
+    df = generate(ShapeSpec(shape, seed=seed))
     df["norm"] = [normalise_prompt(p) for p in df["prompt"]]
     scorer = Scorer(emb)
     scorer.vecs(sorted(set(df["norm"])))  # every text once, up front (and into the disk cache)
@@ -119,11 +124,12 @@ def run_shape(shape: str, ks: list[int], emb: DiskCachedEmbedder) -> None:
         for tenant, texts in seen.groupby("tenant")["norm"]:
             uniq = sorted(set(texts))
             cached.prime(str(tenant), uniq, scorer.vecs(uniq))
-        dry_run(shape, stack.redis_url, WINDOWS[-1], max(ks))
+        if dry:
+            dry_run(shape, stack.redis_url, WINDOWS[-1], max(ks))
     emb.save()
     for k in ks:
         t = tally[k]
-        emit(
+        rows.add(
             f"hot_set_{shape}_k{k}_t092", shape=shape, k=k, windows=len(WINDOWS), requests=total,
             coverage=round(t["ours"] / total, 4), oracle=round(t["oracle"] / total, 4),
             naive=round(t["naive"] / total, 4), ratio=round(t["ours"] / max(t["oracle"], 1), 4),
@@ -155,11 +161,23 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--ks", default="50,200,1000")
     ap.add_argument("--embed-cache", type=Path, default=Path("/tmp/stoker-shapes-embed.npz"))
+    ap.add_argument(
+        "--seeds", type=int, default=3,
+        help="logs per shape, made with the spec's seed and the next ones; each coverage row is"
+        " the mean over them, with over_seeds (mean, sd, min, max)",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.seeds < 1:
+        ap.error("--seeds: at least 1")
     emb = DiskCachedEmbedder(SentenceTransformerEmbedder(), args.embed_cache)
     ks = [int(x) for x in args.ks.split(",")]
+    first = ShapeSpec(SHAPES[0]).seed
+    seeds = list(range(first, first + args.seeds))
     for shape in args.shapes.split(","):
-        run_shape(shape, ks, emb)
+        rows = SeedRows()  # each shape's rows as soon as its seeds are done
+        for seed in seeds:
+            run_shape(shape, ks, emb, seed, rows, dry=seed == first)
+        rows.emit(seeds)
 
 
 if __name__ == "__main__":

@@ -205,3 +205,29 @@ def test_verified_scorer__a_warmed_paraphrase_is_served_only_where_others_vouch(
         [same if p == "p1" else other for p in prompts]
     )
     assert vs.served(["q"], ["p1", "p2", "p3"]) == 0
+
+
+def test_seed_rows__each_number_is_its_mean_over_the_seeds_with_its_spread(capsys):
+    # bench_hot_set's --seeds: one line per row, whatever the number of runs behind it.
+    sys.path.insert(0, str(BENCH))
+    try:
+        from _common import SeedRows
+    finally:
+        sys.path.remove(str(BENCH))
+    rows = SeedRows()
+    for cov, secs in ((0.5, 3), (0.7, 5), (0.6, 4)):
+        rows.add("hot_set_k50", k=50, scored="intent labels", coverage=cov, seconds=secs, ok=True)
+    rows.add("hot_set_k200", k=200, coverage=0.9)
+    rows.emit([150, 151, 152])
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["name"] for x in lines] == ["hot_set_k50", "hot_set_k200"]
+    k50 = lines[0]
+    assert k50["coverage"] == pytest.approx(0.6) and k50["seconds"] == pytest.approx(4)
+    assert k50["k"] == 50 and isinstance(k50["k"], int)  # the same in every run: as it was
+    assert k50["scored"] == "intent labels" and k50["ok"] is True
+    assert k50["seeds"] == [150, 151, 152]
+    spread = k50["over_seeds"]["coverage"]
+    assert (spread["min"], spread["max"], spread["runs"]) == (0.5, 0.7, 3)
+    assert spread["sd"] == pytest.approx(0.1)
+    assert "scored" not in k50["over_seeds"] and "ok" not in k50["over_seeds"]
+    assert lines[1]["over_seeds"]["coverage"]["runs"] == 1  # a row of one run says so
