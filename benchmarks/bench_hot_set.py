@@ -229,7 +229,7 @@ def main() -> None:
         help="ladder levels the verified matcher is held at for the _verified rows; empty: none",
     )  # fmt: skip
     ap.add_argument(
-        "--seeds", type=int, default=3,
+        "--seeds", type=int, default=3, metavar="N",
         help="sample logs: the committed one and N-1 more of the same spec with the next seeds;"
         " each row is the mean over them, with over_seeds (mean, sd, min, max)",
     )  # fmt: skip

@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--ks", default="50,200,1000")
     ap.add_argument("--embed-cache", type=Path, default=Path("/tmp/stoker-shapes-embed.npz"))
     ap.add_argument(
-        "--seeds", type=int, default=3,
+        "--seeds", type=int, default=3, metavar="N",
         help="logs per shape, made with the spec's seed and the next ones; each coverage row is"
         " the mean over them, with over_seeds (mean, sd, min, max)",
     )  # fmt: skip
