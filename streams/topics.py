@@ -55,8 +55,8 @@ _CONFIG_ERRORS: Final = frozenset(
 # (default 1000 ms). A worker drains a whole batch at once (50k records for the traffic worker),
 # so with the default the queue filled, fetching paused for a second, the worker emptied the
 # queue in a fraction of it and then waited: consumes came back short after their timeout every
-# few batches. A client-side setting, so it holds for any broker; bench_ingest on Tansu: the
-# traffic worker ~148k -> ~185k events/s, raw consume ~180k -> ~300k (docs/benchmarks.md, "Ingest").
+# few batches. A client-side setting, so it holds for any broker (bench_ingest: ingest_traffic;
+# the figures are in docs/benchmarks.md, "Ingest").
 FETCH_QUEUE_BACKOFF_MS: Final = 10
 
 # Embedded-broker (Tansu 0.6) consumer settings, measured here: with librdkafka's defaults
