@@ -5,8 +5,10 @@ Tansu and redis-server share the cores with the workers). Each member is a proce
 (one Python interpreter each: threads would share one GIL), running the traffic worker as
 `stoker worker traffic` does. Per round and member count: the profile is emptied, the members
 start in a fresh group on the pre-produced topic, and the group is timed once every member
-owns partitions, from the first commit after that to the commit that counts the last event
-(events committed before the group settled count for neither side). Rounds alternate 1 and 2
+owns partitions, from the first commit after that to the first commit at which it has counted
+--events (events committed before the group settled count for neither side). More events
+follow those in the topic, TAIL_BATCHES batches for each member (bench_ingest says why), so no
+member waits at the end of the stream while the other still counts. Rounds alternate 1 and 2
 members; medians are reported, because one run swings by +-25% here.
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import emit
-from bench_ingest import BATCH, make_events, produce
+from bench_ingest import BATCH, TAIL_BATCHES, make_events, produce
 
 from stoker.embedded import EmbeddedStack
 from stoker.settings import StokerSettings
@@ -34,6 +36,7 @@ from warmers.traffic.profile import TrafficProfile
 from warmers.traffic.worker import TrafficHandler
 
 PARTITIONS = 6  # 3 each for 2 members: no member owns more of the work than the other
+MEMBERS = (1, 2)  # the group sizes compared
 TIMEOUT_S = 300.0
 _REPORT_S = 0.005  # how often a member copies its counters to shared memory
 
@@ -101,7 +104,7 @@ def group_rate(fields: dict[str, Any], members: int, n: int) -> float:
 
 
 def _steady_rate(samples: list[Sample], n: int) -> float:
-    """From the first commit after the group settled to the commit of the last event."""
+    """From the first commit after the group settled to the first commit that counts n."""
     assert samples and samples[-1].events >= n, "the group did not count every event"
     settled_at = next(s.at for s in samples if s.settled)
     after = [s for s in samples if s.at > settled_at]
@@ -124,7 +127,8 @@ def main() -> None:
         prefix = f"scaling{uuid.uuid4().hex[:6]}."
         topic = f"{prefix}inference.requests"
         ensure_topics(stack.kafka_bootstrap, {topic: PARTITIONS})
-        produce(stack.kafka_bootstrap, topic, make_events(args.events))
+        tail = TAIL_BATCHES * batch * max(MEMBERS)
+        produce(stack.kafka_bootstrap, topic, make_events(args.events + tail))
         fields = {
             "kafka_bootstrap": stack.kafka_bootstrap,
             "redis_url": stack.redis_url,
@@ -133,9 +137,9 @@ def main() -> None:
             "worker_batch_size": batch,
         }
         r = build_redis(StokerSettings(**fields))
-        rates: dict[int, list[float]] = {1: [], 2: []}
+        rates: dict[int, list[float]] = {m: [] for m in MEMBERS}
         for _ in range(args.rounds):
-            for members in (1, 2):
+            for members in MEMBERS:
                 r.flushdb()  # the profile's watermarks would refuse the re-read otherwise
                 rates[members].append(group_rate(fields, members, args.events))
         r.close()
