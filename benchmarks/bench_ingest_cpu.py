@@ -29,7 +29,6 @@ from streams.topics import ensure_topics
 from warmers.traffic.profile import TrafficProfile
 from warmers.traffic.worker import TrafficHandler
 
-TIMEOUT_S = 300.0
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
