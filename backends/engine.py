@@ -14,6 +14,8 @@ What each engine exports (Prometheus text at the server's root, not under /v1):
                                                                  + llamacpp:prompt_tokens_cached_total
     of them held      vllm:prefix_cache_hits_total               llamacpp:prompt_tokens_cached_total
     process start     process_start_time_seconds                 (not exported)
+    busy seconds      vllm:request_inference_time_seconds_sum    llamacpp:prompt_seconds_total +
+                      (prefill and decode of each request)       ..:tokens_predicted_seconds_total
 
 - load, 0 idle .. 1 full: requests queued for a slot mean full (1.0); else vLLM's share of the KV
   cache in use, or llama.cpp's busy slots over its slots. None when the engine says neither.
@@ -52,6 +54,9 @@ V_CACHE_INFO = "vllm:cache_config_info"
 V_QUERIES, V_HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
 L_DEFERRED, L_PROCESSING = "llamacpp:requests_deferred", "llamacpp:requests_processing"
 L_PROMPT, L_CACHED = "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"
+# The seconds the engine spent on requests (busy_s): each request's prefill and decode, summed.
+V_BUSY = ("vllm:request_inference_time_seconds_sum",)
+L_BUSY = ("llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_seconds_total")
 # Counters of work done that only a new process resets (summed over label sets).
 WORK_COUNTERS = (
     V_QUERIES,
@@ -65,6 +70,7 @@ WORK_COUNTERS = (
 _NAMES = frozenset(
     {START, V_WAITING, V_RUNNING, *V_KV_USAGE, V_CACHE_INFO, V_HITS, L_DEFERRED, L_PROCESSING}
     | set(WORK_COUNTERS)
+    | {*V_BUSY, *L_BUSY}
 )
 
 # One regex over the whole text (C speed: a vLLM /metrics is hundreds of lines of histograms,
@@ -111,6 +117,9 @@ class EngineState:
     prompt_tokens: float | None = None  # prompt tokens asked of the prefix cache
     held_tokens: float | None = None  # of them, found in it
     started: float | None = None  # process start, unix seconds
+    # seconds spent on requests since the process started, as the engine accounts them (its
+    # per-request prefill and decode times: concurrent requests each count their own)
+    busy_s: float | None = None
     counters: tuple[tuple[str, float], ...] = ()  # WORK_COUNTERS present, in that order
 
     @property
@@ -158,14 +167,19 @@ def parse(text: str, slots: Slots | None = None) -> EngineState:
             "llama.cpp", waiting=total(L_DEFERRED), running=total(L_PROCESSING), slots=n,
             cache_tokens=slots.n_ctx * slots.total if slots and slots.n_ctx else None,
             prompt_tokens=None if prompt is None else prompt + (held or 0.0),
-            held_tokens=held, started=top(START), counters=counters,
+            held_tokens=held, started=top(START), busy_s=_sum(got, L_BUSY), counters=counters,
         )  # fmt: skip
     engine: Engine = "vllm" if any(n.startswith("vllm:") for n in got) else "unknown"
     return EngineState(
         engine, waiting=top(V_WAITING), running=total(V_RUNNING), kv_usage=top(*V_KV_USAGE),
         cache_tokens=_vllm_cache_tokens(got.get(V_CACHE_INFO)), prompt_tokens=total(V_QUERIES),
-        held_tokens=total(V_HITS), started=top(START), counters=counters,
+        held_tokens=total(V_HITS), started=top(START), busy_s=_sum(got, V_BUSY), counters=counters,
     )  # fmt: skip
+
+
+def _sum(got: dict[str, list[tuple[str, float]]], names: tuple[str, ...]) -> float | None:
+    vals = [v for n in names for _, v in got.get(n, ())]
+    return sum(vals) if vals else None
 
 
 def _vllm_cache_tokens(info: list[tuple[str, float]] | None) -> int | None:

@@ -408,6 +408,15 @@ class SimServer:
             ("num_requests_waiting", st2.queued, "Number of requests waiting to be processed."),
             ("kv_cache_usage_perc", min(1.0, usage), "KV-cache usage. 1 means 100 percent."),
         )
+        # The time spent on the answers served, as vLLM V1's histogram of it (one bucket).
+        name = "vllm:request_inference_time_seconds"
+        lines += [
+            f"# HELP {name} Histogram of time spent in RUNNING phase for request.",
+            f"# TYPE {name} histogram",
+            f'{name}_bucket{{le="+Inf",model_name="{self.models[0]}"}} {st2.served}',
+            f'{name}_sum{{model_name="{self.models[0]}"}} {st2.busy_s!r}',
+            f'{name}_count{{model_name="{self.models[0]}"}} {st2.served}',
+        ]
         lines += [
             "# HELP process_start_time_seconds Start time of the process since unix epoch.",
             "# TYPE process_start_time_seconds gauge",

@@ -117,6 +117,9 @@ class SimStats:
     # streams the client dropped before [DONE] (counted by the HTTP face); one dropped after its
     # last token was generated is in served as well
     aborted: int = 0
+    # the simulated GPU time of the answers served (each one's gpu_ms, in seconds): the busy
+    # seconds an engine reports (vllm:request_inference_time_seconds_sum)
+    busy_s: float = 0.0
 
 
 class QueueFull(Exception):
@@ -193,6 +196,7 @@ class Simulator:
             self.prefix_cache.insert(answer.blocks)
             await asyncio.sleep(max(0.0, start + answer.gpu_ms / 1000.0 - loop.time()))
         self.stats.served += 1
+        self.stats.busy_s += answer.gpu_ms / 1000.0
         return answer
 
     @asynccontextmanager
@@ -209,6 +213,7 @@ class Simulator:
             async with aclosing(self._paced(ran, tokens_per_chunk)) as chunks:
                 yield SimRun(ran, chunks)
         self.stats.served += 1
+        self.stats.busy_s += ran.gpu_ms / 1000.0
 
     def _admit(self, answer: SimAnswer) -> SimAnswer:
         """The answer as this slot runs it: the prefix cache's held tokens off its prefill. At

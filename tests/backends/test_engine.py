@@ -42,6 +42,7 @@ llamacpp:prompt_tokens_total 438
 llamacpp:prompt_tokens_cached_total 414
 llamacpp:prompt_seconds_total 12.8393
 llamacpp:tokens_predicted_total 40
+llamacpp:tokens_predicted_seconds_total 3.25
 llamacpp:n_decode_total 40
 llamacpp:requests_processing %s
 llamacpp:requests_deferred %s
@@ -88,6 +89,16 @@ def test_engine__reads_the_prefix_cache_of_each() -> None:
     no_blocks = CACHE_INFO.replace('num_gpu_blocks="27264"', 'num_gpu_blocks="None"')
     assert parse(no_blocks).cache_tokens is None
     assert parse("vllm:prefix_cache_hits_total 5\n").cache_tokens is None  # older vLLM, SGLang
+
+
+def test_engine__reads_the_seconds_each_spent_on_requests() -> None:
+    assert parse(LLAMA % (0, 0)).busy_s == pytest.approx(12.8393 + 3.25)  # prefill + decode
+    v1 = ('vllm:request_inference_time_seconds_sum{engine="0",model_name="m"} 7.5\n'
+          'vllm:request_inference_time_seconds_sum{engine="1",model_name="m"} 2.5\n'
+          'vllm:request_inference_time_seconds_count{engine="0",model_name="m"} 9\n')  # fmt: skip
+    assert parse(v1).busy_s == pytest.approx(10.0)  # summed over the engines
+    assert parse("vllm:num_requests_waiting 0\n").busy_s is None  # not said: not 0
+    assert parse("vllm:request_inference_time_seconds_sum NaN\n").busy_s is None
 
 
 def test_engine__slots_from_llama_cpps_props() -> None:
@@ -171,6 +182,18 @@ def test_engine_reader__latest_reads_in_the_background_at_most_every_interval(
     assert fresh is not None and fresh > 0
 
 
+def test_engine_reader__the_simulator_reports_the_gpu_time_it_answered_with(
+    sim: SimulatorThread,
+) -> None:
+    before = read_engine(sim.url)
+    got = [httpx.post(sim.url + "/v1/chat/completions", timeout=10, json={
+        "model": "sim-model", "messages": [{"role": "user", "content": f"question {i}"}]},
+    ).json()["usage"]["gpu_ms"] for i in range(3)]  # fmt: skip
+    after = read_engine(sim.url)
+    assert before is not None and after is not None and before.busy_s is not None
+    assert after.busy_s == pytest.approx(before.busy_s + sum(got) / 1000.0)
+
+
 # -- against a real llama-server --
 
 
@@ -192,10 +215,16 @@ def test_engine_reader__llama_server_load_prefix_cache_and_a_queue(llama: LlamaS
     assert idle is not None and idle.engine == "llama.cpp"
     assert (idle.slots, idle.cache_tokens, idle.load) == (2, 8192, 0.0)
     system = "You answer questions about invoices. " * 20
-    _chat(url, "What is an invoice?", 2, system)
-    _chat(url, "What is a refund?", 2, system)
+    answers = [
+        _chat(url, "What is an invoice?", 2, system),
+        _chat(url, "What is a refund?", 2, system),
+    ]
     held = read_engine(url)
     assert held is not None and held.held_tokens is not None and idle.held_tokens is not None
+    # the time it spent on them: each answer's own timings (prompt_ms + predicted_ms), summed
+    took = sum(a["timings"]["prompt_ms"] + a["timings"]["predicted_ms"] for a in answers) / 1e3
+    assert idle.busy_s is not None and held.busy_s is not None and took > 0
+    assert held.busy_s - idle.busy_s == pytest.approx(took, rel=0.01, abs=0.005)
     assert held.held_tokens - idle.held_tokens >= 100  # the second found the system prompt
 
     long = [threading.Thread(target=_chat, args=(url, f"Tell me story {i} about a dragon.", 64))
