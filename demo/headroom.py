@@ -5,7 +5,8 @@ cache that keeps each answer for the regime's TTL (a miss stores it, the first r
 expires misses again), empty at the regime's first hour (each pass starts on a fresh stack) and
 emptied again at the announced deploy (the new version starts cold). That is the live GPU the
 baseline is forecast to spend per hour, and its busiest hour is the ceiling; nothing of week 2
-is read. Uncacheable requests (sampling, no-cache) miss every time.
+is read ahead (HourCaps reads each hour's forecast against the hours already served). Uncacheable
+requests (sampling, no-cache) miss every time.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from invalidators.deployjob import Prewarmer
 from schemas.common import RequestParams
 from schemas.prewarm import PrewarmRequest
 from stoker.stack import Stack
-from warmers.headroom import Headroom, lead_prewarm
+from warmers.headroom import TREND_HOURS, Headroom, lead_prewarm, load_ratio
 from warmers.hotset.plan import Plan, cap_plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -73,14 +74,33 @@ def _uncacheable(params: str) -> bool:
 
 class HourCaps:
     """Each send hour's cap (Headroom.cap), less what warms already spent in it: the
-    scheduler's windows and the deploy's lead share an hour's room."""
+    scheduler's windows and the deploy's lead share an hour's room.
+
+    The hour's forecast is read against the load served in the TREND_HOURS before it
+    (warmers/headroom.py, load_ratio), as the scheduler reads it against the busy seconds the
+    model server reports. The simulated GPU is time-compressed, so its own busy seconds are
+    not what a real one would report; what the demo's run loop hands `observe` is the log's
+    GPU cost of the hour's live misses, the busy seconds a real server would have said. Only
+    hours already served are read."""
 
     def __init__(self, headroom: Headroom) -> None:
         self.headroom = headroom
         self.spent: dict[int, float] = defaultdict(float)
+        self.served: dict[int, float] = {}  # live GPU-s of each hour served
+
+    def observe(self, hour: int, live_gpu_s: float) -> None:
+        self.served[hour] = live_gpu_s
+
+    def ratio(self, hour: int) -> float:
+        """How the served hours of the TREND_HOURS before `hour` ran against their forecast
+        (1.0 before any is served)."""
+        hours = [h for h in range(hour - TREND_HOURS, hour) if h in self.served]
+        forecast = sum(self.headroom.live_gpu_s(h) for h in hours)
+        r = load_ratio(sum(self.served[h] for h in hours), forecast)
+        return 1.0 if r is None else r
 
     def left(self, hour: int) -> float:
-        return max(0.0, self.headroom.cap(hour) - self.spent[hour])
+        return max(0.0, self.headroom.cap(hour, self.ratio(hour)) - self.spent[hour])
 
     def spend(self, hour: int, gpu_s: float) -> None:
         self.spent[hour] += gpu_s
@@ -117,6 +137,10 @@ class HeadroomWarming(DemoWarming):
     def capped(cls, sc: Scenario, traffic: Traffic) -> Callable[[Stack, str], DemoWarming]:
         model_id = str(traffic.week1[0]["model_id"])
         return lambda stack, url: cls(sc, stack, url, hour_caps(traffic, sc), model_id)
+
+    def observe(self, hour: int, live_gpu_s: float) -> None:
+        """What the GPU carried for the live traffic of `hour`, once it is served (HourCaps)."""
+        self.caps.observe(hour, live_gpu_s)
 
     def send_hour(self, hour: int) -> int:
         """The hour a warm made before serving `hour` is counted in (demo.report.hourly_gpu):

@@ -402,6 +402,10 @@ class Pass:
             truth.retired_versions |= follower.retired()
             bar.detail(f"hour {hour}: {len(by_hour.get(hour, [])):,} requests")
             client.serve(by_hour.get(hour, []), hour)
+            observe = getattr(warming, "observe", None)
+            if observe is not None:  # the load the hour put on the GPU, as its server says
+                served = scorer.stats.hourly.get(hour)
+                observe(hour, served.gpu_ms_live / 1000.0 if served else 0.0)
             bar.advance(task)
         bar.remove_task(task)
         bar.phase(f"{self.name}: waiting for the deploy's purge to finish")

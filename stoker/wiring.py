@@ -380,9 +380,26 @@ def build_prewarmer(s: StokerSettings, runner: WarmRunner) -> HotSetPrewarmer:
 
 def build_headroom(s: StokerSettings, runner: WarmRunner) -> ProfileHeadroom | None:
     """The room under the forecast peak that the scheduler's and the deploy's warms are held
-    to (None: STOKER_WARM_HEADROOM_SHARE is 0, no cap)."""
+    to (None: STOKER_WARM_HEADROOM_SHARE is 0, no cap), its forecast read against the busy
+    seconds the warm backend reports on /metrics."""
     share = s.warm_headroom_share
-    return ProfileHeadroom(runner.selector.profile, share) if share > 0 else None
+    if share <= 0:
+        return None
+    url = s.warm_backend_url or s.gateway_upstream_url  # none: the forecast as it is
+    busy = busy_seconds(s.warm_url()) if url else None
+    return ProfileHeadroom(runner.selector.profile, share, busy=busy)
+
+
+def busy_seconds(url: str) -> Callable[[], float | None]:
+    """The model server's busy seconds so far, read from its /metrics when called (None: it
+    does not answer, or does not say)."""
+    from backends.engine import read_engine
+
+    def read() -> float | None:
+        state = read_engine(url, timeout_s=2.0)
+        return None if state is None else state.busy_s
+
+    return read
 
 
 def build_hot_prefixes(s: StokerSettings, r: redis.Redis) -> HotPrefixes:

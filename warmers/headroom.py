@@ -6,6 +6,13 @@ hit bar and sent in the hour before the cutover, did exactly that. So every hour
 has a cap, in GPU-seconds: the ceiling (the busiest hour the traffic is forecast to bring
 without warming) minus the live GPU forecast for that hour, never below zero.
 
+The forecast is of volume; what else takes load off the model server this week (semantic hits,
+the warms of earlier hours) it cannot know. So the hour's forecast is read against the load the
+server reported in the hours just served (its busy seconds, backends/engine.py): the live
+forecast times `load_ratio` (served over forecast, `TREND_HOURS` back, bounded). A week that
+runs lighter than its forecast leaves more room under the same ceiling; one that runs heavier,
+less. The ceiling stays the forecast's: the capacity its busiest hour calls for.
+
 What does not fit under one hour's cap waits for the next send hour, or is left out:
 - a deploy announced with a lead spreads its pre-warm over the lead hours (`lead_prewarm`),
   each sending what fits under its own hour's cap; the cutover's own pre-warm then finds those
@@ -21,9 +28,10 @@ through the regime's cache (demo/headroom.py).
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from schemas.common import utcnow
 from schemas.errors import ConfigError
@@ -37,6 +45,26 @@ from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hou
 
 _EPS = 1e-9
 log = logging.getLogger("warmers.scheduler")
+
+# How many hours back the served load is read against the forecast (`load_ratio`) ...
+TREND_HOURS = 3
+# ... how far the ratio may move the forecast (a few quiet or busy minutes, or a server that
+# also serves what the profile does not count, must not empty or fill the room) ...
+RATIO_BOUNDS = (0.5, 2.0)
+# ... and the least forecast GPU-seconds, and the least time, it is read over: under them, the
+# forecast stands.
+MIN_FORECAST_GPU_S = 1.0
+RATIO_MIN_SPAN = timedelta(minutes=30)
+
+
+def load_ratio(served_gpu_s: float, forecast_gpu_s: float) -> float | None:
+    """How the hours just served ran against their forecast: served over forecast GPU-seconds,
+    within RATIO_BOUNDS; None when the forecast is under MIN_FORECAST_GPU_S (nothing to read
+    a ratio from) or the served load is unknown (negative: a counter that went back)."""
+    if forecast_gpu_s < MIN_FORECAST_GPU_S or served_gpu_s < 0:
+        return None
+    lo, hi = RATIO_BOUNDS
+    return min(hi, max(lo, served_gpu_s / forecast_gpu_s))
 
 
 @dataclass(frozen=True)
@@ -68,9 +96,10 @@ class Headroom:
 
         return cls(share * max(hours, default=0.0), live)
 
-    def cap(self, hour: int) -> float:
-        """What warms sent in `hour` may spend, in GPU-seconds (0 in an hour at the ceiling)."""
-        return max(0.0, self.ceiling_gpu_s - self.live_gpu_s(hour))
+    def cap(self, hour: int, ratio: float = 1.0) -> float:
+        """What warms sent in `hour` may spend, in GPU-seconds (0 in an hour at the ceiling):
+        the hour's live forecast is read times `ratio` (load_ratio)."""
+        return max(0.0, self.ceiling_gpu_s - ratio * self.live_gpu_s(hour))
 
 
 @dataclass
@@ -158,43 +187,99 @@ def profile_live_gpu(
     return out if known else None
 
 
+def forecast_between(live_gpu_s: Sequence[float], start: datetime, end: datetime) -> float:
+    """The GPU-seconds a per-hour-of-week forecast (profile_live_gpu) gives `start`..`end`,
+    each hour's share by the part of it the span covers."""
+    total, t = 0.0, start
+    while t < end:
+        top = datetime.fromtimestamp(t.timestamp() // 3600 * 3600 + 3600, UTC)
+        nxt = min(end, top)
+        total += live_gpu_s[week_and_hour(t)[1]] * (nxt - t).total_seconds() / 3600.0
+        t = nxt
+    return total
+
+
 class ProfileHeadroom:
     """The scheduler's and the deploy's headroom: what warms may still send to a model in the
     hour under way, under `share` of the busiest hour the profile forecasts for that model
     (profile_live_gpu, read again each hour: each model's servers are a pool of their own),
     less what this process's warms already sent to it in the hour (`spend`). A new leader
-    starts the hour with nothing spent: at worst one hour's room is spent twice."""
+    starts the hour with nothing spent: at worst one hour's room is spent twice.
+
+    With `busy` (the warm backend's busy seconds so far, backends/engine.py; None when it does
+    not say), the hour's forecast is read against the load the server carried since the oldest
+    of its readings in the last TREND_HOURS (`ratio`): its busy seconds less what this
+    process's warms sent, over what the profile forecast for every model in that time."""
 
     def __init__(
         self,
         profile: TrafficProfile,
         share: float = 1.0,
         clock: Callable[[], datetime] = utcnow,
+        busy: Callable[[], float | None] | None = None,
     ) -> None:
         if not 0.0 < share <= 1.0:
             raise ConfigError(f"headroom share must lie in (0, 1], got {share}")
-        self.profile, self.share, self.clock = profile, share, clock
+        self.profile, self.share, self.clock, self.busy = profile, share, clock, busy
         self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
         self._rooms: dict[str | None, Headroom | None] = {}
         self.spent: dict[str | None, float] = {}
+        self.sent_total = 0.0  # GPU-s this process's warms sent, every hour and model
+        # (time, the server's busy seconds, sent_total) at each reading of the last TREND_HOURS
+        self._readings: deque[tuple[datetime, float, float]] = deque(maxlen=1024)
+        self._ratio: tuple[datetime, float] | None = None
 
     def left(self, model_id: str | None = None) -> float | None:
         """GPU-seconds the hour under way has left for warms to `model_id` (None: every model
         as one pool); None while the profile holds no complete week of it: no peak is known
         yet, and the warm goes uncapped."""
         week, how = self._roll()
-        if model_id not in self._rooms:
-            live = profile_live_gpu(self.profile, before_week=week, model_id=model_id)
-            room = None if live is None else Headroom.under_peak(live, 0, self.share)
-            self._rooms[model_id] = room
-        room = self._rooms[model_id]
+        room = self._room(week, model_id)
         if room is None:
             return None
-        return max(0.0, room.cap(how) - self.spent.get(model_id, 0.0))
+        return max(0.0, room.cap(how, self.ratio()) - self.spent.get(model_id, 0.0))
 
     def spend(self, gpu_s: float, model_id: str | None = None) -> None:
         self._roll()
         self.spent[model_id] = self.spent.get(model_id, 0.0) + gpu_s
+        self.sent_total += gpu_s
+
+    def ratio(self) -> float:
+        """load_ratio of the load served since the oldest reading of the last TREND_HOURS (read
+        at most once a minute); 1.0, the forecast as it is, without `busy`, without a reading
+        RATIO_MIN_SPAN old, or while the server says nothing. A counter that went back (a
+        restarted server) starts the readings again."""
+        now = self.clock()
+        if self.busy is None:
+            return 1.0
+        if self._ratio is not None and now - self._ratio[0] < timedelta(minutes=1):
+            return self._ratio[1]
+        r, busy = 1.0, self.busy()
+        rs = self._readings
+        if busy is None or (rs and busy < rs[-1][1]):
+            rs.clear()
+        if busy is not None:
+            rs.append((now, busy, self.sent_total))
+            while now - rs[0][0] > timedelta(hours=TREND_HOURS):
+                rs.popleft()
+            t0, busy0, sent0 = rs[0]
+            live = self._live(week_and_hour(now)[0], None)
+            if now - t0 >= RATIO_MIN_SPAN and live is not None:
+                served = busy - busy0 - (self.sent_total - sent0)
+                got = load_ratio(served, forecast_between(live, t0, now))
+                r = 1.0 if got is None else got
+        self._ratio = (now, r)
+        return r
+
+    def _room(self, week: int, model_id: str | None) -> Headroom | None:
+        if model_id not in self._rooms:
+            live = self._live(week, model_id)
+            room = None if live is None else Headroom.under_peak(live, 0, self.share)
+            self._rooms[model_id] = room
+        return self._rooms[model_id]
+
+    def _live(self, week: int, model_id: str | None) -> list[float] | None:
+        return profile_live_gpu(self.profile, before_week=week, model_id=model_id)
 
     def _roll(self) -> tuple[int, int]:
         """The hour under way; a new one forgets the last one's forecast and spending."""

@@ -63,6 +63,20 @@ def test_hour_caps__the_scheduler_and_the_lead_share_an_hours_room() -> None:
     assert caps.left(1) == 0.0 and caps.left(2) == 2.0
 
 
+def test_hour_caps__an_hours_forecast_is_read_against_the_hours_served_before_it() -> None:
+    caps = HourCaps(Headroom.under_peak([10.0, 4.0, 8.0, 6.0, 6.0, 9.0], first_hour=40))
+    assert caps.left(44) == 4.0  # nothing served yet: the forecast as it is
+    caps.observe(40, 5.0)
+    caps.observe(41, 2.0)
+    caps.observe(42, 4.0)  # hours 40-42 carried 11 of the 22 forecast
+    assert caps.ratio(43) == pytest.approx(0.5) and caps.left(43) == pytest.approx(7.0)
+    caps.observe(43, 6.0)  # 40 falls out of the 3 hours read: 12 of 18
+    assert caps.left(44) == pytest.approx(10.0 - 6.0 * 12 / 18)
+    assert caps.ratio(41) == pytest.approx(0.5)  # only hours before it are read
+    caps.observe(44, 60.0)  # a far busier hour: bounded, and no room at all
+    assert caps.ratio(45) == 2.0 and caps.left(45) == 0.0
+
+
 def test_over_seeds__mean_and_spread_per_regime_skipping_undefined_figures() -> None:
     def report(ratio: float, capture: float | None) -> dict[str, Any]:
         return {"regimes": {"ttl_1d": {"peak_gpu_ratio": ratio, "peak_capture": capture}}}

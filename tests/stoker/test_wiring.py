@@ -173,6 +173,11 @@ def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_se
     # held to the headroom under the profile's forecast peak, at the scheduler's share
     assert isinstance(pw.room, ProfileHeadroom) and pw.room.profile is profile
     assert pw.room.share == 1.0
+    assert pw.room.busy is None  # no model server configured: the forecast as it is
+    served = s.model_copy(update={"warm_backend_url": "http://127.0.0.1:9/v1"})
+    room = build_prewarmer(served, runner).room
+    assert room is not None and room.busy is not None  # read against what the server reports
+    assert room.busy() is None  # nothing listens there: it says nothing
     half = build_prewarmer(s.model_copy(update={"warm_headroom_share": 0.5}), runner)
     assert isinstance(half.room, ProfileHeadroom) and half.room.share == 0.5
     assert build_prewarmer(s.model_copy(update={"warm_headroom_share": 0.0}), runner).room is None

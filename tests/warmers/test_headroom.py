@@ -11,14 +11,18 @@ import redis
 from schemas.errors import ConfigError
 from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
+from stoker.embedded import free_port
 from tests.warmers.hotset_helpers import event, fill, hit_event
 from tests.warmers.test_hotset import MONDAY
 from tests.warmers.test_prewarm import START, bar_prewarmer
 from warmers.headroom import (
+    RATIO_BOUNDS,
     Headroom,
     NextHourWarm,
     ProfileHeadroom,
+    forecast_between,
     lead_prewarm,
+    load_ratio,
     profile_live_gpu,
 )
 from warmers.hotset.plan import cap_plan
@@ -38,6 +42,24 @@ def test_headroom__the_room_under_the_peak_less_the_hours_own_load() -> None:
     low = Headroom.under_peak([2.0, 5.0, 10.0, 4.0], share=0.5)
     assert [low.cap(h) for h in range(4)] == [3.0, 0.0, 0.0, 1.0]
     assert Headroom.under_peak([]).cap(0) == 0.0
+
+
+def test_headroom__the_hours_forecast_read_against_the_load_served() -> None:
+    room = Headroom.under_peak([2.0, 5.0, 10.0, 4.0])
+    # the hours just served ran at 0.6 of their forecast: hour 3's 4.0 is read as 2.4
+    assert room.cap(3, load_ratio(6.0, 10.0) or 1.0) == pytest.approx(10.0 - 2.4)
+    assert room.cap(3, 1.5) == pytest.approx(4.0)  # a heavier week: less room
+    lo, hi = RATIO_BOUNDS
+    assert (load_ratio(0.0, 50.0), load_ratio(500.0, 50.0)) == (lo, hi)  # bounded
+    # too little forecast to read against, or a served figure that cannot be: none
+    assert load_ratio(3.0, 0.5) is None and load_ratio(-1.0, 50.0) is None
+    # a span's forecast: each hour of week by the part of it covered (Monday 00:40-02:30)
+    live = [6.0, 12.0, 2.0] + [0.0] * 165
+    t0 = MONDAY + timedelta(minutes=40)
+    assert forecast_between(live, t0, t0 + timedelta(minutes=110)) == pytest.approx(
+        6.0 * 20 / 60 + 12.0 + 2.0 * 30 / 60
+    )
+    assert forecast_between(live, t0, t0) == 0.0
 
 
 def test_headroom__bad_figures_are_refused() -> None:
@@ -149,6 +171,69 @@ def test_profile_headroom__each_model_has_the_room_under_its_own_peak(
     assert room.left() == 0.0
     now[0] -= timedelta(hours=1)  # hour 0: m's peak, big's quiet hour
     assert (room.left("m"), room.left("big")) == (0.0, pytest.approx(16.0))
+
+
+def test_profile_headroom__the_forecast_follows_the_busy_seconds_the_server_reported(
+    redis_client: redis.Redis,
+) -> None:
+    profile = TrafficProfile(redis_client)
+    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
+    # forecast per hour: 8.0 GPU-s in hour 0 (the peak), 3.2 in hour 1
+    now = [MONDAY + timedelta(days=7, minutes=10)]
+    busy = [100.0]
+    room = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: busy[0])
+    assert room.left() == 0.0  # the peak hour; the first reading
+    now[0] += timedelta(minutes=20)
+    busy[0] = 101.0
+    assert room.ratio() == 1.0  # 20 minutes of readings: too short, the forecast stands
+    # an hour after the first reading: the forecast said 8.0 x 50/60 + 3.2 x 10/60 = 7.2
+    # GPU-s; the server was busy 5.6 s, 2.0 of them this process's own warms: 3.6, half
+    room.spend(2.0)
+    now[0] += timedelta(minutes=40)
+    busy[0] = 100.0 + 3.6 + 2.0
+    assert room.ratio() == pytest.approx(0.5)
+    assert room.left() == pytest.approx(8.0 - 0.5 * 3.2)  # hour 1's forecast, read at half
+    room.spend(1.0)
+    assert room.left() == pytest.approx(8.0 - 0.5 * 3.2 - 1.0)
+    busy[0] += 50.0
+    assert room.ratio() == pytest.approx(0.5)  # read at most once a minute
+    now[0] += timedelta(minutes=1)  # the busy seconds of a much busier week: less room
+    assert room.ratio() == RATIO_BOUNDS[1] and room.left() == pytest.approx(8.0 - 6.4 - 1.0)
+    now[0] += timedelta(minutes=1)
+    busy[0] = 5.0  # the counter went back: a restarted server, the readings start again
+    assert room.ratio() == 1.0
+    now[0] += timedelta(minutes=1)
+    busy[0] = None  # type: ignore[call-overload]  # the server says nothing
+    assert room.ratio() == 1.0
+    # no source: the forecast as it is
+    assert ProfileHeadroom(profile, clock=lambda: now[0]).ratio() == 1.0
+
+
+def test_profile_headroom__reads_the_busy_seconds_of_a_real_server(
+    redis_client: redis.Redis, sim: SimulatorThread
+) -> None:
+    """The wiring's source of busy seconds, against the simulated backend over HTTP: the room
+    of the hour grows when the server carried less than the forecast said."""
+    import httpx
+
+    from stoker.wiring import busy_seconds
+
+    profile = TrafficProfile(redis_client)
+    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
+    now = [MONDAY + timedelta(days=7, hours=1)]
+    source = busy_seconds(sim.url)
+    assert busy_seconds(f"http://127.0.0.1:{free_port()}")() is None  # nothing listens
+    room = ProfileHeadroom(profile, clock=lambda: now[0], busy=source)
+    assert room.left() == pytest.approx(8.0 - 3.2)
+    body = {"model": "sim-model", "messages": [{"role": "user", "content": "a question"}]}
+    before = source()
+    gpu_ms = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=10).json()
+    after = source()
+    assert before is not None and after is not None
+    assert after - before == pytest.approx(gpu_ms["usage"]["gpu_ms"] / 1000.0)
+    now[0] += timedelta(minutes=45)  # 2.4 GPU-s forecast; the server carried a fraction of it
+    assert room.ratio() == pytest.approx(max(RATIO_BOUNDS[0], (after - before) / 2.4))
+    assert room.left() > 8.0 - 3.2
 
 
 def test_profile_headroom__the_week_under_way_is_not_read_and_no_complete_week_means_no_cap(
