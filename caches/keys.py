@@ -367,6 +367,9 @@ def profile_hour_key(
 # purge or invalidation pattern can match (and so delete) one --
 # The warm scheduler's leader lease (warmers/scheduler.py).
 SCHEDULER_LOCK_KEY: Final = f"{C.KEY_ROOT}:scheduler:leader"
+# How the load the warm backend served ran against the forecast, as the scheduler last read it
+# (warmers/headroom.py: SharedRatio), for the deploy worker's pre-warm.
+LOAD_RATIO_KEY: Final = f"{C.KEY_ROOT}:scheduler:load_ratio"
 # Job records (streams/jobs.py) share one hash tag: a record and the index land in one round
 # trip on a Redis Cluster too.
 JOBS_TAG: Final = "{jobs}"

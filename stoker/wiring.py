@@ -58,7 +58,7 @@ from streams.base import Handler
 from streams.jobs import JobRecords, KafkaStatusSink
 from streams.publisher import EventPublisher
 from streams.worker import WorkerConfig, default_group_id
-from warmers.headroom import ProfileHeadroom
+from warmers.headroom import ProfileHeadroom, SharedRatio
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.warm_budget import Budget, BudgetOptions
 from warmers.prefix.hot import HotPrefixes
@@ -387,7 +387,8 @@ def build_headroom(s: StokerSettings, runner: WarmRunner) -> ProfileHeadroom | N
         return None
     url = s.warm_backend_url or s.gateway_upstream_url  # none: the forecast as it is
     busy = busy_seconds(s.warm_url()) if url else None
-    return ProfileHeadroom(runner.selector.profile, share, busy=busy)
+    shared = SharedRatio(runner.cache.redis)  # the scheduler's ratio, for the deploy worker
+    return ProfileHeadroom(runner.selector.profile, share, busy=busy, shared=shared)
 
 
 def busy_seconds(url: str) -> Callable[[], float | None]:

@@ -27,14 +27,19 @@ through the regime's cache (demo/headroom.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import redis
+
+from caches.boundary import redis_boundary
+from caches.keys import LOAD_RATIO_KEY
 from schemas.common import utcnow
-from schemas.errors import ConfigError
+from schemas.errors import CacheUnavailable, ConfigError
 from warmers.hotset.plan import cap_plan, sent_gpu_s
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
@@ -199,6 +204,31 @@ def forecast_between(live_gpu_s: Sequence[float], start: datetime, end: datetime
     return total
 
 
+class SharedRatio:
+    """The load ratio one process read, for the others. The scheduler's leader reads the
+    server all day; the deploy worker reads its room once per deploy and has no readings of
+    its own to read a ratio from. Kept `ttl_s` in Redis: a leader that stopped reading lets it
+    lapse, and the forecast stands. A Redis that fails says nothing and keeps nothing."""
+
+    def __init__(self, r: redis.Redis, ttl_s: float = 900.0, key: str = LOAD_RATIO_KEY) -> None:
+        self.redis, self.ttl_ms, self.key = r, int(ttl_s * 1000), key
+
+    def put(self, ratio: float) -> None:
+        with contextlib.suppress(CacheUnavailable), redis_boundary("load ratio put"):
+            self.redis.set(self.key, repr(ratio), px=self.ttl_ms)
+
+    def get(self) -> float | None:
+        raw = None
+        with contextlib.suppress(CacheUnavailable), redis_boundary("load ratio get"):
+            raw = self.redis.get(self.key)
+        try:
+            got = float(raw) if raw is not None else None
+        except (TypeError, ValueError):
+            return None
+        lo, hi = RATIO_BOUNDS
+        return got if got is not None and lo <= got <= hi else None
+
+
 class ProfileHeadroom:
     """The scheduler's and the deploy's headroom: what warms may still send to a model in the
     hour under way, under `share` of the busiest hour the profile forecasts for that model
@@ -209,7 +239,8 @@ class ProfileHeadroom:
     With `busy` (the warm backend's busy seconds so far, backends/engine.py; None when it does
     not say), the hour's forecast is read against the load the server carried since the oldest
     of its readings in the last TREND_HOURS (`ratio`): its busy seconds less what this
-    process's warms sent, over what the profile forecast for every model in that time."""
+    process's warms sent, over what the profile forecast for every model in that time. With
+    `shared`, a ratio read is kept there, and one without readings enough reads it there."""
 
     def __init__(
         self,
@@ -217,10 +248,12 @@ class ProfileHeadroom:
         share: float = 1.0,
         clock: Callable[[], datetime] = utcnow,
         busy: Callable[[], float | None] | None = None,
+        shared: SharedRatio | None = None,
     ) -> None:
         if not 0.0 < share <= 1.0:
             raise ConfigError(f"headroom share must lie in (0, 1], got {share}")
         self.profile, self.share, self.clock, self.busy = profile, share, clock, busy
+        self.shared = shared
         self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
         self._rooms: dict[str | None, Headroom | None] = {}
         self.spent: dict[str | None, float] = {}
@@ -254,7 +287,7 @@ class ProfileHeadroom:
             return 1.0
         if self._ratio is not None and now - self._ratio[0] < timedelta(minutes=1):
             return self._ratio[1]
-        r, busy = 1.0, self.busy()
+        got, busy = None, self.busy()
         rs = self._readings
         if busy is None or (rs and busy < rs[-1][1]):
             rs.clear()
@@ -267,7 +300,12 @@ class ProfileHeadroom:
             if now - t0 >= RATIO_MIN_SPAN and live is not None:
                 served = busy - busy0 - (self.sent_total - sent0)
                 got = load_ratio(served, forecast_between(live, t0, now))
-                r = 1.0 if got is None else got
+        if self.shared is not None:
+            if got is not None:
+                self.shared.put(got)
+            else:
+                got = self.shared.get()
+        r = 1.0 if got is None else got
         self._ratio = (now, r)
         return r
 

@@ -113,6 +113,7 @@ GLOBAL_KEYS: dict[str, Builder] = {
     "live versions": lambda c: K.live_versions_key(c["model"]),
     "prefix index": lambda c: K.prefix_index_key(c["model"]),
     "scheduler lock": lambda c: K.SCHEDULER_LOCK_KEY,
+    "load ratio": lambda c: K.LOAD_RATIO_KEY,
     "job record": lambda c: f"{K.JOB_RECORD_PREFIX}{c['route']}:{c['event']}",
     "recent jobs": lambda c: K.JOBS_RECENT_KEY,
     "deploy checkpoint": lambda c: f"{K.CHECKPOINT_PREFIX}{K.DEPLOY_TAG}:{c['event']}",

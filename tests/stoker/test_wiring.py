@@ -166,7 +166,8 @@ def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_se
     )  # fmt: skip
     profile = object()
     # only handed through: no embedder to load
-    runner = cast(WarmRunner, SimpleNamespace(selector=SimpleNamespace(profile=profile)))
+    runner = cast(WarmRunner, SimpleNamespace(selector=SimpleNamespace(profile=profile),
+                                              cache=SimpleNamespace(redis=None)))  # fmt: skip
     pw = build_prewarmer(s, runner)
     assert (pw.hit_bar, pw.min_share, pw.budget.requests) == (0.4, 0.8, 7)
     assert pw.window().hours() == 5 and pw.runner is runner

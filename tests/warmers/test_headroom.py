@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import redis
 
+from caches.keys import LOAD_RATIO_KEY
 from schemas.errors import ConfigError
 from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
@@ -20,6 +21,7 @@ from warmers.headroom import (
     Headroom,
     NextHourWarm,
     ProfileHeadroom,
+    SharedRatio,
     forecast_between,
     lead_prewarm,
     load_ratio,
@@ -207,6 +209,34 @@ def test_profile_headroom__the_forecast_follows_the_busy_seconds_the_server_repo
     assert room.ratio() == 1.0
     # no source: the forecast as it is
     assert ProfileHeadroom(profile, clock=lambda: now[0]).ratio() == 1.0
+
+
+def test_profile_headroom__a_process_without_readings_takes_the_ratio_another_read(
+    redis_client: redis.Redis,
+) -> None:
+    """The deploy worker reads its room once per deploy: the scheduler's ratio, via Redis."""
+    profile = TrafficProfile(redis_client)
+    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
+    now = [MONDAY + timedelta(days=7, minutes=10)]
+    busy = [100.0]
+    leader = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: busy[0],
+                             shared=SharedRatio(redis_client, ttl_s=60))  # fmt: skip
+    deployer = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: 7.0,
+                               shared=SharedRatio(redis_client, ttl_s=60))  # fmt: skip
+    assert leader.ratio() == 1.0  # nobody has read a ratio yet
+    now[0] += timedelta(hours=1)
+    busy[0] += 3.6  # half the 7.2 GPU-s forecast
+    assert leader.ratio() == pytest.approx(0.5)
+    assert 0 < redis_client.pttl(LOAD_RATIO_KEY) <= 60_000  # lapses unless read again
+    now[0] += timedelta(minutes=1)
+    assert deployer.ratio() == pytest.approx(0.5)  # its own readings span nothing yet
+    assert deployer.left() == pytest.approx(8.0 - 0.5 * 3.2)
+    redis_client.set(LOAD_RATIO_KEY, "nonsense")
+    now[0] += timedelta(minutes=1)
+    assert deployer.ratio() == 1.0  # what cannot be a ratio is not read as one
+    redis_client.set(LOAD_RATIO_KEY, "40.0")
+    now[0] += timedelta(minutes=1)
+    assert deployer.ratio() == 1.0  # nor is one out of bounds
 
 
 def test_profile_headroom__reads_the_busy_seconds_of_a_real_server(
