@@ -207,10 +207,10 @@ def forecast_between(live_gpu_s: Sequence[float], start: datetime, end: datetime
 class SharedRatio:
     """The load ratio one process read, for the others. The scheduler's leader reads the
     server all day; the deploy worker reads its room once per deploy and has no readings of
-    its own to read a ratio from. Kept `ttl_s` in Redis: a leader that stopped reading lets it
-    lapse, and the forecast stands. A Redis that fails says nothing and keeps nothing."""
+    its own to read a ratio from. Kept `ttl_s` in Redis (two of the scheduler's 15-minute runs):
+    a leader that stopped reading lets it lapse, and the forecast stands. A Redis that fails says nothing and keeps nothing."""
 
-    def __init__(self, r: redis.Redis, ttl_s: float = 900.0, key: str = LOAD_RATIO_KEY) -> None:
+    def __init__(self, r: redis.Redis, ttl_s: float = 1800.0, key: str = LOAD_RATIO_KEY) -> None:
         self.redis, self.ttl_ms, self.key = r, int(ttl_s * 1000), key
 
     def put(self, ratio: float) -> None:
