@@ -207,8 +207,9 @@ def forecast_between(live_gpu_s: Sequence[float], start: datetime, end: datetime
 class SharedRatio:
     """The load ratio one process read, for the others. The scheduler's leader reads the
     server all day; the deploy worker reads its room once per deploy and has no readings of
-    its own to read a ratio from. Kept `ttl_s` in Redis (two of the scheduler's 15-minute runs):
-    a leader that stopped reading lets it lapse, and the forecast stands. A Redis that fails says nothing and keeps nothing."""
+    its own to read a ratio from. Kept `ttl_s` in Redis (two of the scheduler's 15-minute
+    runs): a leader that stopped reading lets it lapse, and the forecast stands. A Redis that
+    fails says nothing and keeps nothing."""
 
     def __init__(self, r: redis.Redis, ttl_s: float = 1800.0, key: str = LOAD_RATIO_KEY) -> None:
         self.redis, self.ttl_ms, self.key = r, int(ttl_s * 1000), key
@@ -357,6 +358,10 @@ class NextHourWarm:
         # A run that sent nothing is routine (every 15 min, mostly): DEBUG, not a line of INFO.
         level = logging.INFO if summary.sent or summary.failed else logging.DEBUG
         under = ", ".join(f"{m} {v:.1f}" for m, v in rooms.items())
-        under = f" under the headroom ({under} GPU-s)" if under else ""
+        if under and room is not None and room.busy is not None:
+            under += f" GPU-s; the server carrying {room.ratio():.2f}x its forecast"
+        elif under:
+            under += " GPU-s"
+        under = f" under the headroom ({under})" if under else ""
         log.log(level, "warmed %s: %d planned%s, %s", plan.window, len(plan.items), under, summary)
         return summary

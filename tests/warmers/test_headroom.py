@@ -3,6 +3,7 @@ ahead spreads its pre-warm over the lead hours instead of sending it all in the 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -286,7 +287,7 @@ def test_profile_headroom__the_week_under_way_is_not_read_and_no_complete_week_m
 
 
 def test_next_hour_warm__sends_only_what_the_hour_has_room_for_and_counts_it(
-    redis_client: redis.Redis, sim: SimulatorThread
+    redis_client: redis.Redis, sim: SimulatorThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     pw, win, plan = _hot_plan(redis_client, sim.url)  # HOT: weekdays at 10:00, week of MONDAY
     per_send = max(i.warm_cost_ms for i in plan.items) / 1000.0
@@ -295,10 +296,15 @@ def test_next_hour_warm__sends_only_what_the_hour_has_room_for_and_counts_it(
     live = profile_live_gpu(pw.runner.selector.profile, before_week=week_and_hour(START)[0])
     assert live is not None and max(live) > live[9] + 3 * per_send
     share = (live[9] + 2.5 * per_send) / max(live)
-    room = ProfileHeadroom(pw.runner.selector.profile, share=share, clock=lambda: now[0])
+    room = ProfileHeadroom(pw.runner.selector.profile, share=share, clock=lambda: now[0],
+                           busy=lambda: 0.0)  # fmt: skip
     job = NextHourWarm(pw.runner, Budget(requests=5), room, window=lambda: win)
-    first = job()
+    with caplog.at_level(logging.INFO, logger="warmers.scheduler"):
+        first = job()
     assert first.sent == 2 and 0 < room.spent["m"] <= 2.5 * per_send
+    # the log says the room, and how the server's load ran against the forecast (no span yet)
+    assert "under the headroom (m " in caplog.text
+    assert "GPU-s; the server carrying 1.00x its forecast)" in caplog.text
     second = job()  # the same hour: what is left holds none of the rest
     assert second.sent == 0
     now[0] = START  # the peak hour: no room at all, whatever the plan holds
