@@ -176,14 +176,18 @@ def test_profile_headroom__each_model_has_the_room_under_its_own_peak(
     assert (room.left("m"), room.left("big")) == (0.0, pytest.approx(16.0))
 
 
+def _peak_then_quiet(redis_client: redis.Redis) -> TrafficProfile:
+    """A profile whose forecast is 8.0 GPU-s in hour 0 of the week (the peak), 3.2 in hour 1."""
+    profile = TrafficProfile(redis_client)
+    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
+    return profile
+
+
 def test_profile_headroom__the_forecast_follows_the_busy_seconds_the_server_reported(
     redis_client: redis.Redis,
 ) -> None:
-    profile = TrafficProfile(redis_client)
-    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
-    # forecast per hour: 8.0 GPU-s in hour 0 (the peak), 3.2 in hour 1
-    now = [MONDAY + timedelta(days=7, minutes=10)]
-    busy = [100.0]
+    profile = _peak_then_quiet(redis_client)
+    now, busy = [MONDAY + timedelta(days=7, minutes=10)], [100.0]
     room = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: busy[0])
     assert room.left() == 0.0  # the peak hour; the first reading
     now[0] += timedelta(minutes=20)
@@ -216,10 +220,8 @@ def test_profile_headroom__a_process_without_readings_takes_the_ratio_another_re
     redis_client: redis.Redis,
 ) -> None:
     """The deploy worker reads its room once per deploy: the scheduler's ratio, via Redis."""
-    profile = TrafficProfile(redis_client)
-    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
-    now = [MONDAY + timedelta(days=7, minutes=10)]
-    busy = [100.0]
+    profile = _peak_then_quiet(redis_client)
+    now, busy = [MONDAY + timedelta(days=7, minutes=10)], [100.0]
     leader = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: busy[0],
                              shared=SharedRatio(redis_client, ttl_s=60))  # fmt: skip
     deployer = ProfileHeadroom(profile, clock=lambda: now[0], busy=lambda: 7.0,
@@ -249,8 +251,7 @@ def test_profile_headroom__reads_the_busy_seconds_of_a_real_server(
 
     from stoker.wiring import busy_seconds
 
-    profile = TrafficProfile(redis_client)
-    fill(profile, [*_hour(0, "q", 10), *_hour(1, "poem", 4, temperature=0.7)])
+    profile = _peak_then_quiet(redis_client)
     now = [MONDAY + timedelta(days=7, hours=1)]
     source = busy_seconds(sim.url)
     assert busy_seconds(f"http://127.0.0.1:{free_port()}")() is None  # nothing listens
