@@ -30,7 +30,7 @@ from warmers.headroom import TREND_HOURS, Headroom, lead_prewarm, load_ratio
 from warmers.hotset.plan import Plan, cap_plan
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
-from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
+from warmers.prewarm import MAX_HOURS, HotSetPrewarm, HotSetPrewarmer
 
 WEEK_H = 7 * 24
 
@@ -160,8 +160,13 @@ class HeadroomWarming(DemoWarming):
         return out
 
     def deploy_window(self, start2: datetime) -> Window:
+        """The hours the deploy's pre-warm plans: from the cutover, the regime's TTL (at most
+        MAX_HOURS, as STOKER_DEPLOY_PREWARM_HOURS), or the scheduler's horizon if longer. An
+        entry warmed for the deploy serves for its TTL: valued over the horizon alone, a query
+        asked four times a day but less than once in six hours fell below break-even."""
         begin = start2 + timedelta(hours=self.sc.deploy_at_h)
-        return Window(begin, begin + timedelta(hours=self.sc.warm_horizon_h))
+        hours = max(self.sc.warm_horizon_h, min(self.sc.ttl_h, MAX_HOURS))
+        return Window(begin, begin + timedelta(hours=hours))
 
     def lead_ahead(self, start2: datetime, hour: int) -> dict[str, Any]:
         """One lead hour of the announced deploy: the new version's pre-warm, as much of it

@@ -77,6 +77,26 @@ def test_hour_caps__an_hours_forecast_is_read_against_the_hours_served_before_it
     assert caps.ratio(45) == 2.0 and caps.left(45) == 0.0
 
 
+def test_headroom_warming__the_deploys_pre_warm_plans_the_entries_ttl() -> None:
+    from types import SimpleNamespace
+
+    from demo.headroom import HeadroomWarming
+
+    start2 = datetime(2026, 3, 9, tzinfo=UTC)
+    day, short = Scenario(first_h=48, week2_hours=96).regimes()
+
+    def hours(sc: Scenario) -> float:
+        w = HeadroomWarming.deploy_window(SimpleNamespace(sc=sc), start2)  # type: ignore[arg-type]
+        assert w.start == start2 + timedelta(hours=sc.deploy_at_h)  # from the cutover
+        return (w.end - w.start).total_seconds() / 3600
+
+    # a day's TTL: the day the warmed entries live, not the scheduler's 6-hour horizon
+    assert (day.ttl_h, day.warm_horizon_h, hours(day)) == (24, 6, 24)
+    assert (short.ttl_h, hours(short)) == (3, 3)
+    assert hours(replace(day, ttl_h=48)) == 24  # no longer than the pre-warm plans at most
+    assert hours(replace(short, ttl_h=1)) == 3  # nor shorter than the horizon
+
+
 def test_over_seeds__mean_and_spread_per_regime_skipping_undefined_figures() -> None:
     def report(ratio: float, capture: float | None) -> dict[str, Any]:
         return {"regimes": {"ttl_1d": {"peak_gpu_ratio": ratio, "peak_capture": capture}}}
