@@ -257,6 +257,8 @@ class ProfileHeadroom:
         self.shared = shared
         self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
         self._rooms: dict[str | None, Headroom | None] = {}
+        # each model's forecast (None: every model) for the hour under way: read once per hour
+        self._forecasts: dict[str | None, list[float] | None] = {}
         self.spent: dict[str | None, float] = {}
         self.sent_total = 0.0  # GPU-s this process's warms sent, every hour and model
         # (time, the server's busy seconds, sent_total) at each reading of the last TREND_HOURS
@@ -283,9 +285,10 @@ class ProfileHeadroom:
         at most once a minute); 1.0, the forecast as it is, without `busy`, without a reading
         RATIO_MIN_SPAN old, or while the server says nothing. A counter that went back (a
         restarted server) starts the readings again."""
-        now = self.clock()
         if self.busy is None:
             return 1.0
+        week, _ = self._roll()
+        now = self.clock()
         if self._ratio is not None and now - self._ratio[0] < timedelta(minutes=1):
             return self._ratio[1]
         got, busy = None, self.busy()
@@ -297,7 +300,7 @@ class ProfileHeadroom:
             while now - rs[0][0] > timedelta(hours=TREND_HOURS):
                 rs.popleft()
             t0, busy0, sent0 = rs[0]
-            live = self._live(week_and_hour(now)[0], None)
+            live = self._live(week, None)
             if now - t0 >= RATIO_MIN_SPAN and live is not None:
                 served = busy - busy0 - (self.sent_total - sent0)
                 got = load_ratio(served, forecast_between(live, t0, now))
@@ -318,13 +321,16 @@ class ProfileHeadroom:
         return self._rooms[model_id]
 
     def _live(self, week: int, model_id: str | None) -> list[float] | None:
-        return profile_live_gpu(self.profile, before_week=week, model_id=model_id)
+        if model_id not in self._forecasts:
+            live = profile_live_gpu(self.profile, before_week=week, model_id=model_id)
+            self._forecasts[model_id] = live
+        return self._forecasts[model_id]
 
     def _roll(self) -> tuple[int, int]:
         """The hour under way; a new one forgets the last one's forecast and spending."""
         hour = week_and_hour(self.clock())
         if self._hour != hour:
-            self._hour, self._rooms, self.spent = hour, {}, {}
+            self._hour, self._rooms, self._forecasts, self.spent = hour, {}, {}, {}
         return hour
 
 
