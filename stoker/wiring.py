@@ -385,8 +385,10 @@ def build_headroom(s: StokerSettings, runner: WarmRunner) -> ProfileHeadroom | N
     share = s.warm_headroom_share
     if share <= 0:
         return None
-    url = s.warm_backend_url or s.gateway_upstream_url  # none: the forecast as it is
-    busy = busy_seconds(s.warm_url()) if url else None
+    try:
+        busy = busy_seconds(s.warm_url())
+    except ConfigError:  # no model server configured: the forecast as it is
+        busy = None
     shared = SharedRatio(runner.cache.redis)  # the scheduler's ratio, for the deploy worker
     return ProfileHeadroom(runner.selector.profile, share, busy=busy, shared=shared)
 
