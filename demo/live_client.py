@@ -64,7 +64,7 @@ def request_of(
         "messages": [
             {
                 "role": "system",
-                "content": system_message(row["tenant"], docs, short=sc.short_prompts),
+                "content": system_message(row["tenant"], docs, sc.titles, short=sc.short_prompts),
             },
             {"role": "user", "content": row["prompt"]},
         ],

@@ -407,7 +407,8 @@ class LiveDemo:
             for tenant in tenants:
                 ev = KnowledgeBaseChanged(
                     schema_version=2, tenant=tenant, doc_id=doc, doc_version=2, change="updated",
-                    text=article(tenant, doc, 2), previous_text=article(tenant, doc, 1),
+                    text=article(tenant, doc, 2, self.sc.titles.get(doc)),
+                    previous_text=article(tenant, doc, 1, self.sc.titles.get(doc)),
                 )  # fmt: skip
                 publisher.publish("inference.kb-changes", ev, key=tenant)
                 client.revisions[(tenant, doc)] = 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pandas as pd
 
 from caches.keys import normalise_prompt
 from demo.scenario import SAMPLE_LOG
+from simulation.logs.sample import articles_path
 from stoker.modelserver import MODEL_ALIAS
 
 OLD_VERSION = "2026-11-01"  # the version the sample log ran
@@ -71,6 +73,16 @@ class LiveScenario:
             deploy_h=12, short_prompts=True,
         )  # fmt: skip
 
+    @cached_property
+    def titles(self) -> dict[str, str]:
+        """The help center's catalog beside the log (doc id -> title; {} without one)."""
+        path = articles_path(self.log)
+        return (
+            {str(k): str(v) for k, v in orjson.loads(path.read_bytes()).items()}
+            if path.is_file()
+            else {}
+        )
+
     def params(self, logged: str) -> dict[str, Any]:
         """A row's parameters for the real model: its temperature and no_cache as logged, the
         demo's max_tokens and stop."""
@@ -115,7 +127,7 @@ def load_live_traffic(sc: LiveScenario) -> LiveTraffic:
         key=lambda s: abs(_repeat_share(_slice(day, s, sc.slice_n).to_dict("records")) - whole),
     )
     w1 = _slice(week1, salt, sc.slice_n)
-    docs = w1.context_docs[w1.context_docs != "[]"].map(lambda s: orjson.loads(s)[0]["doc_id"])
+    docs = w1.context_docs.map(orjson.loads).explode().dropna().map(lambda d: d["doc_id"])
     return LiveTraffic(
         week1=_records(w1),
         day=_records(_slice(day, salt, sc.slice_n)),

@@ -1,13 +1,14 @@
 """What the live demo's tenants send the real model: their system prompts and help-center texts.
 
-The sample log names three tenants and, for some requests, one retrieved help-center article by
-id (`kb/card_declined`). The real model needs words: each tenant is a company whose app embeds
+The sample log names three tenants and, for some requests, the retrieved help-center articles by
+opaque id (`kb/53ad25c3`); its catalog beside it gives each article's title, a topic ("Cards").
+The real model needs words: each tenant is a company whose app embeds
 a support assistant, with its own system prompt (a few hundred tokens each, as production
 support prompts are: role, tone, rules, escalation, product facts), and each article has a text
 per tenant and revision. Both are fixed here, so two runs send the same bytes.
 
 The system message is the tenant's prompt, then the retrieved articles. Each article's text
-opens with its marker, `[kb/card_declined, revision 2]`, inside the text, so that a warm which
+opens with its marker, `[kb/53ad25c3, revision 2]`, inside the text, so that a warm which
 renews a logged request with an article's new text (warmers/hotset/renew.py) renews the marker too:
 what the model read is what the marker says (the live scorer reads it from the request).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Final
 
 # How every tenant asks for its answers: one line, so the request's stop sequence ("\n")
@@ -134,9 +136,10 @@ def _short(prompt: str) -> str:
     return head + _ONE_LINE
 
 
-def article(tenant: str, doc_id: str, revision: int) -> str:
-    """One help-center article of a tenant at a revision, its marker first."""
-    topic = doc_id.rsplit("/", 1)[-1].replace("_", " ")
+def article(tenant: str, doc_id: str, revision: int, title: str | None = None) -> str:
+    """One help-center article of a tenant at a revision, its marker first; `title`: the
+    catalog's (a topic), else a generic one."""
+    topic = (title or "help-center article").split(":")[0].lower()
     brand = BRANDS.get(tenant, tenant)
     pick = _pick(tenant, doc_id, revision)
     menu, hours, wait = (
@@ -151,11 +154,19 @@ def article(tenant: str, doc_id: str, revision: int) -> str:
     )
 
 
-def system_message(tenant: str, docs: dict[str, int], *, short: bool = False) -> str:
-    """The system message of a request that retrieved `docs` (doc id -> revision)."""
+def system_message(
+    tenant: str,
+    docs: dict[str, int],
+    titles: Mapping[str, str] | None = None,
+    *,
+    short: bool = False,
+) -> str:
+    """The system message of a request that retrieved `docs` (doc id -> revision); `titles`:
+    the help center's catalog (doc id -> title)."""
     text = system_prompt(tenant, short=short)
     if docs:
-        arts = "\n".join(article(tenant, d, v) for d, v in sorted(docs.items()))
+        named = titles or {}
+        arts = "\n".join(article(tenant, d, v, named.get(d)) for d, v in sorted(docs.items()))
         text += f"\n\n{ARTICLES_HEADING}\n{arts}"
     return text
 

@@ -94,9 +94,7 @@ def load_traffic(sc: Scenario) -> Traffic:
     end2 = start2 + pd.Timedelta(hours=sc.week2_hours)
     week1 = df[df.ts < start2]
     week2 = df[(df.ts >= start2) & (df.ts < end2)]
-    docs = week1.context_docs[week1.context_docs != "[]"].map(
-        lambda s: orjson.loads(s)[0]["doc_id"]
-    )
+    docs = week1.context_docs.map(orjson.loads).explode().dropna().map(lambda d: d["doc_id"])
     top_docs = list(docs.value_counts().index[: sc.kb_docs_per_change * len(sc.kb_change_at_h)])
     return Traffic(
         week1=_records(week1),

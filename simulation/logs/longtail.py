@@ -10,8 +10,9 @@ in seconds, with the shape that decides what analysis costs and what caching buy
 - a long tail: `one_off_share` of requests (default 40%) join two utterances drawn uniformly
   from every split ("<a>, also <b>"): ~17k x 17k pairs, so almost every one is asked once,
   and the distinct prompts to embed grow with the log, as a real service's do;
-- 7% of requests sample (temperature > 0) and 1% say no-cache; a third of the intents are
-  answered with doc kb/<intent>@1 (RAG), so the must-filter groups are those intents' own;
+- 7% of requests sample (temperature > 0) and 1% say no-cache; the questions of a third of the
+  help center's topics retrieve its articles (RAG, simulation/logs/articles.py: opaque ids,
+  each article cited by every question of its topic);
 - time: 7 days, a diurnal curve; gpu_ms from prompt and answer tokens as in sample_log.py.
 The `intent` column ("oos" for the one-offs) is a label for scoring only.
 """
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pandas as pd
 
+from simulation.logs.articles import HelpCenter, help_center
 from simulation.logs.sample import DIURNAL, PREFIXES, START, SUFFIXES, load_clinc
 
 NO_CACHE = ',"no_cache":true'
@@ -42,7 +43,7 @@ class LongTailSpec:
     one_off_share: float = 0.40
     sampled_share: float = 0.07
     no_cache_share: float = 0.01
-    rag_intent_share: float = 1 / 3
+    rag_topic_share: float = 1 / 3
     seed: int = 16
 
 
@@ -79,8 +80,9 @@ def generate(spec: LongTailSpec = LongTailSpec(), data_dir: Path | None = None) 
     a, b = rng.integers(len(every), size=n), rng.integers(len(every), size=n)
     for i in np.flatnonzero(one_off).tolist():
         prompts[i] = f"{every[a[i]]}, also {every[b[i]]}"
-    rag = rng.random(len(intents)) < spec.rag_intent_share
-    return _frame(spec, rng, ts, tenant, intents, intent, one_off, rag, prompts)
+    second = rng.random(len(intents)) < 0.4
+    kb = help_center(intents, np.random.default_rng([spec.seed, 1]), second, spec.rag_topic_share)
+    return _frame(spec, rng, ts, tenant, intents, intent, one_off, kb, prompts)
 
 
 def _times(spec: LongTailSpec, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -99,7 +101,7 @@ def _frame(
     intents: list[str],
     intent: np.ndarray,
     one_off: np.ndarray,
-    rag: np.ndarray,
+    kb: HelpCenter,
     prompts: list[str],
 ) -> pd.DataFrame:
     n = len(ts)
@@ -110,10 +112,9 @@ def _frame(
         f'{{"temperature":{t},"max_tokens":512{NO_CACHE if nc else ""}}}'
         for t, nc in zip(temperature.tolist(), no_cache.tolist(), strict=True)
     ]
-    docs_of = [orjson.dumps([{"doc_id": f"kb/{x}", "version": 1}]).decode() for x in intents]
-    with_docs = rag[intent] & ~one_off
+    docs_of = [kb.docs_json(x) for x in intents]
     docs = [
-        docs_of[i] if d else "[]" for i, d in zip(intent.tolist(), with_docs.tolist(), strict=True)
+        "[]" if o else docs_of[i] for i, o in zip(intent.tolist(), one_off.tolist(), strict=True)
     ]
     words = np.fromiter((p.count(" ") + 1 for p in prompts), dtype=np.int64, count=n)
     tokens_in = 150 + np.ceil(words * 1.3).astype(np.int64)

@@ -12,10 +12,13 @@ Shape (each knob a field of SampleSpec):
   varying detail appended), which no cache can serve, and 25% of in-scope requests carry small
   wording variations (fillers, politeness) that only a semantic cache matches;
 - 8% of requests sample (temperature > 0) and 1% say no-cache: never cacheable;
-- a third of the intents are answered from a knowledge base (RAG): doc `kb/<intent>` version 1;
+- RAG: a third of the help center's topics are in its knowledge base, and their questions
+  retrieve the topic's main article (4 in 10 one more of the same topic), version 1, by opaque
+  id (simulation/logs/articles.py): an article serves many questions, no id names one;
 - tokens and GPU cost: prompt = template overhead + words x 1.3; answer ~ lognormal(mean ~120);
   gpu_ms = 0.15 ms per prompt token (prefill) + 12 ms per answer token (decode).
-The `intent` column is a label for scoring only; nothing that serves or warms may read it.
+The `intent` column is a label for scoring only; nothing that serves or warms may read it, and
+no other column (an id, a text) carries it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import orjson
 import pandas as pd
 
 from schemas.errors import UsageError
+from simulation.logs.articles import HelpCenter, help_center
 
 # The checkout's data/ folder; the shell passes the data_dir setting (stoker/data.py) where set.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -55,7 +59,8 @@ class SampleSpec:
     variation_share: float = 0.25
     sampled_share: float = 0.08
     no_cache_share: float = 0.01
-    rag_intent_share: float = 1 / 3
+    rag_topic_share: float = 1 / 3
+    second_article_share: float = 0.4
     model_id: str = "llama-3-8b"
     model_version: str = "2026-11-01"
     template_version: str = "t1"
@@ -121,7 +126,7 @@ class _World:
     tenant_weights: np.ndarray  # (tenants, intents): each tenant's Zipf over a permutation
     peak_hour: np.ndarray  # (intents,)
     weekend_intent: np.ndarray  # (intents,) bool
-    rag_intent: np.ndarray  # (intents,) bool
+    kb: HelpCenter  # what each intent's questions retrieve
 
 
 def _world(spec: SampleSpec, intents: list[str], rng: np.random.Generator) -> _World:
@@ -141,8 +146,13 @@ def _world(spec: SampleSpec, intents: list[str], rng: np.random.Generator) -> _W
         tenant_weights=weights,
         peak_hour=rng.integers(0, 24, n),
         weekend_intent=rng.random(n) < spec.weekend_intent_share,
-        rag_intent=rng.random(n) < spec.rag_intent_share,
-    )
+        # the articles' ids and topics from a generator of their own: the traffic's draws stay
+        # those of the seed
+        kb=help_center(
+            intents, np.random.default_rng([spec.seed, 1]),
+            rng.random(n) < spec.second_article_share, spec.rag_topic_share,
+        ),
+    )  # fmt: skip
 
 
 def _hour_weights(world: _World, tenant: int, hour: int, weekend: bool) -> np.ndarray:
@@ -158,10 +168,9 @@ def generate(spec: SampleSpec = SampleSpec(), data_dir: Path | None = None) -> p
     """The log as a DataFrame, one row per request, columns as RequestLogged plus `intent`."""
     rng = np.random.default_rng(spec.seed)
     phrasings = load_clinc("train", data_dir)
-    # the one-off pool (never a popular intent); test splits stay unseen for evaluation
-    phrasings["oos"] = (
-        load_clinc("oos_train", data_dir)["oos"] + load_clinc("oos_val", data_dir)["oos"]
-    )
+    # the one-off pool (never a popular intent): train's alone, as for the in-scope questions,
+    # so that the val split (which tunes the matcher) and test (which reports it) stay unseen
+    phrasings["oos"] = load_clinc("oos_train", data_dir)["oos"]
     intents = sorted(i for i in phrasings if i != "oos")
     world = _world(spec, intents, rng)
     per_hour = spec.requests_per_day / DIURNAL.sum()
@@ -220,7 +229,7 @@ def _hour_rows(
                 "template_version": spec.template_version,
                 "prompt": text,
                 "params": _params_json(temperature, bool(no_cache)),
-                "context_docs": _docs_json(intent, bool(intent != "oos" and world.rag_intent[i])),
+                "context_docs": world.kb.docs_json(intent),
                 "cache_outcome": "miss",
                 "latency_ms": round(gpu_ms + 20.0, 1),
                 "gpu_ms": gpu_ms,
@@ -239,12 +248,20 @@ def _params_json(temperature: float, no_cache: bool) -> str:
     return orjson.dumps(p).decode()
 
 
-def _docs_json(intent: str, rag: bool) -> str:
-    return orjson.dumps([{"doc_id": f"kb/{intent}", "version": 1}] if rag else []).decode()
-
-
-def write(df: pd.DataFrame, path: Path) -> Path:
-    """Parquet (zstd): ~20x smaller than jsonl for this log, and `stoker replay` reads it."""
+def write(df: pd.DataFrame, path: Path, spec: SampleSpec | None = None) -> Path:
+    """Parquet (zstd): ~20x smaller than jsonl for this log, and `stoker replay` reads it. With
+    `spec`, the help center's catalog too (articles_path: doc id -> title, what the live demo
+    writes each article's text from)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     df.to_parquet(path, compression="zstd", index=False)
+    if spec is not None:
+        catalog = help_center(
+            [], np.random.default_rng([spec.seed, 1]), np.zeros(0, bool), spec.rag_topic_share
+        ).catalog()
+        articles_path(path).write_bytes(orjson.dumps(catalog, option=orjson.OPT_INDENT_2))
     return path
+
+
+def articles_path(log: Path) -> Path:
+    """Where a log's help-center catalog sits: beside it, `<stem>.articles.json`."""
+    return log.with_name(f"{log.stem}.articles.json")

@@ -29,7 +29,8 @@ def sample_log(
 
     data = data_dir()
     load_clinc(data_dir=data)  # a missing or unreadable CLINC150 fails now, in one line (exit 2)
+    spec = SampleSpec(days=days, requests_per_day=per_day, seed=seed)
     with console.status(f"generating {days} days of traffic ..."):
-        df = generate(SampleSpec(days=days, requests_per_day=per_day, seed=seed), data)
-    write(df, out)
+        df = generate(spec, data)
+    write(df, out, spec)
     console.print(f"wrote {len(df):,} requests to {out} ({out.stat().st_size / 1e6:.1f} MB)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import orjson
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
-from simulation.logs.sample import SampleSpec, generate
+from simulation.logs.sample import SampleSpec, articles_path, generate, write
 
 SMALL = SampleSpec(days=7, requests_per_day=1_500)
 
@@ -54,6 +55,30 @@ def test_generate__uncacheable_rag_and_one_off_shares(week: pd.DataFrame):
     rag = week.context_docs.map(orjson.loads).map(bool)
     assert 0.1 < rag.mean() < 0.5
     assert not (rag & (week.intent == "oos")).any()
+
+
+def test_generate__articles_are_opaque_and_cited_by_several_intents(week: pd.DataFrame, tmp_path):
+    """No label in the scope: a doc id names no intent, an article serves many questions (the
+    context hash splits the cache by topic at most), and the catalog names topics only."""
+    intents = set(week.intent) - {"oos"}
+    docs = week.context_docs.map(lambda s: tuple(d["doc_id"] for d in orjson.loads(s)))
+    rag = week[docs.map(bool)].assign(docs=docs[docs.map(bool)])
+    ids = {d for ds in rag.docs for d in ds}
+    assert ids and all(re.fullmatch(r"kb/[0-9a-f]{8}", d) for d in ids)
+    per_doc = rag.explode("docs").groupby("docs").intent.nunique()
+    assert per_doc.max() >= 3
+    # most RAG requests share their exact doc set with questions of other intents
+    shared = rag.groupby("docs").intent.transform("nunique") >= 2
+    assert shared.mean() > 0.5
+    path = write(week, tmp_path / "log.parquet", SMALL)
+    catalog = orjson.loads(articles_path(path).read_bytes())
+    assert ids <= set(catalog)
+    named = {
+        re.sub(r"s$", "", w) for t in catalog.values() for w in re.findall(r"[a-z]+", t.lower())
+    }
+    assert not named & intents  # no title word is an intent's name
+    titles = " ".join(catalog.values()).lower()
+    assert not [i for i in intents if "_" in i and i.replace("_", " ") in titles]
 
 
 def test_generate__rows_decode_as_request_logged(week: pd.DataFrame):
