@@ -120,7 +120,7 @@ def scheduler_service(stack: Stack) -> Service:
     prompt prefixes before each day's peak, and to the watched replicas that restarted."""
     import time
 
-    from warmers.headroom import NextHourWarm
+    from warmers.headroom import ScheduledWarm
     from warmers.prefix.options import PrefixOptions
     from warmers.scheduler import LeaderLock, SchedulerConfig, SchedulerService, WarmScheduler
 
@@ -128,7 +128,7 @@ def scheduler_service(stack: Stack) -> Service:
     runner = stack.runner(progress=False)
     lock = LeaderLock(runner.cache.redis, s.scheduler_lock_ttl_s)
     cfg, o = s.options(SchedulerConfig), s.options(PrefixOptions)
-    warm = NextHourWarm(runner, W.default_budget(s), W.build_headroom(s, runner))
+    warm = ScheduledWarm(runner, W.default_budget(s), W.build_headroom(s, runner))
 
     def sweep() -> None:
         if runner.cache.semantic is not None:

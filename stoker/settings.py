@@ -276,6 +276,14 @@ class StokerSettings(BaseSettings):
     warm_value_model: Literal["prevented", "hits"] = option(HotSetConfig, "value_model")
     # A GPU-ms at idle as a share of one at the history's busiest hour (linear in between).
     warm_idle_price: float = option(HotSetConfig, "idle_price")
+    # The scheduler sends what pays and is asked before it expires with at least this chance.
+    warm_min_p_send: float = option(HotSetConfig, "min_p_send")
+    # A budget named on the command line (`stoker warm --budget-requests`) is spent past
+    # break-even on the best items, down to those asked with at least this chance.
+    warm_min_p_asked: float = option(HotSetConfig, "min_p_asked")
+    # The scheduler plans the hours an entry sent now serves (its TTL), at most this many, and
+    # sends each entry in the cheapest of them before it is asked (warmers/hotset/value.py).
+    warm_horizon_h: int = option(HotSetConfig, "horizon_h")
     # Read the backend's engine on <warm backend>/metrics (backends/engine.py: vLLM's requests
     # waiting and KV cache in use, llama.cpp's busy and deferred slots): each send is priced at
     # that load too, waits for room the live traffic leaves, and makes way when it comes back

@@ -13,16 +13,12 @@ forecast times `load_ratio` (served over forecast, `TREND_HOURS` back, bounded).
 runs lighter than its forecast leaves more room under the same ceiling; one that runs heavier,
 less. The ceiling stays the forecast's: the capacity its busiest hour calls for.
 
-What does not fit under one hour's cap waits for the next send hour, or is left out:
-- a deploy announced with a lead spreads its pre-warm over the lead hours (`lead_prewarm`),
-  each sending what fits under its own hour's cap; the cutover's own pre-warm then finds those
-  entries fresh and sends only what is still missing for its bar;
-- a scheduled warm keeps, in rank order, the items that fit (`cap_plan`).
+What does not fit under one hour's cap waits for the next send hour, or is left out: a
+scheduled warm keeps, in rank order, the items that fit (`cap_plan`); the deploy's pre-warm
+cuts over at the bar what fitted reached (warmers/prewarm.py).
 
-The forecast is the caller's. The scheduler's (`ProfileHeadroom`) is the traffic profile's:
-per namespace, the requests of each hour of the week that reach the GPU, times what one costs,
-over the complete weeks retained. The demo's is the week its profile was learned from, replayed
-through the regime's cache (demo/headroom.py).
+The forecast is the traffic profile's (`ProfileHeadroom`): per namespace, the requests of each
+hour of the week that reach the GPU, times what one costs, over the complete weeks retained.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import redis
@@ -42,8 +38,6 @@ from schemas.common import utcnow
 from schemas.errors import CacheUnavailable, ConfigError
 from warmers.hotset.plan import cap_plan, sent_gpu_s
 from warmers.hotset.warm_budget import Budget
-from warmers.hotset.window import Window
-from warmers.prewarm import size_to_bar
 from warmers.runner import WarmRunner
 from warmers.shadow import WarmSummary
 from warmers.traffic.profile import HOURS_PER_WEEK, TrafficProfile, week_and_hour
@@ -103,61 +97,11 @@ class Headroom:
 
     def cap(self, hour: int, ratio: float = 1.0) -> float:
         """What warms sent in `hour` may spend, in GPU-seconds (0 in an hour at the ceiling):
-        the hour's live forecast is read times `ratio` (load_ratio)."""
-        return max(0.0, self.ceiling_gpu_s - ratio * self.live_gpu_s(hour))
-
-
-@dataclass
-class LeadStep:
-    """What one lead hour of a deploy's pre-warm did."""
-
-    hour: int
-    cap_gpu_s: float
-    planned: int = 0  # items the bar still needs (before the cap)
-    kept: int = 0  # of them, what fitted under the cap
-    sent: int = 0
-    landed: int = 0
-    gpu_s: float = 0.0  # the sent items' cost per miss, from the profile
-    fresh: int = 0  # items in the new namespace already (earlier lead hours')
-    # the share of the window's expected warmable requests the fresh and landed items serve
-    in_place: float = 0.0
-    sent_keys: list[str] = field(default_factory=list, repr=False)
-
-
-def lead_prewarm(
-    runner: WarmRunner,
-    budget: Budget,
-    window: Window,
-    model_id: str,
-    version: str,
-    *,
-    hit_bar: float,
-    cap_gpu_s: float,
-    hour: int,
-) -> LeadStep:
-    """One lead hour of a deploy announced ahead: plan the deploy's `window` for `version` as
-    the cutover's pre-warm does (valued by hits, sized to `hit_bar`), and send only what fits
-    under this hour's `cap_gpu_s`. What earlier lead hours landed is fresh in the plan, so each
-    hour sends the next best items the bar still needs."""
-    step = LeadStep(hour, cap_gpu_s)
-    plan = runner.plan(window, budget, model_id=model_id, model_version=version, value_model="hits")
-    step.fresh = len(plan.fresh)
-    if plan.hit_share([*plan.fresh, *plan.items]) >= hit_bar - _EPS:
-        size_to_bar(plan, hit_bar)
-    step.planned = len(plan.items)
-    cap_plan(plan, cap_gpu_s)
-    step.kept = len(plan.items)
-    step.in_place = plan.hit_share(plan.fresh)
-    if not plan.items:
-        return step
-    s = runner.warm(plan, labels={"model_id": model_id, "version": version, "lead": str(hour)})
-    sent, landed = set(s.sent_keys), set(s.landed_keys)
-    key = {id(i): i.item.identity.key().exact() for i in plan.items}
-    step.sent, step.landed = s.sent, s.cached
-    step.gpu_s = sum(i.miss_cost_ms for i in plan.items if key[id(i)] in sent) / 1000.0
-    step.in_place = plan.hit_share([*plan.fresh, *(i for i in plan.items if key[id(i)] in landed)])
-    step.sent_keys = list(s.sent_keys)
-    return step
+        the forecast, the hour's and the ceiling's alike, read times `ratio` (load_ratio). A
+        forecast learned from a log of misses (no cache in front, or one colder than today's)
+        puts the peak well above what the servers carry now; read at its own level only, the
+        hour's room filled a quiet hour up to that old peak, above today's."""
+        return max(0.0, ratio * (self.ceiling_gpu_s - self.live_gpu_s(hour)))
 
 
 def profile_live_gpu(
@@ -334,21 +278,16 @@ class ProfileHeadroom:
         return hour
 
 
-class NextHourWarm:
-    """The scheduler's warm job: plan the next hour (`window`) and send to each model what the
-    hour under way has room for (`room`, ProfileHeadroom; None: no cap), counting it there."""
+class ScheduledWarm:
+    """The scheduler's warm job: plan the hours ahead (WarmRunner.plan_ahead: each entry in its
+    cheapest hour before it is asked) and send to each model what is due now and the hour
+    under way has room for (`room`, ProfileHeadroom; None: no cap), counting it there."""
 
-    def __init__(
-        self,
-        runner: WarmRunner,
-        budget: Budget,
-        room: ProfileHeadroom | None,
-        window: Callable[[], Window] = Window.next_hour,
-    ) -> None:
-        self.runner, self.budget, self.room, self.window = runner, budget, room, window
+    def __init__(self, runner: WarmRunner, budget: Budget, room: ProfileHeadroom | None) -> None:
+        self.runner, self.budget, self.room = runner, budget, room
 
     def __call__(self) -> WarmSummary:
-        plan = self.runner.plan(self.window(), self.budget)
+        plan = self.runner.plan_ahead(self.budget)
         room, models = self.room, sorted({i.model_id for i in plan.items})
         rooms: dict[str, float] = {}
         if room is not None:
@@ -369,5 +308,8 @@ class NextHourWarm:
         elif under:
             under += " GPU-s"
         under = f" under the headroom ({under})" if under else ""
-        log.log(level, "warmed %s: %d planned%s, %s", plan.window, len(plan.items), under, summary)
+        log.log(
+            level, "warmed %s: %d due now, %d deferred%s, %s", plan.window, len(plan.items),
+            len(plan.deferred), under, summary,
+        )  # fmt: skip
         return summary

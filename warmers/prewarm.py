@@ -198,7 +198,9 @@ class HotSetPrewarmer:
         if not 1 <= hours <= MAX_HOURS:
             raise ConfigError(f"pre-warm window must be 1 to {MAX_HOURS} hours, got {hours}")
         self.runner, self.budget = runner, budget
-        self.window = window or (lambda: Window.from_this_hour(hours))
+        # the hour under way on the planner's clock (the wall clock's, or a replay's)
+        clock = runner.selector.profile.clock
+        self.window = window or (lambda: Window.from_this_hour(hours, clock()))
         self.hit_bar, self.min_share, self.room = hit_bar, min_share, room
 
     def prewarm(self, req: PrewarmRequest) -> HotSetPrewarm:

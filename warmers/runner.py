@@ -44,10 +44,17 @@ class WarmRunner:
     records: JobRecords | None = None  # None: runs leave no job record (tests, dry runs)
     # Where landed warms are noted for the forecast's calibration (None: not noted).
     calibration: Calibration | None = None
+    # Where the sends go instead of the shadow warmer over `backend` (a replay's virtual
+    # backend, warmers/replay/); None: the shadow warmer.
+    send: Callable[[Plan], WarmSummary] | None = None
 
     def plan(self, window: Window, budget: Budget, **scope: Unpack[PlanScope]) -> Plan:
         """The selector's plan (HotSetSelector.plan: the keywords and what they mean)."""
         return self.selector.plan(window, budget, **scope)
+
+    def plan_ahead(self, budget: Budget, **scope: Unpack[PlanScope]) -> Plan:
+        """The scheduler's plan: what is due now of the hours ahead (HotSetSelector.plan_ahead)."""
+        return self.selector.plan_ahead(budget, **scope)
 
     def warm(self, plan: Plan, *, labels: Mapping[str, str] | None = None) -> WarmSummary:
         """Send the plan's items (synchronously: runs its own event loop) and record the run."""
@@ -56,7 +63,7 @@ class WarmRunner:
         started = time.time()
         self._record(job_id, WarmSummary(), "running", started, "sending", tags)
         try:
-            summary = asyncio.run(self._warm(plan))
+            summary = self.send(plan) if self.send is not None else asyncio.run(self._warm(plan))
         except StokerError as e:
             self._record(job_id, WarmSummary(), "failed", started, str(e), tags)
             raise

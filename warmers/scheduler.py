@@ -10,7 +10,7 @@ and idempotent), so the lock only has to be right almost always, not always.
 
 Jobs (apscheduler 3.x BackgroundScheduler, one instance of each job at a time, missed runs
 coalesced): lead (renew/acquire), warm (plan the next hour, send what the hour under way has
-room for, warmers/headroom.py: NextHourWarm; leader only), sweep
+room for, warmers/headroom.py: ScheduledWarm; leader only), sweep
 (SemanticStore.sweep_expired; leader only), prefixes (the KV prefix warm before each day's
 peak, warmers/prefix/before_peak.py; leader only, when given), replicas (the prefix warm of a replica that
 restarted or is new, warmers/prefix/after_restart.py; leader only, when given).

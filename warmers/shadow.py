@@ -207,7 +207,8 @@ class ShadowWarmer:
         key = req.key()
         with redis_boundary("pttl"):
             pttl = int(self.cache.redis.pttl(key.exact()))
-        if pttl == -1 or pttl > self.cfg.min_ttl_left_s * 1000:
+        bar_s = self.cfg.min_ttl_left_s if item.refresh_under_s is None else item.refresh_under_s
+        if pttl == -1 or pttl > bar_s * 1000:
             return "cached"
         # Expiring soon (or gone since the GET): warm again under a fresh ticket.
         ticket = self.cache.generations.snapshot(key, req.docs)

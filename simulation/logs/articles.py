@@ -112,10 +112,10 @@ def help_center(
     topic_of = {i: t for t, members in TOPICS.items() for i in members}
     retrieves: dict[str, tuple[str, ...]] = {}
     for intent, extra in zip(intents, second.tolist(), strict=True):
-        topic = topic_of.get(intent)
-        if topic not in in_kb:
+        mine = topic_of.get(intent)
+        if mine is None or mine not in in_kb:
             continue
-        main, *others = articles[topic]
+        main, *others = articles[mine]
         pick = others[int(rng.integers(len(others)))]
         retrieves[intent] = (main, pick) if extra else (main,)
     return HelpCenter(titles, retrieves)

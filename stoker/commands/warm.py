@@ -16,7 +16,7 @@ from stoker.app import app, console, examples
 from stoker.connect import QdrantUrl, RedisUrl, WarmBackend, connected
 
 if TYPE_CHECKING:
-    from warmers.hotset.plan import Plan
+    from warmers.hotset.plan import Plan, PlanItem
     from warmers.shadow import WarmSummary
 
 # Rows shown by --dry-run; the rest are counted (a 5k-item plan is for machines, not eyes).
@@ -67,7 +67,12 @@ def warm(
 ) -> None:
     """Plan the hot set for the window (day regimes, paraphrase clusters, the miss a warm
     prevents priced by load, fair budget across tenants) and warm it through the shadow warmer
-    at a polite rate."""
+    at a polite rate.
+
+    A budget named here (--budget-requests, --budget-gpu-seconds) is spent now on the best
+    items, down to those asked in the window with a chance under STOKER_WARM_MIN_P_ASKED.
+    Without one, the scheduler's own rule applies: what pays for its send and is due now (its
+    cheapest hour is the one under way) goes; what is best sent later is listed as deferred."""
     from stoker.stack import Stack
     from stoker.wiring import default_budget
     from warmers.hotset.warm_budget import Budget
@@ -80,6 +85,7 @@ def warm(
     except ConfigError as e:
         raise typer.BadParameter(str(e), param_hint="--window") from None
     s = connected(console, redis_url=redis_url, qdrant_url=qdrant_url)
+    named = budget_requests is not None or budget_gpu_seconds is not None
     if budget_requests is not None:
         budget = Budget(requests=budget_requests)
     elif budget_gpu_seconds is not None:
@@ -91,7 +97,9 @@ def warm(
     runner = stack.runner(qps=qps, backend_url=backend, console=console, dry_run=dry_run)
     console.print(f"planning {win} with a budget of {budget}")
     t0 = time.perf_counter()
-    plan = runner.plan(win, budget, tenants=tenant or None, model_version=model_version)
+    plan = runner.plan(
+        win, budget, tenants=tenant or None, model_version=model_version, named=named
+    )
     plan_s = time.perf_counter() - t0
     console.print(f"planned in {plan_s:.1f} s")
     if not json_out:
@@ -124,13 +132,15 @@ def _show_plan(plan: Plan, rows: int) -> None:
         ("cluster", {"justify": "right"}),
         ("exp. hits", {"justify": "right"}),
         ("miss cost s", {"justify": "right"}),
+        ("send", {"no_wrap": True}),
         ("why chosen", {"max_width": 60}),
     ):
         t.add_column(col, **kw)
     for n, i in enumerate(plan.items[:rows], 1):
+        send = plan.send_at(i)
         t.add_row(
             str(n), i.tenant, i.query, str(i.cluster_size), f"{i.expected_hits:.1f}",
-            f"{i.miss_cost_ms / 1000:.2f}", i.reason,
+            f"{i.miss_cost_ms / 1000:.2f}", "now" if send is None else f"{send:%H:%M}", i.reason,
         )  # fmt: skip
     console.print(t)
     if len(plan.items) > rows:
@@ -145,6 +155,17 @@ def _show_plan(plan: Plan, rows: int) -> None:
         f"(fair shares: {shares or 'none'}); expected GPU-seconds saved "
         f"{plan.expected_gpu_s_saved:.1f}; left out: {_fmt(skipped) or 'none'}"
     )
+    if plan.deferred:
+        hours: dict[str, int] = {}
+        for i in plan.deferred:
+            at = plan.send_at(i)
+            key = "later" if at is None else f"{at:%H:%M}"
+            hours[key] = hours.get(key, 0) + 1
+        when = ", ".join(f"{n} at {h}" for h, n in sorted(hours.items()))
+        console.print(
+            f"deferred: {len(plan.deferred)} items are cheaper to send later ({when} UTC); the "
+            "scheduler sends them then"
+        )
     if plan.unused_reason():
         console.print(f"budget: {plan.unused_reason()}")
     for ns, note in plan.regimes.items():
@@ -155,6 +176,22 @@ def _show_plan(plan: Plan, rows: int) -> None:
 
 def plan_json(plan: Plan) -> dict[str, Any]:
     """The whole plan: every item and every candidate left out, with its value and reason."""
+
+    def item(i: PlanItem) -> dict[str, Any]:
+        send = plan.send_at(i)
+        return {
+            "tenant": i.tenant, "model_id": i.model_id, "model_version": i.model_version,
+            "template_version": i.template_version, "query": i.query,
+            "cluster_size": i.cluster_size, "expected_hits": round(i.expected_hits, 4),
+            "miss_cost_ms": round(i.miss_cost_ms, 1), "warm_cost_ms": round(i.warm_cost_ms, 1),
+            "miss_latency_ms": _round(i.miss_latency_ms, 1),
+            "value_ms": round(i.value_ms, 1), "kept": i.reason,
+            # valued by the miss it prevents (STOKER_WARM_VALUE_MODEL=prevented), else null
+            "p_asked": _round(i.p_asked, 4), "price_send": _round(i.price_send, 4),
+            "price_window": _round(i.price_window, 4),
+            "send_at": None if send is None else send.isoformat(),
+        }  # fmt: skip
+
     return {
         "window": {"start": plan.window.start.isoformat(), "end": plan.window.end.isoformat()},
         "budget": str(plan.budget),
@@ -165,20 +202,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "shares": plan.shares,
         "regimes": plan.regimes,
         "calibration": plan.calibration,
-        "items": [
-            {
-                "tenant": i.tenant, "model_id": i.model_id, "model_version": i.model_version,
-                "template_version": i.template_version, "query": i.query,
-                "cluster_size": i.cluster_size, "expected_hits": round(i.expected_hits, 4),
-                "miss_cost_ms": round(i.miss_cost_ms, 1), "warm_cost_ms": round(i.warm_cost_ms, 1),
-                "miss_latency_ms": _round(i.miss_latency_ms, 1),
-                "value_ms": round(i.value_ms, 1), "kept": i.reason,
-                # valued by the miss it prevents (STOKER_WARM_VALUE_MODEL=prevented), else null
-                "p_asked": _round(i.p_asked, 4), "price_send": _round(i.price_send, 4),
-                "price_window": _round(i.price_window, 4),
-            }
-            for i in plan.items
-        ],
+        "named_budget": plan.named,
+        "items": [item(i) for i in plan.items],
+        # worth sending, but cheaper later: the scheduler sends them in their hour
+        "deferred": [item(i) for i in plan.deferred],
         "left_out": [
             {
                 "tenant": sk.tenant, "query": sk.query, "reason": sk.reason,

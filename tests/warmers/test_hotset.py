@@ -170,7 +170,7 @@ def test_fair_shares__water_filling_with_floor() -> None:
 
 def test_hotset__never_warms_what_must_not_be_cached(profile: TrafficProfile) -> None:
     hot_sampled = _week("acme", {"write me a poem": 50}, {}, temperature=0.8)
-    fill(profile, hot_sampled + _week("acme", {"what is the refund policy": 3}, {})[:15])
+    fill(profile, hot_sampled + _week("acme", {"what is the refund policy": 10}, {})[:50])
     plan = _selector(profile).plan(NEXT_MONDAY_10, Budget(requests=10))
     assert "write me a poem" not in {i.query for i in plan.items}
     assert "what is the refund policy" in {i.query for i in plan.items}
@@ -248,7 +248,9 @@ def test_hotset__a_flat_load_plans_nothing_when_valued_by_the_miss_prevented(
 ) -> None:
     # The send hour costs what the window's hours cost: a warm buys a miss at the price the
     # miss would have cost, less the chance it is never asked. No latency weight: none pays.
-    fill(profile, _flat("acme", {"flat hot question": 4, "flat warm question": 1}))
+    # (the warm question is asked twice an hour: once an hour, valued by hits, it would sit
+    # exactly at break-even, 1 hit x 800 ms against its 800 ms send)
+    fill(profile, _flat("acme", {"flat hot question": 4, "flat warm question": 2}))
     plan = _selector(profile, value_model="prevented").plan(NEXT_MONDAY_10, Budget(requests=10))
     assert plan.items == []
     assert "only 0 candidates" in plan.unused_reason()
@@ -329,8 +331,12 @@ def test_hotset__before_a_ramp_up_the_hot_query_pays_and_a_one_off_does_not(
     assert hot.price_send == pytest.approx(0.2 + 0.8 * 4 / 45, rel=0.02)  # 4 of the peak's 45
     assert hot.price_window is not None and hot.price_window > 0.95
     assert hot.value_ms == pytest.approx(800 * (hot.price_window - hot.price_send), rel=0.01)
-    assert sum(hot.rates) == pytest.approx(hot.expected_hits)  # the hits, split by hour
-    assert "first asked with p 1.00" in hot.reason
+    # the rates span the send hours (09:00, the last cheap one) and then the window's, the
+    # window's summing to its expected hits
+    assert plan.span_start == NEXT_MONDAY_10.start - timedelta(hours=1)
+    assert plan.send_at(hot) == plan.span_start
+    assert sum(hot.rates[1:]) == pytest.approx(hot.expected_hits)
+    assert "first asked with p 1.00" in hot.reason and "sent 09:00" in hot.reason
     # the send carries its worth, to be priced again at the backend's load when it goes out
     (sent,) = plan.warm_items()
     assert sent.worth == Worth(hot.prevented_ms, hot.warm_cost_ms)
@@ -343,13 +349,13 @@ def test_hotset__before_a_ramp_up_the_hot_query_pays_and_a_one_off_does_not(
 def test_hotset__an_entry_expiring_inside_the_window_is_valued_after_its_expiry(
     redis_client: redis.Redis,
 ) -> None:
-    # Weekdays ask the steady question twice at 10:00 and twice at 11:00; planned at 09:30
+    # Weekdays ask the steady question 4 times at 10:00 and 4 times at 11:00; planned at 09:30
     # for 10:00-12:00. Cached until 10:25, a warm prevents only a miss after 10:25.
     window = Window(MONDAY + timedelta(days=7, hours=10), MONDAY + timedelta(days=7, hours=12))
     now = window.start - timedelta(minutes=30)
     profile = TrafficProfile(redis_client, clock=lambda: now)
     steady = [event(80_000 + n, "acme", "steady question", MONDAY + timedelta(days=d, hours=h, minutes=n))
-              for d in range(5) for h in (10, 11) for n in range(2)]  # fmt: skip
+              for d in range(5) for h in (10, 11) for n in range(4)]  # fmt: skip
     fill(profile, [*_week("acme", {}, {}), *steady])
     sel = _selector(profile, value_model="prevented", min_ttl_left_s=6 * 3600)
     (uncached,) = sel.plan(window, Budget(requests=5)).items
@@ -359,11 +365,15 @@ def test_hotset__an_entry_expiring_inside_the_window_is_valued_after_its_expiry(
     redis_client.pexpire(req.key().exact(), 55 * 60_000)  # expires at 10:25
 
     (cached,) = sel.plan(window, Budget(requests=5)).items
-    lam = uncached.rates
-    assert len(lam) == 2 and min(lam) > 1  # both hours asked
+    assert len(uncached.rates) == 3  # 09:00 (half of it ahead: a send may go out in it), then
+    lam = uncached.rates[1:]  # the window's two hours
+    assert min(lam) > 1  # both hours asked
     assert cached.p_asked == pytest.approx(1 - math.exp(-(lam[0] * 35 / 60 + lam[1])), rel=1e-3)
     assert cached.p_asked < (uncached.p_asked or 0)
-    assert 0 < cached.value_ms < uncached.value_ms
+    # its first miss can only fall after 10:25, at the window's price; uncached, it may fall
+    # in the cheaper half hour before 10:00 (the kernel spreads 10:00 there)
+    assert cached.value_ms > 0
+    assert (cached.price_window or 0) > (uncached.price_window or 1)
     assert "cached until 10:25 UTC" in cached.reason
     # cached past the window's end: nothing to prevent in it, skipped as fresh
     redis_client.pexpire(req.key().exact(), 3 * 3600_000)
@@ -412,9 +422,12 @@ def test_hotset__a_cluster_a_cached_paraphrase_serves_prevents_no_miss_until_it_
         # it expires at 10:25: the warm prevents only a miss after that
         redis_client.pexpire(para.key().exact(), 55 * 60_000)
         (later,) = sel.plan(window, Budget(requests=10)).items
-        lam = alone.rates[0]
+        lam = alone.rates[1]  # the window's hour (the first is the send hour before it)
         assert later.p_asked == pytest.approx(-math.expm1(-lam * 35 / 60), rel=1e-3)
-        assert later.value_ms < alone.value_ms
+        # first asked after 10:25 only, at the peak's price; uncached, its first ask was
+        # likely still in the cheap half hour before 10:00 (the kernel spreads 10:00 there)
+        assert later.price_window == pytest.approx(1.0)
+        assert alone.price_window is not None and alone.price_window < 0.9
         assert "served by a cached paraphrase until 10:25 UTC" in later.reason
 
         # valued by hits (the deploy pre-warm's model), the representative is still warmed:

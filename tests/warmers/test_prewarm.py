@@ -54,11 +54,11 @@ def test_prewarm__warms_the_new_version_with_the_old_versions_hot_set(
     start = MONDAY + timedelta(days=7, hours=10)
     pw = HotSetPrewarmer(  # the cutover's Prewarmer (mypy checks it where demo/ wires it)
         runner, Budget(requests=2), window=lambda: Window(start, start + timedelta(hours=1)),
-        hit_bar=0.6,  # the balance alone serves about half the hour: both are needed
+        hit_bar=0.5,  # the balance alone serves about 40% of the hour: both are needed
     )  # fmt: skip
     res = pw.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert (res.planned, res.sent, res.cached, res.failed) == (2, 2, 2, 0) and res.ok
-    assert res.reached == res.projected >= 0.6
+    assert res.reached == res.projected >= 0.5
     assert len(redis_client.keys("stk:{t:acme}:e:m@v2:*")) == 2
     assert redis_client.keys("stk:{t:acme}:e:m@v1:*") == []  # the old namespace is untouched
     assert redis_client.keys("stk:{t:globex}:e:*") == []  # only the tenants asked for
@@ -131,7 +131,7 @@ def test_prewarm__each_tenant_is_sized_to_its_own_bar_so_the_biggest_cannot_take
     assert res.ok and res.tenants == () and res.expected_requests > 88
     assert (res.planned, _landed(redis_client, "v2")) == (2, 1)
     assert len(redis_client.keys("stk:{t:globex}:e:m@v2:*")) == 1
-    assert res.projected > 0.4  # each tenant to 30% of its own: more than 30% in all
+    assert res.projected > 0.35  # each tenant to 30% of its own: more than 30% in all
 
 
 def test_prewarm__an_unreachable_bar_warms_the_whole_plan_and_says_so(
@@ -148,7 +148,7 @@ def test_prewarm__an_unreachable_bar_warms_the_whole_plan_and_says_so(
 
 def most_refused(backend_url: str) -> Served:
     """The backend behind a proxy that refuses every send but the balance's (3 of the 4 the
-    0.7 bar needs)."""
+    0.65 bar needs)."""
     return Served(refusing_proxy(backend_url, lambda body: b"balance" in body))
 
 
@@ -156,15 +156,15 @@ def test_prewarm__a_backend_that_refuses_most_sends_leaves_the_bar_unmet_then_a_
     redis_client: redis.Redis, sim: SimulatorThread
 ) -> None:
     with most_refused(sim.url) as broken:
-        first = bar_prewarmer(redis_client, broken.url, 0.7).prewarm(
+        first = bar_prewarmer(redis_client, broken.url, 0.65).prewarm(
             PrewarmRequest("m", "v2", "v1", ("acme",))
         )
     assert (first.planned, first.sent, first.cached, first.failed) == (4, 4, 1, 3)
-    assert first.projected >= 0.7 and first.reached < 0.5 and not first.ok
+    assert first.projected >= 0.65 and first.reached < 0.5 and not first.ok
     assert first.detail.startswith("pre-warm of v2 below its bar")
     assert f"projected {first.projected:.1%}, reached {first.reached:.1%}" in first.detail
     # The retry (the cutover's, after back-off) finds the balance in place and sends the rest.
-    retry = bar_prewarmer(redis_client, sim.url, 0.7)
+    retry = bar_prewarmer(redis_client, sim.url, 0.65)
     again: HotSetPrewarm = retry.prewarm(PrewarmRequest("m", "v2", "v1", ("acme",)))
     assert (again.planned, again.sent, again.cached) == (3, 3, 3)
     assert again.ok and again.reached == again.projected == first.projected

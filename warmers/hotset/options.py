@@ -32,6 +32,14 @@ class HotSetConfig(BaseModel):
     # others (Forecaster._background): hour patterns where the history has them, whole-day
     # shares where hours are noise. () : always `background`.
     background_grid: tuple[float, ...] = (0.02, 0.1, 0.5, 100.0)
+    # A query's share at an hour is shrunk toward its share of the whole history, as by this
+    # many of its own asks (Forecaster._share): with a week or two of history an hour of one
+    # weekday holds a few requests per query, and a phrasing asked once near the hour is noise.
+    # With a grid, chosen with the background as it is (Forecaster._smoothing). 0: none.
+    # 4 on the traffic shapes and the sample log: named budgets covered 1-3 points more of a
+    # window at K = 200 and 1,000 than with none (docs/benchmarks.md, "Warming as it ships").
+    prior_asks: float = Field(default=4.0, ge=0.0)
+    prior_grid: tuple[float, ...] = ()
     # The candidate pool is both who may represent and what is served: the query that serves
     # the most is often a central phrasing outside the most asked few (CLINC150 sample log, 50
     # warm sends: pool 200 -> 0.88 of the oracle, 2000 -> 0.90). Cost: one embedding per new
@@ -63,6 +71,18 @@ class HotSetConfig(BaseModel):
     # the regimes forecast, is expected in the window at its recent share. Only surges: a
     # blend of every query's last hours adds noise that loses to the regimes (bench_hot_set_shapes:
     # hot_set_drift_k200_t092; docs/benchmarks.md, "On five traffic shapes"). 0 hours: off.
+    # The scheduler's own rule sends what pays (the break-even) and is asked before it expires
+    # with at least this chance: a send no one asks burns GPU, however cheap its hour. At
+    # 0.8 a replayed week's warm sends added a hit 0.85-0.9 times in 10 (docs/benchmarks.md,
+    # "Warming as it ships").
+    min_p_send: float = Field(default=0.8, ge=0.0, le=1.0)
+    # A named budget is spent on items past break-even, down to those whose chance of being
+    # asked between their send and the window's end is this: under it, a send is a guess.
+    # 1 in 1,000: at 0.02 a plan for a quiet hour kept half of K = 1,000 and lost 4 points of
+    # the window's requests to a naive top-K (docs/benchmarks.md, "Warming as it ships").
+    min_p_asked: float = Field(default=0.001, ge=0.0, le=1.0)
+    # The scheduler plans the hours an entry sent now serves: its TTL, at most this many.
+    horizon_h: int = Field(default=24, ge=1, le=168)
     recent_hours: int = 3
     recent_min_count: int = 3
     recent_surge: float = 3.0

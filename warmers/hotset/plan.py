@@ -6,11 +6,14 @@ deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
 
 from backends.base import GenerationRequest
 from caches.request import CacheRequest
+from schemas.common import DocRef, RequestParams
 from schemas.errors import ConfigError
 from warmers.hotset.value import Worth
 from warmers.hotset.warm_budget import Budget
@@ -30,6 +33,9 @@ class WarmItem:
     # What the send saves and costs (valued by the miss it prevents), to be priced again at the
     # backend's load when it is sent; None: sent whatever the load (valued by hits).
     worth: Worth | None = field(default=None, compare=False)
+    # A cached entry with less than this left (seconds) is sent again: the plan valued its
+    # refresh (an entry expiring inside the window); None: the warmer's own min_ttl_left_s.
+    refresh_under_s: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         r, i = self.request, self.identity
@@ -41,6 +47,21 @@ class WarmItem:
     @classmethod
     def of(cls, request: GenerationRequest) -> WarmItem:
         return cls(request, request.cache_request())
+
+
+def logged_request(rep: Mapping[str, Any], model_version: str | None = None) -> GenerationRequest:
+    """The request a logged one replays (`rep`: a RequestLogged as JSON, what the profile keeps
+    as a query's representative), under `model_version` (None: its own). v2 events carry the
+    upstream request, replayed as sent. KeyError, TypeError or ValueError when unreadable."""
+    params = RequestParams(**(rep.get("params") or {}))
+    docs = tuple(DocRef(**d) for d in rep.get("context_docs") or ())
+    logged = rep.get("request") or {}
+    return GenerationRequest(
+        str(rep["tenant"]), str(rep["model_id"]), model_version or str(rep["model_version"]),
+        str(rep["template_version"]), str(rep["prompt"]), params, docs,
+        body=logged.get("body"), api=logged.get("api"), route=rep.get("route"),
+        doc_generations=rep.get("doc_generations"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,10 @@ class PlanItem:
     # what a miss made its caller wait, end to end, hit-weighted over the members (None: the
     # profile has no latency for it, and its GPU ms stand in; value.py)
     miss_latency_ms: float | None = None
+    send_hour: int | None = None  # the span hour it is best sent in (Plan.send_at)
+    # valued for the span's hours after this many hours from its start only (an entry cached,
+    # or a paraphrase serving it, until then); None: all of them
+    valued_from: float | None = None
 
     @property
     def value_ms(self) -> float:
@@ -120,6 +145,17 @@ class Plan:
     # Items already cached in the target namespace with TTL to spare (step 5): not sent, but
     # they serve their expected hits all the same.
     fresh: list[PlanItem] = field(default_factory=list)
+    # Items worth warming whose cheapest send hour is later: a later run sends them.
+    deferred: list[PlanItem] = field(default_factory=list)
+    named: bool = False  # the budget is a person's: spent now, past break-even (select.py)
+    span_start: datetime | None = None  # the first hour a send may go out in (None: window's)
+    made_at: datetime | None = None  # the planner's clock when it was made
+
+    def send_at(self, item: PlanItem) -> datetime | None:
+        """The hour `item` is best sent in (valued by the miss prevented), else None."""
+        if item.send_hour is None:
+            return None
+        return (self.span_start or self.window.start) + timedelta(hours=item.send_hour)
 
     @property
     def spent(self) -> float:
@@ -152,10 +188,17 @@ class Plan:
     def warm_items(self) -> list[WarmItem]:
         """The sends, in plan order; valued by the miss prevented, each carries its worth so
         the warmer can price it again at the load the backend shows when it is sent."""
+        refresh = (
+            None
+            if self.made_at is None
+            else max(0.0, (self.window.end - self.made_at).total_seconds())
+        )
         return [
             i.item
             if i.prevented_ms is None
-            else replace(i.item, worth=Worth(i.prevented_ms, i.warm_cost_ms))
+            else replace(
+                i.item, worth=Worth(i.prevented_ms, i.warm_cost_ms), refresh_under_s=refresh
+            )
             for i in self.items
         ]
 

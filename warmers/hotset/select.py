@@ -34,15 +34,15 @@ forecast.py, the value a warm is priced at in value.py, what the plan holds in p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 import numpy as np
 import redis
 
-from backends.base import GenerationRequest
 from caches import slots
 from caches.boundary import redis_boundary
 from caches.client import CacheClient
@@ -50,13 +50,13 @@ from caches.embedders import CachedEmbedder, Embedder
 from caches.keys import canonical_params, doc_floor_key, doc_gen_key, normalise_prompt
 from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
-from schemas.common import DocRef, RequestParams
+from caches.request import CacheRequest
 from schemas.errors import RequestRejected
 from warmers.hotset.calibration import Calibration
 from warmers.hotset.forecast import Forecaster, NamespaceForecast
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.paraphrase import Cluster, TextVectors, cover_greedy
-from warmers.hotset.plan import Plan, PlanItem, Skipped, WarmItem
+from warmers.hotset.plan import Plan, PlanItem, Skipped, WarmItem, logged_request
 from warmers.hotset.renew import DocTexts, changed_docs, renewed_item
 from warmers.hotset.value import Prevented, Prices, ValueModel, after_expiry, prevented
 from warmers.hotset.warm_budget import Budget, fair_shares
@@ -73,11 +73,54 @@ class PlanScope(TypedDict, total=False):
     model_version: str | None
     value_model: ValueModel | None
     docs: Collection[tuple[str, str]] | None
+    named: bool
+    send_hours: tuple[datetime, datetime] | None
+
+
+def _floor_hour(ts: datetime) -> datetime:
+    return ts.replace(minute=0, second=0, microsecond=0)
+
+
+class Freshness(Protocol):
+    """What the cache holds, as the planner asks it (step 5): the TTL left of exact entries
+    (ms; -2 absent, -1 no expiry), and which entry a request would be served from."""
+
+    serves_paraphrases: bool  # serving_key looks beyond the exact entry (a semantic store)
+
+    def ttl_left_ms(self, keys: Sequence[str]) -> list[int]: ...
+
+    def serving_key(self, identity: CacheRequest) -> str | None: ...
+
+
+class CacheFreshness:
+    """Freshness from the cache itself: PTTLs pipelined on its Redis; the serving entry by the
+    lookup a request would make (exact, then semantic), with `cache`, else the exact one."""
+
+    def __init__(self, r: redis.Redis, cache: CacheClient | None = None) -> None:
+        self.redis, self.cache = r, cache
+        self.serves_paraphrases = cache is not None
+
+    def ttl_left_ms(self, keys: Sequence[str]) -> list[int]:
+        if not keys:
+            return []
+        with redis_boundary("hot set freshness"):
+            pipe = self.redis.pipeline(transaction=False)
+            for k in keys:
+                pipe.pttl(k)
+            return [int(x) for x in pipe.execute()]
+
+    def serving_key(self, identity: CacheRequest) -> str | None:
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.serving_key(identity)
+        except RequestRejected:
+            return None
 
 
 class HotSetSelector:
-    """Reads the profile (and, for the freshness check, the cache's Redis); writes nothing.
-    The profile's clock is the plan's now (an entry's expiry is now + its TTL left)."""
+    """Reads the profile (and, for the freshness check, the cache); writes nothing. The
+    profile's clock is the plan's now (an entry's expiry is now + its TTL left)."""
 
     def __init__(
         self,
@@ -89,16 +132,19 @@ class HotSetSelector:
         config: HotSetConfig | None = None,
         cache: CacheClient | None = None,
         calibration: Calibration | None = None,
+        freshness: Freshness | None = None,
     ) -> None:
         """cache: what a warm is checked against, valued by the miss it prevents: a cluster
         whose representative a cached paraphrase already serves prevents no miss until that
-        entry expires (_drop_served). Without it only the exact entry is checked."""
+        entry expires (_drop_served). Without it only the exact entry is checked.
+        freshness: what the cache holds, when it is not `cache` (a replay's virtual one)."""
         self.profile = profile
         self.cache = cache
         self.vectors = embedder if isinstance(embedder, TextVectors) else TextVectors(embedder)
         self.policy = policy or CachePolicy()
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
         self.cfg = config or HotSetConfig()
+        self.freshness = freshness or CacheFreshness(self.cache_redis, cache)
         self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
         # Valued by the miss prevented, each tenant's forecast rates are scaled by how the
@@ -115,27 +161,40 @@ class HotSetSelector:
         model_version: str | None = None,
         value_model: ValueModel | None = None,
         docs: Collection[tuple[str, str]] | None = None,
+        named: bool = False,
+        send_hours: tuple[datetime, datetime] | None = None,
     ) -> Plan:
         """The hot set for `window`. model_version: the namespace to warm (default: the version
         live for the tenant, caches/live.py; before any deploy went READY, the version each
         query was last served under, which the representative carries); value_model:
         this plan's, instead of the config's; docs: only the items whose request names one of
-        these (tenant, doc id), the re-warm after a KB change (warmers/rewarm.py)."""
-        plan = Plan(window, budget)
+        these (tenant, doc id), the re-warm after a KB change (warmers/rewarm.py).
+
+        Valued by the miss prevented, each item goes out in its cheapest hour (value.py) of
+        `send_hours` (the first and last hour a send may go out in; default: from the window's
+        end less the entries' TTL, or the hour under way if later, to the window's start):
+        the plan's items are the ones due in the hour under way, the others wait in
+        plan.deferred for a later run. named: the budget is the caller's own (a person named
+        it): it is spent now on the best items, past break-even, down to those whose chance
+        of being asked is under `min_p_asked`."""
+        plan = Plan(window, budget, named=named, made_at=self.profile.clock())
+        span_start, sends = self._sends(window, named, send_hours)
+        plan.span_start = span_start
+        lead = int((window.start - span_start).total_seconds() // 3600)
         spaces: dict[str, list[NamespaceForecast]] = {}
         for t in sorted(tenants if tenants is not None else self.profile.tenants()):
             spaces[t] = []
             for m, tv in self.profile.namespaces(t):
                 if model_id is not None and m != model_id:
                     continue
-                ns = self.forecaster.expected_hits(t, m, tv, window)
+                ns = self.forecaster.expected_hits(t, m, tv, window, lead, named)
                 plan.regimes[f"{t}/{m}/{tv}"] = ns.note
                 spaces[t].append(ns)
         plan.volume = {t: sum(ns.volume for ns in nss) for t, nss in spaces.items()}
         priced = (value_model or self.cfg.value_model) == "prevented"
-        prices = (
-            _prices([ns for nss in spaces.values() for ns in nss], self.cfg) if priced else None
-        )
+        every = [ns for nss in spaces.values() for ns in nss]
+        ahead = _ahead(span_start, self._now(window), window.end)
+        prices = _prices(every, self.cfg, sends, lead, ahead) if priced else None
         ranked: dict[str, list[PlanItem]] = {}
         live: dict[str, dict[str, str]] = {}  # model -> scope -> live version, read once
         for t, nss in spaces.items():
@@ -156,10 +215,52 @@ class HotSetSelector:
             items = self._drop_fresh(items, plan, prices)
             if prices is not None:  # valued once the TTLs are known
                 items = self._drop_served(items, plan, prices, _items(budget) + 10)
-                items = sorted(self._worth_warming(items, plan), key=PlanItem.rank)
             ranked[t] = items
+        if prices is not None:
+            ranked = self._spread(ranked, plan, prices)
+            ranked = {t: sorted(self._worth_warming(items, plan), key=PlanItem.rank)
+                      for t, items in ranked.items()}  # fmt: skip
         self._fill(plan, ranked, plan.volume)
         return plan
+
+    def plan_ahead(self, budget: Budget, **scope: Unpack[PlanScope]) -> Plan:
+        """The scheduler's plan: the hours an entry sent now could serve (the hour under way
+        and the entries' TTL after it, at most `horizon_h`), each item sent in its cheapest
+        hour of them; the items due now are the plan's, the rest wait for a later run."""
+        now = _floor_hour(self.profile.clock())
+        hours = max(1, min(self.cfg.horizon_h, math.ceil(self.policy.exact_ttl_s / 3600)))
+        window = Window(now, now + timedelta(hours=hours))
+        last = window.end - timedelta(hours=1)
+        return self.plan(window, budget, **(scope | {"send_hours": (now, last)}))
+
+    def _sends(
+        self, window: Window, named: bool, send_hours: tuple[datetime, datetime] | None
+    ) -> tuple[datetime, tuple[int, ...]]:
+        """The span's first hour and the span hours a send may go out in (step 4's choice):
+        an entry sent at the start of hour s lives until s + TTL, so it serves the whole
+        window from s >= window end - TTL; no earlier than the hour under way, no later than
+        the window's start (or the hour under way, if the window began). A named budget is
+        spent now."""
+        now = _floor_hour(self._now(window))
+        if send_hours is not None:
+            first, last = (_floor_hour(h) for h in send_hours)
+            first, last = max(first, now), max(last, first, now)
+        elif named:  # sent now, valued from the window's start (or now, if it began)
+            first = last = max(now, window.start)
+        else:
+            ttl_h = math.floor(self.policy.exact_ttl_s / 3600)
+            first = max(now, min(window.start, window.end - timedelta(hours=ttl_h)))
+            last = max(first, window.start)
+        start = min(first, window.start)
+        to = int((first - start).total_seconds() // 3600)
+        n = int((last - first).total_seconds() // 3600) + 1
+        return start, tuple(range(to, to + n))
+
+    def _now(self, window: Window) -> datetime:
+        """The plan's now: the clock's, or, for a window the clock has seen end (an analysis
+        of past traffic), a minute before the window: planned as it would have been then."""
+        now = self.profile.clock()
+        return now if now < window.end else window.start - timedelta(minutes=1)
 
     def _live(self, live: dict[str, dict[str, str]], tenant: str, model_id: str) -> str | None:
         """The version the gateways serve the tenant now (caches/live.py), None before any
@@ -189,6 +290,10 @@ class HotSetSelector:
             return []
         raw = self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
         costs, latencies = self._shrunk(raw, "gpu_ms"), self._shrunk(raw, "latency_ms")
+        if prices is not None and not plan.named and self._unmerged():
+            top = self._could_pay(ns, top, costs, latencies, prices, scale, plan)
+            if not top:
+                return []
         reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, top)
         rows: list[tuple[str, WarmItem, float]] = []  # qkey, warm item, gpu ms per miss
         for q in top:
@@ -233,6 +338,45 @@ class HotSetSelector:
                 cost = (row[2], latencies[row[0]])
                 out.append(self._item(ns, row, 0.0, cost, why, [], prices))
         return out
+
+    def _unmerged(self) -> bool:
+        """Every query its own cluster (the verified matcher, no radius set)."""
+        return self.cfg.cluster_threshold is None and self.cfg.matcher == "verified"
+
+    def _could_pay(
+        self,
+        ns: NamespaceForecast,
+        top: list[str],
+        costs: dict[str, float],
+        latencies: dict[str, float],
+        prices: Prices,
+        scale: float,
+        plan: Plan,
+    ) -> list[str]:
+        """The queries whose warm could beat the break-even bar in its best case: asked with
+        the chance of its whole span, each miss at the dearest hour's price, sent at the
+        cheapest. The rest cannot pay whenever they are sent: left out before their
+        representatives are read (most of a long tail, on a scheduler's every run)."""
+        ahead = np.ones(len(ns.load)) if prices.ahead is None else np.asarray(prices.ahead)
+        dear, cheap = max(prices.hours), min(prices.hours[s] for s in prices.sends)
+        bar = self.cfg.min_value_ms or 0.0
+        keep = []
+        for q in top:
+            if q not in costs:
+                keep.append(q)  # _row says why it has no representative
+                continue
+            lam = scale * float(ns.hourly(q) @ ahead)
+            best = -math.expm1(-lam) * (costs[q] * dear + self.cfg.latency_weight * latencies[q])
+            if best - costs[q] * cheap > bar:
+                keep.append(q)
+            else:
+                why = (
+                    f"below break-even (asked with p {-math.expm1(-lam):.2f} at most: its first "
+                    f"miss saved can never beat its send, {costs[q]:.0f} GPU ms at price "
+                    f"{cheap:.2f})"
+                )
+                plan.skipped.append(Skipped(ns.tenant, q, why, ns.hits.get(q), None))
+        return keep
 
     def _paraphrases(
         self, tenant: str, rows: list[tuple[str, WarmItem, float]], values: list[float]
@@ -309,19 +453,15 @@ class HotSetSelector:
             )
             return None
         try:
-            params = RequestParams(**(rep.get("params") or {}))
-            docs = tuple(DocRef(**d) for d in rep.get("context_docs") or ())
-            logged = rep.get("request") or {}  # v2: the upstream request, replayed as sent
-            req = GenerationRequest(
-                ns.tenant, ns.model_id, model_version or str(rep["model_version"]),
-                ns.template_version, str(rep["prompt"]), params, docs,
-                body=logged.get("body"), api=logged.get("api"), route=rep.get("route"),
-                doc_generations=rep.get("doc_generations"),
+            req = logged_request(
+                rep | {"tenant": ns.tenant, "model_id": ns.model_id,
+                       "template_version": ns.template_version},
+                model_version,
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             plan.skipped.append(Skipped(ns.tenant, qkey, f"unreadable representative: {e}"))
             return None
-        why = request_bypass_reason(params)
+        why = request_bypass_reason(req.params)
         if why:
             plan.skipped.append(Skipped(ns.tenant, req.prompt, f"never cacheable ({why})"))
             return None
@@ -367,53 +507,104 @@ class HotSetSelector:
     def _drop_fresh(
         self, items: list[PlanItem], plan: Plan, prices: Prices | None
     ) -> list[PlanItem]:
-        """Drop what is cached with enough TTL left (one pipelined PTTL per tenant). Priced
-        (valued by the miss it prevents), also what outlives the window, and what expires
-        inside it is valued for the hours after its expiry only."""
+        """Drop what is cached with enough TTL left (one pipelined PTTL). Priced (valued by the
+        miss it prevents), what outlives the window; what expires inside the span is valued
+        for the hours after its expiry only (a refresh ahead: it goes out before the expiry if
+        that is its cheapest hour). By hits, what has more than `min_ttl_left_s` left."""
         if not items:
             return items
-        with redis_boundary("hot set freshness"):
-            pipe = self.cache_redis.pipeline(transaction=False)
-            for i in items:
-                pipe.pttl(i.item.identity.key().exact())
-            ttls = pipe.execute()
+        ttls = self.freshness.ttl_left_ms([i.item.identity.key().exact() for i in items])
         keep = []
         bar_ms = self.cfg.min_ttl_left_s * 1000
         now, w = self.profile.clock(), plan.window
         for i, pttl in zip(items, ttls, strict=True):
             expires = now + timedelta(milliseconds=pttl) if pttl >= 0 else None  # -2: absent
-            outlives = prices is not None and expires is not None and expires >= w.end
-            if pttl == -1 or pttl > bar_ms or outlives:
+            outlives = expires is not None and expires >= w.end
+            fresh = outlives if prices is not None else pttl > bar_ms
+            if pttl == -1 or fresh:
                 left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
                 plan.fresh.append(i)
-            elif prices is not None and expires is not None and expires > w.start:
-                keep.append(self._valued_after(i, expires, w, prices, "cached"))
+            elif prices is not None and expires is not None and expires > _start(plan):
+                keep.append(self._valued_after(i, expires, plan, prices, "cached"))
             else:
                 keep.append(i)
         return keep
 
     def _valued_after(
-        self, i: PlanItem, expires: datetime, w: Window, prices: Prices, what: str
+        self, i: PlanItem, expires: datetime, plan: Plan, prices: Prices, what: str
     ) -> PlanItem:
-        """The item valued for the window's hours after `expires` only (value.after_expiry)."""
-        h = max(0.0, (expires - w.start).total_seconds() / 3600)
-        v = prevented(
-            i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight,
-            after_expiry(w.hours(), h), i.miss_latency_ms,
-        )  # fmt: skip
+        """The item valued for the span's hours after `expires` only (value.after_expiry)."""
+        h = max(0.0, (expires - _start(plan)).total_seconds() / 3600)
+        item = replace(i, valued_from=h)
         why = f"; {what} until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
-        return _priced(_with_reason(i, why), v)
+        return _priced(_with_reason(item, why), self._value(item, prices))
+
+    def _value(self, i: PlanItem, prices: Prices) -> Prevented:
+        """The item's worth at `prices` (value.prevented), after its expiry if it has one."""
+        after = None if i.valued_from is None else after_expiry(len(prices.hours), i.valued_from)
+        return prevented(
+            i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight, after,
+            i.miss_latency_ms,
+        )  # fmt: skip
+
+    def _pays(self, value_ms: float, p_asked: float) -> bool:
+        """The scheduler's own rule: worth more than min_value_ms, asked with min_p_send."""
+        bar = self.cfg.min_value_ms
+        return (bar is None or value_ms > bar) and p_asked >= self.cfg.min_p_send
+
+    def _spread(
+        self, ranked: dict[str, list[PlanItem]], plan: Plan, prices: Prices
+    ) -> dict[str, list[PlanItem]]:
+        """Step 4's send hours, chosen together: in rank order over every tenant, each item
+        takes its cheapest hour at the prices of the load forecast plus one request for each
+        send planned there before it. Chosen alone, every hot entry of a day took the same
+        last cheap hour before the ramp, and that hour became the day's peak; chosen together,
+        they fill the trough's hours, and the marginal ones no longer pay."""
+        if plan.named or len(prices.sends) < 2:
+            return ranked
+        extra = np.zeros(len(prices.hours))
+        done: dict[int, PlanItem] = {}
+        for i in sorted((i for items in ranked.values() for i in items), key=PlanItem.rank):
+            v = self._value(i, prices.with_extra(extra))
+            if self._pays(v.value_ms, v.p_asked):
+                extra[v.send] += 1.0
+            done[id(i)] = _priced(i, v)
+        return {t: sorted((done[id(i)] for i in items), key=PlanItem.rank)
+                for t, items in ranked.items()}  # fmt: skip
 
     def _worth_warming(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
-        """Valued by the miss it prevents: what is worth more than min_value_ms, noted with
-        the figures; the rest is left out below break-even, with its value."""
+        """Valued by the miss it prevents. Under the planner's own rule, what is worth more
+        than min_value_ms in its cheapest send hour: due now, kept with the figures; due later,
+        deferred to that hour (plan.deferred); the rest is left out below break-even, with its
+        value. Under a named budget (sent now), what is asked with p >= min_p_asked."""
         out = []
+        now = _floor_hour(self._now(plan.window))
         for i in items:
             p, pw, ps = i.p_asked or 0.0, i.price_window or 0.0, i.price_send or 0.0
-            if self.cfg.min_value_ms is None or i.value_ms > self.cfg.min_value_ms:
-                why = f"; first asked with p {p:.2f} at price {pw:.2f}, sent at {ps:.2f}"
-                out.append(_with_reason(i, why))
+            send = plan.send_at(i) or now
+            if plan.named:
+                if p >= self.cfg.min_p_asked:
+                    out.append(_with_reason(i, f"; asked with p {p:.2f} at price {pw:.2f}"))
+                else:
+                    why = f"below the floor (asked with p {p:.2f}, under {self.cfg.min_p_asked:g})"
+                    plan.skipped.append(
+                        Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms)
+                    )
+            elif self._pays(i.value_ms, p):
+                why = (
+                    f"; first asked with p {p:.2f} at price {pw:.2f}, sent {send:%H:%M} at {ps:.2f}"
+                )
+                if send <= now:
+                    out.append(_with_reason(i, why))
+                else:
+                    plan.deferred.append(_with_reason(i, f"{why} (now it would pay less)"))
+            elif self.cfg.min_value_ms is None or i.value_ms > self.cfg.min_value_ms:
+                why = (
+                    f"below the send bar (asked before it expires with p {p:.2f}, under "
+                    f"{self.cfg.min_p_send:g}: a send no one asks burns GPU)"
+                )
+                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
             else:
                 why = (
                     f"below break-even (prevents a miss with p {p:.2f}, worth "
@@ -431,7 +622,7 @@ class HotSetSelector:
         miss while that entry lives: left out if the entry outlives the window, valued for
         the hours after its expiry if not. One semantic lookup per item, the best `limit`
         only (ranked lower, the budget rarely reaches them)."""
-        if self.cache is None or not items:
+        if not self.freshness.serves_paraphrases or not items:
             return items
         keep: list[PlanItem] = []
         now, w = self.profile.clock(), plan.window
@@ -439,15 +630,11 @@ class HotSetSelector:
             if n >= limit:
                 keep.extend(items[n:])
                 break
-            try:
-                key = self.cache.serving_key(i.item.identity)
-            except RequestRejected:
-                key = None
+            key = self.freshness.serving_key(i.item.identity)
             if key is None or key == i.item.identity.key().exact():
                 keep.append(i)  # a miss, or its own entry (_drop_fresh valued it)
                 continue
-            with redis_boundary("hot set freshness"):
-                pttl = int(self.cache_redis.pttl(key))
+            pttl = self.freshness.ttl_left_ms([key])[0]
             expires = now + timedelta(milliseconds=pttl) if pttl >= 0 else None
             if pttl == -1 or (expires is not None and expires >= w.end):
                 left = "no expiry" if expires is None else f"{pttl / 1000:.0f} s left"
@@ -458,7 +645,7 @@ class HotSetSelector:
                 keep.append(i)
             else:
                 keep.append(
-                    self._valued_after(i, expires, w, prices, "served by a cached paraphrase")
+                    self._valued_after(i, expires, plan, prices, "served by a cached paraphrase")
                 )
         return sorted(keep, key=PlanItem.rank)
 
@@ -494,6 +681,10 @@ class HotSetSelector:
         plan.items.sort(key=PlanItem.rank)
 
 
+def _start(plan: Plan) -> datetime:
+    return plan.span_start or plan.window.start
+
+
 def _items(budget: Budget) -> float:
     """How many items the budget buys; GPU budgets guess 0.5 s an item (decode-heavy answers)."""
     if budget.requests is not None:
@@ -508,25 +699,37 @@ def _with_reason(i: PlanItem, more: str) -> PlanItem:
 def _priced(i: PlanItem, v: Prevented, rates: tuple[float, ...] | None = None) -> PlanItem:
     return replace(
         i, p_asked=v.p_asked, price_send=v.price_send, price_window=v.price_window,
-        prevented_ms=v.saved_ms, rates=i.rates if rates is None else rates,
+        prevented_ms=v.saved_ms, rates=i.rates if rates is None else rates, send_hour=v.send,
     )  # fmt: skip
 
 
-def _prices(spaces: Sequence[NamespaceForecast], cfg: HotSetConfig) -> Prices:
-    """Step 4's prices, from the load of every namespace the plan reads: the window's hours
-    and the send hour forecast (a namespace the regimes cannot forecast the send hour for
-    counts its first window hour), over the busiest hour the retained weeks hold, all of
-    those namespaces summed (their hourly totals, read once with the forecast)."""
-    hours = len(spaces[0].load) if spaces else 1
-    load, send = np.zeros(hours), 0.0
+def _ahead(span_start: datetime, now: datetime, end: datetime) -> tuple[float, ...]:
+    """Per span hour, the share of it still to come at `now`: the hour under way is partly
+    gone, and its asks so far can no longer be prevented."""
+    n = int((end - span_start).total_seconds() // 3600)
+    gone = (now - span_start).total_seconds() / 3600
+    return tuple(min(1.0, max(0.0, k + 1 - gone)) for k in range(n))
+
+
+def _prices(
+    spaces: Sequence[NamespaceForecast],
+    cfg: HotSetConfig,
+    sends: tuple[int, ...],
+    start: int,
+    ahead: tuple[float, ...] | None = None,
+) -> Prices:
+    """Step 4's prices, from the load of every namespace the plan reads: each span hour's
+    forecast, over the busiest hour the retained weeks hold, all of those namespaces summed
+    (their hourly totals, read once with the forecast)."""
+    hours = len(spaces[0].load) if spaces else start + 1
+    load = np.zeros(hours)
     by_week: dict[int, np.ndarray] = {}
     for ns in spaces:
         load += ns.load
-        send += ns.load_send if ns.load_send is not None else float(ns.load[0])
         for week, hc in ns.history.items():
             by_week[week] = by_week.get(week, 0.0) + np.asarray(hc.warmable, dtype=float)
     peak = max((float(v.max()) for v in by_week.values()), default=0.0)
-    return Prices.from_load(load, send, peak, cfg.idle_price)
+    return Prices.from_load(load, peak, cfg.idle_price, sends, start, ahead)
 
 
 def _touching(items: list[PlanItem], docs: Collection[tuple[str, str]] | None) -> list[PlanItem]:
