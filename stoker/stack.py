@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -44,12 +45,21 @@ class Stack:
     """The parts one process runs with, each built once from `settings`. Use it as a context
     manager, or call close() when the last user of its parts has stopped."""
 
-    def __init__(self, settings: StokerSettings, *, model: Embedder | None = None) -> None:
+    def __init__(
+        self,
+        settings: StokerSettings,
+        *,
+        model: Embedder | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         """model: an embedding model already loaded, shared by several Stacks in one process
         (the tests' gateways, the demo's passes); None loads the settings' model on first use.
-        Each Stack batches on it with threads of its own and stops them at close()."""
+        Each Stack batches on it with threads of its own and stops them at close().
+        clock: the planner's now (the traffic profile's clock), a replay's virtual one; None:
+        the wall clock."""
         self.settings = settings
         self._model = model
+        self.clock = clock
         self.closed = False
         self.temp_folder: Path | None = None  # the Edge folder made for this process, if any
 
@@ -117,7 +127,7 @@ class Stack:
 
     @cached_property
     def profile(self) -> TrafficProfile:
-        return W.build_profile(self.settings, self.redis)
+        return W.build_profile(self.settings, self.redis, self.clock)
 
     @cached_property
     def hot_prefixes(self) -> HotPrefixes:

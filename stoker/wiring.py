@@ -69,7 +69,12 @@ from warmers.runner import WarmRunner
 from warmers.shadow import WarmConfig
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from backends.base import Backend
+    from warmers.hotset.plan import Plan
+    from warmers.hotset.select import Freshness
+    from warmers.shadow import WarmSummary
     from warmers.traffic.profile import TrafficProfile
 
 log = logging.getLogger(__name__)
@@ -268,15 +273,19 @@ def build_status_sink(publisher: EventPublisher) -> KafkaStatusSink:
 # -- warming --
 
 
-def build_profile(s: StokerSettings, r: redis.Redis) -> TrafficProfile:
-    """The traffic profile on `r`: what the traffic worker writes and the planner reads."""
+def build_profile(
+    s: StokerSettings, r: redis.Redis, clock: Callable[[], datetime] | None = None
+) -> TrafficProfile:
+    """The traffic profile on `r`: what the traffic worker writes and the planner reads; its
+    clock is the wall clock's, or a replay's (`stoker analyze --warming`)."""
     from warmers.traffic.options import TrafficOptions
     from warmers.traffic.profile import TrafficProfile
 
     o = s.options(TrafficOptions)
     return TrafficProfile(
-        r, o.retention_weeks, week_capacity=o.week_capacity, hour_capacity=o.hour_capacity
-    )
+        r, o.retention_weeks, week_capacity=o.week_capacity, hour_capacity=o.hour_capacity,
+        **({} if clock is None else {"clock": clock}),
+    )  # fmt: skip
 
 
 def warm_backend(
@@ -304,6 +313,10 @@ class RunnerChoices(TypedDict, total=False):
     progress: bool | None
     console: Console | None
     dry_run: bool
+    # a replay's (warmers/replay/): what the cache holds, and where the sends go, instead of
+    # the cache's Redis and the shadow warmer
+    freshness: Freshness | None
+    send: Callable[[Plan], WarmSummary] | None
 
 
 def build_runner(
@@ -332,20 +345,24 @@ def build_runner(
     )
     # valued by the miss it prevents, a cluster a cached paraphrase already serves is checked
     # against the cache (a dry run opens no semantic store: it sees exact entries only)
-    calibration = Calibration(cache.redis)  # read by every plan; written after a real run
+    # read by every plan; written after a real run; on the profile's clock (a replay's)
+    calibration = Calibration(cache.redis, clock=lambda: profile.clock().timestamp())
     selector = HotSetSelector(
         profile, emb, policy=s.options(CachePolicy), config=hot_set_config(s),
         cache=None if dry_run else cache, calibration=calibration,
+        freshness=choices.get("freshness"),
     )  # fmt: skip
-    # a dry run plans without a model server; a run needs one (ConfigError names the settings)
-    url = backend_url or (s.warm_backend_url or s.gateway_upstream_url if dry_run else s.warm_url())
+    # a dry run plans without a model server, and a replay sends to its own (`send`); a run
+    # needs one (ConfigError names the settings)
+    offline = dry_run or choices.get("send") is not None
+    url = backend_url or (s.warm_backend_url or s.gateway_upstream_url if offline else s.warm_url())
     source = None if backend_url else "STOKER_WARM_BACKEND_URL"  # named when it cannot connect
     backend = warm_backend(s, url, source)
     warm_cfg = warm_config(s, url, qps)
     records = None if dry_run else JobRecords(cache.redis)
     return WarmRunner(
         selector, cache, backend, warm_cfg, progress, console, records,
-        None if dry_run else calibration,
+        None if dry_run else calibration, choices.get("send"),
     )  # fmt: skip
 
 
@@ -368,29 +385,47 @@ def default_budget(s: StokerSettings) -> Budget:
     return s.options(BudgetOptions).budget()
 
 
-def build_prewarmer(s: StokerSettings, runner: WarmRunner) -> HotSetPrewarmer:
+def build_prewarmer(
+    s: StokerSettings,
+    runner: WarmRunner,
+    *,
+    busy: Callable[[], float | None] | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> HotSetPrewarmer:
     """The deploy pre-warm: the warm runner (progress off: it runs inside a worker), the
-    budget, the bar READY stands for, and the headroom its sends are held to."""
+    budget, the bar READY stands for, and the headroom its sends are held to (busy, clock:
+    build_headroom's)."""
     o = s.options(PrewarmOptions)
     return HotSetPrewarmer(
         runner, default_budget(s), hours=o.hours, hit_bar=o.hit_bar, min_share=o.min_share,
-        room=build_headroom(s, runner),
+        room=build_headroom(s, runner, busy=busy, clock=clock),
     )  # fmt: skip
 
 
-def build_headroom(s: StokerSettings, runner: WarmRunner) -> ProfileHeadroom | None:
+def build_headroom(
+    s: StokerSettings,
+    runner: WarmRunner,
+    *,
+    busy: Callable[[], float | None] | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> ProfileHeadroom | None:
     """The room under the forecast peak that the scheduler's and the deploy's warms are held
     to (None: STOKER_WARM_HEADROOM_SHARE is 0, no cap), its forecast read against the busy
-    seconds the warm backend reports on /metrics."""
+    seconds the warm backend reports on /metrics (`busy`: a replay's ledger instead), on the
+    wall clock (`clock`: a replay's)."""
     share = s.warm_headroom_share
     if share <= 0:
         return None
-    try:
-        busy = busy_seconds(s.warm_url())
-    except ConfigError:  # no model server configured: the forecast as it is
-        busy = None
+    if busy is None:
+        try:
+            busy = busy_seconds(s.warm_url())
+        except ConfigError:  # no model server configured: the forecast as it is
+            busy = None
     shared = SharedRatio(runner.cache.redis)  # the scheduler's ratio, for the deploy worker
-    return ProfileHeadroom(runner.selector.profile, share, busy=busy, shared=shared)
+    return ProfileHeadroom(
+        runner.selector.profile, share, busy=busy, shared=shared,
+        **({} if clock is None else {"clock": clock}),
+    )  # fmt: skip
 
 
 def busy_seconds(url: str) -> Callable[[], float | None]:

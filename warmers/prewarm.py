@@ -51,7 +51,6 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from caches.boundary import redis_boundary
 from schemas.errors import BackendUnreachable, ConfigError
 from schemas.prewarm import PrewarmRequest
 from warmers.hotset.plan import Plan, PlanItem, Skipped, cap_plan, sent_gpu_s
@@ -243,15 +242,13 @@ class HotSetPrewarmer:
     __call__ = prewarm
 
     def _in_place(self, items: list[PlanItem]) -> list[PlanItem]:
-        """The items whose exact entry is in the target namespace now (one pipelined EXISTS)."""
+        """The items whose exact entry is in the target namespace now, as the planner sees the
+        cache (one pipelined PTTL on Redis; a replay's virtual cache)."""
         if not items:
             return []
-        with redis_boundary("pre-warm reached"):
-            pipe = self.runner.cache.redis.pipeline(transaction=False)
-            for i in items:
-                pipe.exists(i.item.identity.key().exact())
-            found = pipe.execute()
-        return [i for i, n in zip(items, found, strict=True) if n]
+        keys = [i.item.identity.key().exact() for i in items]
+        left = self.runner.selector.freshness.ttl_left_ms(keys)
+        return [i for i, ms in zip(items, left, strict=True) if ms != -2]
 
 
 def size_to_bar(plan: Plan, bar: float) -> None:

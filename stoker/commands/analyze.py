@@ -58,6 +58,7 @@ _EMBED_BUDGET = WhatIfOptions().embed_budget  # the help's default: the setting'
     epilog=examples(
         "stoker analyze requests.jsonl",
         "stoker analyze requests.parquet --labels intent --ttls 1h,24h --json",
+        "stoker analyze requests.parquet --warming --out out/warming",
     ),
 )
 def analyze(
@@ -72,7 +73,12 @@ def analyze(
     thresholds: Annotated[
         str, typer.Option(help="cosine thresholds to try, comma-separated")
     ] = "0.85,0.88,0.90,0.92,0.95,0.98",
-    ttls: Annotated[str, typer.Option(help="entry TTLs to try: 90s, 30m, 6h, 7d")] = "1h,6h,24h,7d",
+    ttls: Annotated[
+        str | None,
+        typer.Option(
+            help="entry TTLs to try: 90s, 30m, 6h, 7d (default 1h,6h,24h,7d; with --warming 3h,1d)"
+        ),
+    ] = None,
     max_false_share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="with --labels: wrong answers tolerated")
     ] = 0.01,
@@ -92,18 +98,63 @@ def analyze(
         typer.Option(help="keep embeddings in Redis (the embedding cache), if one is set"),
     ] = True,
     redis_url: RedisUrl = None,
+    warming: Annotated[
+        bool,
+        typer.Option(
+            "--warming",
+            help="replay the log after --from through the shipped warming (planner, "
+            "scheduler, pacing) against a simulated cache, with warming and without",
+        ),
+    ] = False,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="with --warming: learn before this time, replay after it (ISO 8601, "
+            "UTC; default: all but the log's last 7 days)",
+        ),
+    ] = None,
+    deploy_at: Annotated[
+        str | None,
+        typer.Option(help="with --warming: a model deploy at this time (ISO 8601, UTC)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="with --warming: folder for warming.json and plots")
+    ] = None,
 ) -> None:
     """What caching would buy on LOG: duplicate rates, hit rate and GPU time saved per threshold
-    and TTL (a simulated cache in time order), a recommendation and a verdict."""
+    and TTL (a simulated cache in time order), a recommendation and a verdict.
+
+    --warming: what the shipped warming would do on LOG. The log before --from fills the
+    traffic profile; the rest is replayed in virtual time through the planner, the scheduler,
+    the headroom and the pacing, with the settings' defaults (each --ttls TTL in turn),
+    against an exact cache and a model server priced from the log's own gpu_ms, and once
+    more without warming. Per hour: requests, hits, GPU-seconds and warm sends; then the peak
+    hour, the totals and the hits each warm send added."""
     from audits.whatif.keyed_log import UnreadableLog, key_frame, read_frame
     from audits.whatif.report import Settings
     from schemas.errors import UsageError
 
+    if warming:
+        from stoker.commands.analyze_warming import DEFAULT_TTLS, parse_when, run_warming
+
+        if labels is not None:
+            raise typer.BadParameter("scores semantic hits, not warming", param_hint="--labels")
+        when = parse_when(start, "--from")
+        deploy = parse_when(deploy_at, "--deploy-at")
+        # the settings as the workers read them; the replay's Redis is a private one
+        s = StokerSettings()
+        run_warming(log, s, parse_ttls(ttls or DEFAULT_TTLS), when, deploy, out, json_out)
+        return
+    for name, given in (("--from", start), ("--deploy-at", deploy_at), ("--out", out)):
+        if given is not None:
+            raise typer.BadParameter("goes with --warming", param_hint=name)
     s = connected(console, redis_url=redis_url)
     budget = (embed_budget or s.options(WhatIfOptions).embed_budget) if sample else None
     settings = Settings(
-        parse_thresholds(thresholds), parse_ttls(ttls), labels, max_false_share, budget
-    )
+        parse_thresholds(thresholds), parse_ttls(ttls or "1h,6h,24h,7d"), labels,
+        max_false_share, budget,
+    )  # fmt: skip
     try:  # a log that cannot be read is bad input: exit 2, as `stoker replay` does
         frame = read_frame(log)
         if labels is not None and labels not in frame.columns:
