@@ -1,5 +1,5 @@
 """Coverage at the serving threshold: which requests a set of warmed prompts would serve, and
-the best any K prompts could do (benchmarks bench_hot_set and bench_hot_set_shapes)."""
+the best any K prompts could do (benchmarks bench_hot_set and bench_warm_vs_naive)."""
 
 from __future__ import annotations
 

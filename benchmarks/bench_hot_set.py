@@ -1,5 +1,10 @@
 """Hot-set quality on the two-week sample log: a week-1 profile chooses what week 2 needs.
 
+A study of the selection, not of what ships: its arms plan with settings other than the
+defaults (valued by hits, ranked past break-even, min_value_ms=None, so K buys K items; the
+static matcher's clusters), and every row names them in `settings`. What `stoker warm` does
+with its defaults is bench_warm_vs_naive.py's; what the scheduler does, bench_analyze_warming.py's.
+
 `--seeds N` (default 3): the committed log (seed 150) and N-1 more of the same spec made with
 the next seeds (simulation/logs/sample.py); each row's numbers are the means over the logs, and
 `over_seeds` has each one's mean, sd, min and max. One log is not a measurement.
@@ -73,6 +78,8 @@ from warmers.traffic.profile import TrafficProfile
 from warmers.traffic.worker import observe_event
 
 SAMPLE = ROOT / "data" / "sample" / "requests-2w.parquet"
+# the settings every arm plans with, beside the matcher each row names (not the defaults)
+STUDY = "value_model=hits, min_value_ms=None (ranked past break-even)"
 SAMPLE_SEED = SampleSpec().seed  # the committed log's (data/sample/README.md)
 WEEK2 = datetime(2026, 11, 9, tzinfo=UTC)
 
@@ -283,6 +290,7 @@ def run_seed(
                 emb.save()
                 rows.add(
                     f"hot_set_k{k}{suffix}", k=k, cluster_threshold=thr, protocol="per-day",
+                    settings=f"{STUDY}, matcher=static, cluster_threshold={thr}",
                     scored="intent labels", coverage=round(cov, 4), oracle=round(orc, 4),
                     naive=round(nai, 4), ratio=round(cov / orc, 4),
                     ratio_vs_naive=round(cov / nai, 4), seconds=round(time.perf_counter() - t0, 1),
@@ -295,6 +303,7 @@ def _add_served(
     cov, logged, rates, hist = f["coverage"], f["oracle_logged"], f["oracle_rates"], f["history"]
     rows.add(
         f"hot_set_k{k}_t092", k=k, cluster_threshold=0.92, protocol="per-day",
+        settings=f"{STUDY}, matcher=static, cluster_threshold=0.92",
         scored="served at 0.92", coverage=round(cov, 4), oracle=round(f["oracle"], 4),
         naive=round(f["naive"], 4), ratio=round(cov / f["oracle"], 4),
         ratio_vs_naive=round(cov / f["naive"], 4), oracle_logged=round(logged, 4),
@@ -309,6 +318,7 @@ def _add_served(
              for name in ("coverage", "clustered", "naive", "oracle_logged_choice")}  # fmt: skip
         rows.add(
             f"hot_set_k{k}_verified_l{level}", k=k, cluster_threshold=0.92, protocol="per-day",
+            settings=f"{STUDY}, matcher=verified",
             scored=f"served by the verified matcher held at level {level} (simulated answers)",
             coverage=round(v["coverage"], 4), naive=round(v["naive"], 4),
             ratio_vs_naive=round(v["coverage"] / v["naive"], 4),

@@ -21,11 +21,11 @@ def demo(
     out: Annotated[Path, typer.Option(help="folder for report.json and plots")] = Path("out/demo"),
     simulated: Annotated[
         bool,
-        typer.Option("--simulated", help="two weeks on the simulated GPU backend instead"),
+        typer.Option("--simulated", help="week 2 replayed with and without warming instead"),
     ] = False,
     fast: Annotated[
         bool,
-        typer.Option(help="--simulated on 36 hours of a third of the traffic: about 6 min"),
+        typer.Option(help="--simulated on two days of week 2: about 3 min"),
     ] = False,
     seeds: Annotated[
         int,
@@ -44,21 +44,21 @@ def demo(
     and without prefix warming, and the model's seconds from its own timings. Its time is the
     model's: on 2 cores about 6 min, three times that when other work holds them.
 
-    --simulated: two weeks of traffic, with and without warming, in two TTL regimes, against the
-    simulated GPU backend (about 40 min; --fast, which implies it, about 6 min).
-    --seeds N repeats the simulated run N times (each in --out/seed-<i>) and adds each regime's
-    figures over the runs, mean and spread, to report.json (`over_seeds`): one run is not a
-    measurement. The runs replay the same traffic; they differ by timing (demo/seeds.py).
-    Off a terminal either prints a progress line every 5 s.
+    --simulated: week 2 of the sample log replayed through `stoker analyze --warming` with the
+    shipped warming and without, in two TTL regimes (a day, three hours), with a deploy on
+    Thursday noon and three knowledge-base changes (about 7 min; --fast, which implies it, two
+    days in about 3). --seeds N replays the sample log's spec made with N seeds (each in
+    --out/seed-<i>) and adds each regime's figures over them, mean and spread, to report.json
+    (`over_seeds`). Off a terminal either prints a progress line every 5 s.
     """
     if seeds > 1 and not (simulated or fast):
         raise typer.BadParameter("repeats the simulated run: add --simulated", param_hint="--seeds")
     if simulated or fast:
         # the demo's modules take seconds to import on a busy machine: say something first
         console.print(
-            "stoker demo: starting (embedded stack, simulated GPU backend)", highlight=False
+            "stoker demo: starting (the sample log replayed in virtual time)", highlight=False
         )
-        from demo.main import main
+        from demo.simulated.main import main
 
         main(out, fast, console, seeds)
         return
@@ -66,7 +66,7 @@ def demo(
         "stoker demo: starting (embedded stack, real model: llama-server, SmolLM2-135M)",
         highlight=False,
     )
-    from demo.live_main import main_live
+    from demo.live.main import main_live
 
     main_live(out, console)
 

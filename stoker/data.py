@@ -26,3 +26,7 @@ def clinc_path(settings: StokerSettings | None = None) -> Path:
     """CLINC150 (CC BY 3.0, https://github.com/clinc/oos-eval): real utterances, 150 intents
     and out-of-scope, in the data folder."""
     return data_dir(settings) / "clinc150" / "data_full.json"
+
+
+# The sample request log (data/sample/README.md): what the demos and the benchmarks replay.
+SAMPLE_LOG = REPO_DATA_DIR / "sample" / "requests-2w.parquet"

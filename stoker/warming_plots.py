@@ -18,6 +18,8 @@ import matplotlib.pyplot as plt
 from matplotlib.dates import DateFormatter
 
 WARM, BASE, SENDS = "tab:blue", "black", "tab:orange"
+DEPLOY: dict[str, Any] = {"color": "grey", "linestyle": "--", "linewidth": 1.2}
+KB: dict[str, Any] = {"color": "tab:red", "linestyle": ":", "alpha": 0.7}
 SOURCE = (
     "the log after --from replayed in virtual time through the shipped planner, scheduler and "
     "pacing; exact cache; GPU time as the log gives it"
@@ -25,16 +27,31 @@ SOURCE = (
 
 
 def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
-    return [gpu_per_hour(name, f, out) for name, f in report["regimes"].items()]
+    events = _events(report)
+    return [gpu_per_hour(name, f, out, events) for name, f in report["regimes"].items()]
 
 
-def gpu_per_hour(name: str, f: dict[str, Any], out: Path) -> Path:
+def _events(report: dict[str, Any]) -> list[tuple[datetime, str]]:
+    """The deploy and the knowledge-base changes, as (time, label), for the plots' markers."""
+    out = []
+    if report.get("deploy_at"):
+        out.append((datetime.fromisoformat(report["deploy_at"]), "deploy"))
+    for at in sorted({c["at"] for c in report.get("kb_changes", [])}):
+        out.append((datetime.fromisoformat(at), "KB change"))
+    return out
+
+
+def gpu_per_hour(
+    name: str, f: dict[str, Any], out: Path, events: list[tuple[datetime, str]] | None = None
+) -> Path:
     rows = f["per_hour"]
     x = [datetime.fromisoformat(r["hour"]) for r in rows]
     live = [r["live_gpu_s"] for r in rows]
     sends = [r["send_gpu_s"] for r in rows]
     base = [r["gpu_s_baseline"] for r in rows]
-    fig, (top, low) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, height_ratios=(3, 1.4))
+    fig, (top, low) = plt.subplots(
+        2, 1, figsize=(12, 7), sharex=True, height_ratios=(3, 1.4), layout="constrained"
+    )
     width = 1 / 24
     top.bar(x, live, width=width, color=WARM, alpha=0.55, label="with warming: live misses",
             align="edge")  # fmt: skip
@@ -62,10 +79,18 @@ def gpu_per_hour(name: str, f: dict[str, Any], out: Path) -> Path:
     low.plot(x, hits_b, color=BASE, linewidth=0.8, label="without")
     low.set_ylim(0, 1)
     low.set_ylabel("hit rate")
+    for at, label in events or []:
+        style = DEPLOY if label == "deploy" else KB
+        for ax in (top, low):
+            ax.axvline(at, **style)
+        top.annotate(label, (at, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                     rotation=90, va="top", ha="right", color=style["color"])  # fmt: skip
     low.xaxis.set_major_formatter(DateFormatter("%a %d %H:00"))  # type: ignore[no-untyped-call]
-    fig.legend(loc="outside right upper", fontsize=8)
-    fig.text(0.01, 0.005, SOURCE, fontsize=7, color="dimgrey")
-    fig.autofmt_xdate()
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+    low.set_xlabel(SOURCE, fontsize=7, color="dimgrey")
+    for label in low.get_xticklabels():
+        label.set_rotation(20)
+        label.set_horizontalalignment("right")
     path = out / f"warming_{name}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

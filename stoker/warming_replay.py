@@ -119,18 +119,27 @@ class RegimeRun:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Story:
+    """What happens during the replay beyond the traffic: a deploy, knowledge-base changes."""
+
+    deploy_at: datetime | None = None
+    kb_changes: tuple[tuple[datetime, str, str], ...] = ()  # (time, tenant, doc id)
+
+
 def replay_regime(
     s: StokerSettings,
     rows: list[Row],
     start: datetime,
     end: datetime,
     ttl_s: int,
-    deploy_at: datetime | None,
+    story: Story,
     progress: Callable[[str, float], None] | None = None,
 ) -> RegimeRun:
     """One TTL: the baseline, then the shipped warming, on a private redis-server."""
     t0 = time.perf_counter()
-    replay = Replay(rows, start, end, float(ttl_s), s.warm_interval_s, deploy_at)
+    deploy_at = story.deploy_at
+    replay = Replay(rows, start, end, float(ttl_s), s.warm_interval_s, deploy_at, story.kb_changes)
     clock = VirtualClock(start)
     if progress is not None:
         replay.progress = lambda f: progress("without warming", f)
@@ -181,18 +190,21 @@ def analyze_warming(
     log: LoadedLog,
     start: datetime,
     ttls: Sequence[int],
-    deploy_at: datetime | None = None,
+    story: Story = Story(),
     progress: Callable[[str, float], None] | None = None,
+    end: datetime | None = None,
 ) -> dict[str, Any]:
-    """Every TTL of `ttls` replayed from `start` to the log's end: the report (report.py)."""
-    end = log.last + timedelta(seconds=1)
+    """Every TTL of `ttls` replayed from `start` to `end` (the log's end): the report
+    (warmers/replay/report.py)."""
+    deploy_at = story.deploy_at
+    end = end or log.last + timedelta(seconds=1)
     if deploy_at is not None and not start <= deploy_at < end:
         raise UsageError(
             f"--deploy-at {deploy_at:%Y-%m-%d %H:%M} UTC must fall inside the replayed span "
             f"({start:%Y-%m-%d %H:%M}..{log.last:%Y-%m-%d %H:%M})"
         )
     rows = rows_of(log.events, DEPLOYED_VERSION if deploy_at is not None else None)
-    figures = _regimes(s, rows, start, end, ttls, deploy_at, progress)
+    figures = _regimes(s, rows, start, end, ttls, story, progress)
     regimes = {f"ttl_{_fmt_ttl(ttl)}": f for ttl, f in zip(ttls, figures, strict=True)}
     return {
         "log": {"rows": log.rows_read, "valid": len(log.events), "bad": log.bad,
@@ -202,6 +214,10 @@ def analyze_warming(
         "replayed": {"from": start.isoformat(), "to": end.isoformat(),
                      "requests": sum(1 for r in rows if r.t >= start.timestamp())},
         "deploy_at": None if deploy_at is None else deploy_at.isoformat(),
+        "kb_changes": [
+            {"at": at.isoformat(), "tenant": tenant, "doc_id": doc}
+            for at, tenant, doc in story.kb_changes
+        ],
         "settings_not_default": differing_settings(s),
         "regimes": regimes,
     }  # fmt: skip
@@ -213,20 +229,20 @@ def _regimes(
     start: datetime,
     end: datetime,
     ttls: Sequence[int],
-    deploy_at: datetime | None,
+    story: Story,
     progress: Callable[[str, float], None] | None,
 ) -> list[dict[str, Any]]:
     """Each TTL's figures, the TTLs side by side in processes of their own (one per core):
     a replay is one Python thread's work, and each has its own redis-server."""
     workers = min(len(ttls), os.cpu_count() or 1)
     if workers <= 1:
-        return [_regime(s, rows, start, end, ttl, deploy_at, progress) for ttl in ttls]
+        return [_regime(s, rows, start, end, ttl, story, progress) for ttl in ttls]
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
     with ctx.Manager() as manager:
         steps = manager.Queue()
         with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
             futures = [
-                pool.submit(_regime_in_process, s, rows, start, end, ttl, deploy_at, steps)
+                pool.submit(_regime_in_process, s, rows, start, end, ttl, story, steps)
                 for ttl in ttls
             ]
             while not all(f.done() for f in futures):
@@ -243,14 +259,14 @@ def _regime(
     start: datetime,
     end: datetime,
     ttl: int,
-    deploy_at: datetime | None,
+    story: Story,
     progress: Callable[[str, float], None] | None,
 ) -> dict[str, Any]:
     def step(arm: str, f: float) -> None:
         if progress is not None:
             progress(f"TTL {_fmt_ttl(ttl)}, {arm}", f)
 
-    run = replay_regime(s, rows, start, end, ttl, deploy_at, step)
+    run = replay_regime(s, rows, start, end, ttl, story, step)
     return regime_figures(run.warm, run.base, ttl, run.seconds, end.timestamp())
 
 
@@ -260,7 +276,7 @@ def _regime_in_process(
     start: datetime,
     end: datetime,
     ttl: int,
-    deploy_at: datetime | None,
+    story: Story,
     steps: Any,
 ) -> dict[str, Any]:
     """_regime in a worker process; its progress goes to the parent through `steps`, at most
@@ -273,7 +289,7 @@ def _regime_in_process(
             last[0] = now
             steps.put((what, done))
 
-    return _regime(s, rows, start, end, ttl, deploy_at, report)
+    return _regime(s, rows, start, end, ttl, story, report)
 
 
 def _fmt_ttl(seconds: int) -> str:

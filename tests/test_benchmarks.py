@@ -136,7 +136,7 @@ def test_benchmark__every_script_is_guarded_or_named_as_slow():
     # The slow ones need the whole CLINC150 embedding pass or minutes of wall time; they are
     # run by `make bench`, and this list keeps a new script from slipping past both.
     slow = {"bench_hot_set.py", "bench_semantic_quality.py", "bench_backend_protection.py",
-            "bench_analyze_1m.py", "bench_hot_set_shapes.py", "bench_warming_peak.py"}  # fmt: skip
+            "bench_analyze_1m.py", "bench_warm_vs_naive.py", "bench_analyze_warming.py"}  # fmt: skip
     scripts = {p.name for p in BENCH.glob("bench_*.py")}
     assert scripts == set(TINY) | slow
 
@@ -231,33 +231,3 @@ def test_seed_rows__each_number_is_its_mean_over_the_seeds_with_its_spread(capsy
     assert spread["sd"] == pytest.approx(0.1)
     assert "scored" not in k50["over_seeds"] and "ok" not in k50["over_seeds"]
     assert lines[1]["over_seeds"]["coverage"]["runs"] == 1  # a row of one run says so
-
-
-def test_warming_peak__a_line_per_regime_over_the_runs_with_the_worst_runs_peak(capsys):
-    # bench_warming_peak's rows, from demo reports as run_demo writes them (two runs)
-    sys.path.insert(0, str(BENCH))
-    try:
-        from bench_warming_peak import emit_runs
-    finally:
-        sys.path.remove(str(BENCH))
-
-    def report(peak: float, capture: float, sent: list[int]) -> dict:
-        lead = [{"hour": 84 - len(sent) + i, "sent": n, "in_place": 0.1 * (i + 1)}
-                for i, n in enumerate(sent)]  # fmt: skip
-        regime = {"peak_gpu_ratio": peak, "peak_capture": capture, "total_gpu_ratio": 1.0,
-                  "warm_efficiency": 0.9, "post_deploy_gap_points": 1.0,
-                  "peak_gpu_ratio_bound": 0.7, "peak_gpu_ratio_bound_frequent": 0.8,
-                  "lead_warms": lead, "headroom_share": 0.9, "deploy_lead_h": 0}  # fmt: skip
-        return {"regimes": {"ttl_3h": regime, "ttl_1d": regime | {"lead_warms": []}}}
-
-    emit_runs([report(0.92, 0.4, [50]), report(0.98, 0.1, [30, 20])])
-    lines = {x["name"]: x for x in map(orjson.loads, capsys.readouterr().out.splitlines())}
-    assert set(lines) == {"warming_peak_ttl_3h", "warming_peak_ttl_1d"}
-    row = lines["warming_peak_ttl_3h"]
-    assert row["peak_gpu_ratio"] == pytest.approx(0.95)  # the mean ...
-    assert row["peak_gpu_ratio_max"] == 0.98  # ... and the worst run's, as the goal is per run
-    assert row["peak_capture"] == pytest.approx(0.25) and row["prewarm_sent"] == 50
-    assert row["prewarm_in_place"] == pytest.approx(0.15)  # the last step's, per run: mean
-    assert row["over_seeds"]["peak_capture"]["min"] == 0.1 and row["backend"] == "simulated"
-    assert lines["warming_peak_ttl_1d"]["prewarm_sent"] == 0
-    assert lines["warming_peak_ttl_1d"]["prewarm_in_place"] is None  # no pre-warm step

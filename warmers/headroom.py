@@ -105,7 +105,7 @@ class Headroom:
 
 
 def profile_live_gpu(
-    profile: TrafficProfile, before_week: int, model_id: str | None = None
+    profile: TrafficProfile, before_week: int, model_id: str | None = None, cold: bool = False
 ) -> list[float] | None:
     """Live GPU-seconds per hour of week (0 = Monday 00:00 UTC) that the profile forecasts for
     `model_id` (None: every model), summed over its tenants and templates: per namespace, the
@@ -113,7 +113,9 @@ def profile_live_gpu(
     not had its busy hours yet) of each hour's requests that reach the GPU, times the mean
     GPU time of one. The warmable requests reach it at the share the tracked queries' misses
     say (a query evicted from the week's summary loses its misses, so the share, and the
-    room, err low); the never-cacheable ones all do. None when no namespace has such a week.
+    room, err low); the never-cacheable ones all do; `cold`: every request does (a new model
+    version's first hours, before any of its entries exists). None when no namespace has such
+    a week.
     """
     out, known = [0.0] * HOURS_PER_WEEK, False
     for tenant in profile.tenants():
@@ -127,7 +129,7 @@ def profile_live_gpu(
             if not cost.misses or not warmable:
                 continue  # no request of these weeks reached the GPU: no cost to go by
             known = True
-            share = min(1.0, cost.misses / warmable)
+            share = 1.0 if cold else min(1.0, cost.misses / warmable)
             per_req_s = cost.gpu_ms_per_miss / 1000.0 / len(weeks)
             for w in weeks:
                 hc = hourly[w]
@@ -202,22 +204,32 @@ class ProfileHeadroom:
         self._hour: tuple[int, int] | None = None  # (week, hour of week) of what follows
         self._rooms: dict[str | None, Headroom | None] = {}
         # each model's forecast (None: every model) for the hour under way: read once per hour
-        self._forecasts: dict[str | None, list[float] | None] = {}
+        self._forecasts: dict[tuple[str | None, bool], list[float] | None] = {}
         self.spent: dict[str | None, float] = {}
         self.sent_total = 0.0  # GPU-s this process's warms sent, every hour and model
         # (time, the server's busy seconds, sent_total) at each reading of the last TREND_HOURS
         self._readings: deque[tuple[datetime, float, float]] = deque(maxlen=1024)
         self._ratio: tuple[datetime, float] | None = None
 
-    def left(self, model_id: str | None = None) -> float | None:
+    def left(self, model_id: str | None = None, *, cold: bool = False) -> float | None:
         """GPU-seconds the hour under way has left for warms to `model_id` (None: every model
         as one pool); None while the profile holds no complete week of it: no peak is known
-        yet, and the warm goes uncapped."""
+        yet, and the warm goes uncapped. `cold`: the hour a new version goes live in (the
+        deploy's pre-warm), whose every request misses: its load is the forecast with no entry
+        cached, under the ceiling read at the load served. A pre-warm held only to the
+        hour's usual load filled the room the cold namespace's own misses took, and a deploy
+        at noon made the week's peak."""
         week, how = self._roll()
         room = self._room(week, model_id)
         if room is None:
             return None
-        return max(0.0, room.cap(how, self.ratio()) - self.spent.get(model_id, 0.0))
+        ratio = self.ratio()
+        if cold:
+            misses = self._live(week, model_id, cold=True)
+            cap = max(0.0, ratio * room.ceiling_gpu_s - (misses[how] if misses else 0.0))
+        else:
+            cap = room.cap(how, ratio)
+        return max(0.0, cap - self.spent.get(model_id, 0.0))
 
     def spend(self, gpu_s: float, model_id: str | None = None) -> None:
         self._roll()
@@ -264,11 +276,12 @@ class ProfileHeadroom:
             self._rooms[model_id] = room
         return self._rooms[model_id]
 
-    def _live(self, week: int, model_id: str | None) -> list[float] | None:
-        if model_id not in self._forecasts:
-            live = profile_live_gpu(self.profile, before_week=week, model_id=model_id)
-            self._forecasts[model_id] = live
-        return self._forecasts[model_id]
+    def _live(self, week: int, model_id: str | None, cold: bool = False) -> list[float] | None:
+        key = (model_id, cold)
+        if key not in self._forecasts:
+            live = profile_live_gpu(self.profile, week, model_id, cold)
+            self._forecasts[key] = live
+        return self._forecasts[key]
 
     def _roll(self) -> tuple[int, int]:
         """The hour under way; a new one forgets the last one's forecast and spending."""

@@ -86,7 +86,8 @@ class PrewarmOptions(BaseModel):
 class Room(Protocol):
     """The headroom warms to a model may spend in the hour under way (warmers/headroom.py)."""
 
-    def left(self, model_id: str | None = None) -> float | None: ...  # GPU-s; None: no cap
+    # GPU-s; None: no cap; cold: the hour's load as if nothing were cached (a new version)
+    def left(self, model_id: str | None = None, *, cold: bool = False) -> float | None: ...
 
     def spend(self, gpu_s: float, model_id: str | None = None) -> None: ...
 
@@ -217,7 +218,7 @@ class HotSetPrewarmer:
         reachable = plan.hit_share([*plan.fresh, *plan.items])
         if reachable >= self.hit_bar - _EPS:
             size_to_bar(plan, self.hit_bar)
-        room = None if self.room is None else self.room.left(model_id)
+        room = None if self.room is None else self.room.left(model_id, cold=True)
         sized = len(plan.items)
         if room is not None and plan.items:
             # the best item at least, whatever the room: one send is within any hour's noise,

@@ -41,7 +41,7 @@ def run_warming(
     out: Path | None,
     json_out: bool,
 ) -> None:
-    from stoker.warming_replay import analyze_warming, load_log, split_at
+    from stoker.warming_replay import Story, analyze_warming, load_log, split_at
 
     with console.status(f"reading {log.name} ..."):
         loaded = load_log(log)
@@ -56,7 +56,7 @@ def run_warming(
                 tasks[what] = progress.add_task(what, total=1.0)
             progress.update(tasks[what], completed=min(done, 1.0))
 
-        report = analyze_warming(s, loaded, begin, ttls, deploy_at, step)
+        report = analyze_warming(s, loaded, begin, ttls, Story(deploy_at), step)
     if out is not None:
         from stoker.warming_plots import write_plots
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from rich.console import Console
 
-from demo.live_main import run_live_demo
-from demo.live_report import OUTCOMES
-from demo.live_scenario import LiveScenario, load_live_traffic
+from demo.live.main import run_live_demo
+from demo.live.report import OUTCOMES
+from demo.live.scenario import LiveScenario, load_live_traffic
 
 
 @pytest.mark.timeout(600)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from demo.live_ledger import Generation, Reading, asked
-from demo.live_score import Attributor, Cutover, Replacement, ServedHit, Verdict
-from demo.live_texts import PROMPTS, article, revisions_in, system_message, tenant_of
+from demo.live.ledger import Generation, Reading, asked
+from demo.live.score import Attributor, Cutover, Replacement, ServedHit, Verdict
+from demo.live.texts import PROMPTS, article, revisions_in, system_message, tenant_of
 
 
 def gen(
@@ -180,10 +180,10 @@ def _row(prompt: str, intent: str, tenant: str = "acme") -> dict[str, Any]:
 def test_false_semantic__a_hit_from_another_intents_question_or_for_an_oos_asker_is_false():
     from datetime import UTC, datetime
 
-    from demo.live_client import Served, digest_of, request_of
-    from demo.live_report import false_semantic
-    from demo.live_run import LiveResult
-    from demo.live_scenario import LiveScenario, LiveTraffic
+    from demo.live.client import Served, digest_of, request_of
+    from demo.live.report import false_semantic
+    from demo.live.run import LiveResult
+    from demo.live.scenario import LiveScenario, LiveTraffic
 
     sc = LiveScenario()
     cached = [
@@ -210,7 +210,7 @@ def test_false_semantic__a_hit_from_another_intents_question_or_for_an_oos_asker
 
 
 def test_busy_seconds__overlapping_requests_count_once():
-    from demo.live_report import busy_seconds
+    from demo.live.report import busy_seconds
 
     spans = [gen("a", at=10.0), gen("b", at=10.5), gen("c", at=20.0)]  # each lasts 1 s
     # 9-10 and 9.5-10.5 overlap: 1.5 s; then 19-20: 1 s

@@ -69,13 +69,13 @@ class HotSetConfig(BaseModel):
     # The live log's last hours: a query surging now (a trend, an incident no past day saw),
     # asked at least `recent_min_count` times there at more than `recent_surge` x the share
     # the regimes forecast, is expected in the window at its recent share. Only surges: a
-    # blend of every query's last hours adds noise that loses to the regimes (bench_hot_set_shapes:
+    # blend of every query's last hours adds noise that loses to the regimes (bench_warm_vs_naive:
     # hot_set_drift_k200_t092; docs/benchmarks.md, "On five traffic shapes"). 0 hours: off.
     # The scheduler's own rule sends what pays (the break-even) and is asked before it expires
-    # with at least this chance: a send no one asks burns GPU, however cheap its hour. At
-    # 0.8 a replayed week's warm sends added a hit 0.85-0.9 times in 10 (docs/benchmarks.md,
-    # "Warming as it ships").
-    min_p_send: float = Field(default=0.8, ge=0.0, le=1.0)
+    # with at least this chance: a send no one asks burns GPU, however cheap its hour. On the
+    # sample log's week 2 (TTL 1 day) 0.6 / 0.8 / 0.9 gave sends that added a hit 68 / 82 /
+    # 89% of the time at 1.04 / 1.01 / 1.00x the GPU of no warming (docs/benchmarks.md).
+    min_p_send: float = Field(default=0.9, ge=0.0, le=1.0)
     # A named budget is spent on items past break-even, down to those whose chance of being
     # asked between their send and the window's end is this: under it, a send is a guess.
     # 1 in 1,000: at 0.02 a plan for a quiet hour kept half of K = 1,000 and lost 4 points of

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from caches.keys import exact_prefix
 from caches.request import CacheRequest
 
 HOUR_S = 3600.0
@@ -31,6 +32,7 @@ class Entry:
     hit: bool = False  # served a request since it landed
     # a warm entry served a request that missed without warming: a hit it added
     added: bool = False
+    docs: tuple[str, ...] = ()  # the documents its answer was built on (their ids)
 
 
 class VirtualCache:
@@ -48,9 +50,18 @@ class VirtualCache:
             return None
         return e
 
-    def put(self, key: str, t: float, *, warm: bool) -> Entry:
-        e = self.entries[key] = Entry(t, t + self.ttl_s, warm)
+    def put(self, key: str, t: float, *, warm: bool, docs: tuple[str, ...] = ()) -> Entry:
+        e = self.entries[key] = Entry(t, t + self.ttl_s, warm, docs=docs)
         return e
+
+    def invalidate(self, tenant: str, doc_id: str) -> int:
+        """Delete the tenant's entries built on `doc_id` (a knowledge-base change, as the
+        invalidation worker deletes them by document); how many."""
+        mine = exact_prefix(tenant)
+        gone = [k for k, e in self.entries.items() if doc_id in e.docs and k.startswith(mine)]
+        for k in gone:
+            del self.entries[k]
+        return len(gone)
 
     def ttl_left_ms(self, keys: Sequence[str]) -> list[int]:
         """As Redis's PTTL on the replay's clock: ms left, -2 absent or expired."""
@@ -77,6 +88,8 @@ class Hour:
     hits: int = 0
     warm_hits: int = 0  # first hits of warmed entries
     live_gpu_s: float = 0.0  # the misses' GPU time
+    # ... of those no warm could have prevented: never cacheable, or never asked before
+    fixed_gpu_s: float = 0.0
     sends: int = 0  # warm sends that went out in this hour
     send_gpu_s: float = 0.0
 
@@ -89,7 +102,11 @@ class Ledger:
     hours: dict[int, Hour] = field(default_factory=lambda: defaultdict(Hour))
     busy_s: float = 0.0
 
-    def served(self, t: float, hit: bool, gpu_ms: float, warm_first: bool = False) -> None:
+    def served(
+        self, t: float, hit: bool, gpu_ms: float, warm_first: bool = False, fixed: bool = False
+    ) -> None:
+        """One request: a hit (`warm_first`: a warmed entry's first), or a miss costing
+        `gpu_ms` (`fixed`: one no warm could have prevented)."""
         h = self.hours[int(t // HOUR_S)]
         h.requests += 1
         if hit:
@@ -97,6 +114,7 @@ class Ledger:
             h.warm_hits += warm_first
         else:
             h.live_gpu_s += gpu_ms / 1000.0
+            h.fixed_gpu_s += gpu_ms / 1000.0 if fixed else 0.0
             self.busy_s += gpu_ms / 1000.0
 
     def sent(self, t: float, gpu_ms: float) -> None:

@@ -11,7 +11,12 @@
 - extra_hits_per_send: (hits with - hits without) per send over the whole replay, which also
   counts what warming shifted (an entry that expires earlier, refilled later) and the sends
   whose life the log's end cut off;
-- warm_first_hits: warmed entries that served at least one request.
+- warm_first_hits: warmed entries that served at least one request;
+- peak_gpu_ratio_bound: the lowest peak any warming could reach on this traffic, over the
+  baseline's: per hour, the misses no warm could have prevented (never cacheable, or a
+  request no earlier one asked: no history names it), the busiest such hour over the
+  baseline's peak. Every other miss is taken to move, for free, into an idle hour: a bound,
+  not a forecast's reach.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ def hourly(warm: Arm, base: Arm) -> list[dict[str, Any]]:
                 "live_gpu_s": round(w.live_gpu_s, 3),
                 "send_gpu_s": round(w.send_gpu_s, 3),
                 "gpu_s_baseline": round(b.live_gpu_s, 3),
+                "fixed_gpu_s_baseline": round(b.fixed_gpu_s, 3),
                 "sends": w.sends,
             }
         )
@@ -72,6 +78,10 @@ def regime_figures(
             None if peak_w is None else peak_w["gpu_s"],
             None if peak_b is None else peak_b["gpu_s_baseline"],
         ),
+        "peak_gpu_ratio_bound": _ratio(
+            max((r["fixed_gpu_s_baseline"] for r in rows), default=None),
+            None if peak_b is None else peak_b["gpu_s_baseline"],
+        ),
         "total_gpu_s": round(total_w, 1),
         "total_gpu_s_baseline": round(total_b, 1),
         "total_gpu_ratio": _ratio(total_w, total_b),
@@ -87,6 +97,8 @@ def regime_figures(
         "hit_rate": None if not requests else round(hits_w / requests, 4),
         "hit_rate_baseline": None if not requests else round(hits_b / requests, 4),
         "scheduler_runs": warm.scheduler_runs,
+        "invalidated": warm.invalidated,
+        "invalidated_baseline": base.invalidated,
         "seconds": round(seconds, 1),
         "per_hour": rows,
     }

@@ -55,12 +55,14 @@ class Row:
     cacheable: bool
     keys: tuple[str, str]  # its exact key, and its digest, under the log's own version
     deployed: tuple[str, str] | None = None  # ... under the deployed version
+    novel: bool = False  # no earlier row of the log asked it: no forecast could warm it
 
 
 def rows_of(events: Sequence[RequestLogged], deploy_version: str | None = None) -> list[Row]:
     """The events in time order with their exact keys (the ones the gateway and the warmer
     build from the same request: warmers/hotset/plan.py logged_request)."""
     out = []
+    seen: set[str] = set()
     for ev in sorted(events, key=lambda e: e.ts):
         cacheable = request_bypass_reason(ev.params) is None
         fields = ev.model_dump(mode="json")
@@ -69,7 +71,9 @@ def rows_of(events: Sequence[RequestLogged], deploy_version: str | None = None) 
         if deploy_version is not None:
             k2 = logged_request(fields, deploy_version).cache_request().key()
             new = (k2.exact(), k2.digest)
-        out.append(Row(ev.ts.timestamp(), ev, cacheable, (key.exact(), key.digest), new))
+        novel = key.exact() not in seen
+        seen.add(key.exact())
+        out.append(Row(ev.ts.timestamp(), ev, cacheable, (key.exact(), key.digest), new, novel))
     return out
 
 
@@ -89,6 +93,7 @@ class Arm:
     # first hit on a request the baseline missed is a hit the warm added
     hits: list[bool] = field(default_factory=list)
     sent: list[Entry] = field(default_factory=list)  # the entries the warm sends put there
+    invalidated: int = 0  # entries the knowledge-base changes deleted
 
 
 @dataclass
@@ -102,6 +107,9 @@ class Replay:
     ttl_s: float
     interval_s: float
     deploy_at: datetime | None = None
+    # knowledge-base changes: at each time, the tenant's entries built on the document are
+    # deleted (both arms), as the invalidation worker deletes them
+    kb_changes: Sequence[tuple[datetime, str, str]] = ()
     progress: Callable[[float], None] | None = None  # the share of the replay done
 
     def history(self) -> list[Row]:
@@ -133,6 +141,7 @@ class Replay:
         step = self.interval_s
         deploy_t = self._deploy_step()
         deployed = False
+        changes = sorted((c.timestamp(), tenant, doc) for c, tenant, doc in self.kb_changes)
         i = self._index(t)
         offset = i  # the profile's offsets for the served rows follow the history's
         while t < stop:
@@ -141,6 +150,9 @@ class Replay:
                 deployed = True
                 if deploy is not None:
                     arm.prewarm = deploy()
+            while changes and changes[0][0] <= t:
+                _, tenant, doc = changes.pop(0)
+                arm.invalidated += cache.invalidate(tenant, doc)
             if warm is not None:
                 warm()
                 arm.scheduler_runs += 1
@@ -178,9 +190,9 @@ class Replay:
             e = cache.get(key, r.t) if r.cacheable else None
             arm.hits.append(e is not None)
             if e is None:
-                ledger.served(r.t, False, ev.gpu_ms)
+                ledger.served(r.t, False, ev.gpu_ms, fixed=r.novel or not r.cacheable)
                 if r.cacheable:
-                    cache.put(key, r.t, warm=False)
+                    cache.put(key, r.t, warm=False, docs=tuple(d.doc_id for d in ev.context_docs))
                 logged.append(ev if ev.cache_outcome == "miss" else _as(ev, "miss"))
                 continue
             first = e.warm and not e.hit

@@ -51,7 +51,8 @@ class VirtualSender:
             if e is not None and e.expires - t > bar:
                 s.skipped_cached += 1
                 continue
-            self.sent.append(self.cache.put(key, t, warm=True))
+            docs = tuple(d.doc_id for d in ident.docs)
+            self.sent.append(self.cache.put(key, t, warm=True, docs=docs))
             self.ledger.sent(t, pi.warm_cost_ms)
             s.sent += 1
             s.cached += 1

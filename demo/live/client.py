@@ -2,7 +2,7 @@
 gateway`, timed from the client (time to first token, time to the end).
 
 A request is what a RAG support app sends: the tenant's system prompt with the retrieved
-help-center articles inlined at their current revisions (demo.live_texts), the user's
+help-center articles inlined at their current revisions (demo.live.texts), the user's
 question, greedy decoding, a short answer; the tenant and template version as headers, and the
 articles by id alone in the `stoker` extension, so an article's edit does not change the key:
 only the invalidation worker keeps answers fresh.
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import orjson
 
-from demo.live_scenario import LiveScenario, doc_ids
-from demo.live_texts import system_message
+from demo.live.scenario import LiveScenario, doc_ids
+from demo.live.texts import system_message
 from gateway.identity import resolve
 from gateway.options import GatewayOptions
 from stoker.modelserver import MODEL_ALIAS

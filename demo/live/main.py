@@ -8,10 +8,10 @@ from typing import Any
 
 from rich.console import Console
 
-from demo import live_plots
-from demo.live_report import build_live_report, summary, verdict, write, write_records
-from demo.live_run import LiveDemo
-from demo.live_scenario import LiveScenario
+from demo.live import plots as live_plots
+from demo.live.report import build_live_report, summary, verdict, write, write_records
+from demo.live.run import LiveDemo
+from demo.live.scenario import LiveScenario
 from demo.progress import DemoProgress
 from schemas.errors import StokerError
 

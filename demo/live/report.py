@@ -2,7 +2,7 @@
 
 Every figure here comes from the real model server (llama.cpp's llama-server serving
 SmolLM2-135M-Instruct) and from what the gateway served: none rests on the simulated backend.
-The plots are demo.live_plots.
+The plots are demo.live.plots.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from demo.live_client import Probe, Served, digest_of, request_of
-from demo.live_ledger import Generation
-from demo.live_run import LiveResult
-from demo.live_score import Attributor, ServedHit
+from demo.live.client import Probe, Served, digest_of, request_of
+from demo.live.ledger import Generation
+from demo.live.run import LiveResult
+from demo.live.score import Attributor, ServedHit
 from stoker.modelserver import DEFAULT_SERVE, MODEL_ALIAS
 
 OUTCOMES = ("exact", "semantic", "miss", "bypass", "error")

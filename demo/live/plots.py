@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # files only; no display on servers and CI
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from demo.live_report import MODEL, SOURCE_NAMES, WARMING
+from demo.live.report import MODEL, SOURCE_NAMES, WARMING
 
 REAL = f"real model: {MODEL}, -t 1 on a 2-core box; time compressed (the hours are the log's)"
 COLORS = {"exact": "tab:green", "semantic": "tab:olive", "miss": "tab:grey", "bypass": "0.8"}

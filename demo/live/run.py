@@ -4,8 +4,8 @@ front of llama-server (SmolLM2-135M-Instruct), with a knowledge-base change and 
 One process holds the gateway, the workers (traffic, prefixes, invalidation, deploy, rewarm)
 and the demo's clients, as `stoker gateway` on the embedded stack does (Qdrant Edge lives in
 one process); the model runs beside it, one llama-server at a time, behind the ledger relay
-(demo.live_ledger) that records what it wrote. In order:
-1. week 1 of the slice (demo.live_scenario) goes into Kafka as the request log the
+(demo.live.ledger) that records what it wrote. In order:
+1. week 1 of the slice (demo.live.scenario) goes into Kafka as the request log the
    gateway would have published, with no answers: the traffic profile and the hot prefixes
    learn counts, and no answer enters a cache that the model did not write;
 2. the day is served hour by hour, as fast as the model answers (time is compressed: the
@@ -22,7 +22,7 @@ one process); the model runs beside it, one llama-server at a time, behind the l
    warm; that one stays, the deploy event goes out, the deploy worker pre-warms (prefix warm,
    then the hot set of the next hours) and the gateway moves to the new version at READY;
 5. after the last hour: the deploy's purge is awaited, the request log is read back for its
-   gpu_ms, and everything is handed to the report (demo.live_report).
+   gpu_ms, and everything is handed to the report (demo.live.report).
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ from typing import Any, Protocol
 import httpx
 
 from caches.keys import entries_pattern
-from demo.live_client import (
+from demo.live.client import (
     LiveClient,
     Probe,
     Served,
     probe,
 )
-from demo.live_ledger import Generation, Ledger
-from demo.live_log import publish_week1, read_request_log
-from demo.live_scenario import (
+from demo.live.ledger import Generation, Ledger
+from demo.live.log import publish_week1, read_request_log
+from demo.live.scenario import (
     NEW_VERSION,
     OLD_VERSION,
     LiveScenario,
@@ -56,10 +56,10 @@ from demo.live_scenario import (
     hours_after,
     load_live_traffic,
 )
-from demo.live_score import Cutover, Replacement
-from demo.live_texts import article, system_prompt
+from demo.live.score import Cutover, Replacement
+from demo.live.status import StatusFollower
+from demo.live.texts import article, system_prompt
 from demo.progress import DemoProgress
-from demo.run import StatusFollower
 from gateway.service import GatewayServer
 from schemas.errors import StokerError
 from schemas.events import KnowledgeBaseChanged, ModelDeployed

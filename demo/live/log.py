@@ -11,8 +11,8 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from caches.request import LookupResult
-from demo.live_client import TEMPLATE, request_of
-from demo.live_scenario import OLD_VERSION, LiveScenario
+from demo.live.client import TEMPLATE, request_of
+from demo.live.scenario import OLD_VERSION, LiveScenario
 from gateway.cachegate import Decision
 from gateway.completions import Served as GatewayServed
 from gateway.completions import log_event

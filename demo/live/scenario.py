@@ -22,8 +22,8 @@ import orjson
 import pandas as pd
 
 from caches.keys import normalise_prompt
-from demo.scenario import SAMPLE_LOG
 from simulation.logs.sample import articles_path
+from stoker.data import SAMPLE_LOG
 from stoker.modelserver import MODEL_ALIAS
 
 OLD_VERSION = "2026-11-01"  # the version the sample log ran
@@ -52,7 +52,7 @@ class LiveScenario:
     # prompt with the hottest article, as week 1 logged it: after the KB change, its old text
     prefix_top_n: int = 3
     probes: int = 8  # TTFT: the first requests after the deploy, with and without prefix warm
-    # Answers: greedy, one line or sentence (demo.live_texts), at most max_tokens.
+    # Answers: greedy, one line or sentence (demo.live.texts), at most max_tokens.
     max_tokens: int = 48
     stop: tuple[str, ...] = ("\n", ". ")
     concurrency: int = 2  # requests in flight: the server's two slots

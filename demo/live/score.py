@@ -2,7 +2,7 @@
 retired model, judged by the text it served and when, never by the key scheme.
 
 The real model cites nothing, so a served text is traced back through the ledger
-(demo.live_ledger): every answer the model wrote, for which tenant, from which article
+(demo.live.ledger): every answer the model wrote, for which tenant, from which article
 revisions, by which server process, and when. Only answers a cache could hold count as sources
 (whole, status 200, from the gateway's misses or a warm), written before the hit was served.
 For a hit of tenant T serving text X at time t, with S the sources of X:
@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from demo.live_ledger import Generation
+from demo.live.ledger import Generation
 
 # Who writes answers a cache may hold: the prefix warm (one token) and the probes (never
 # stored) are not sources of a served text.

@@ -9,8 +9,8 @@ chunk by chunk, and every other path (`/metrics`, `/v1/models`, `/health`) as is
 
 For each chat completion it keeps what the model read (the tenant whose system prompt opened
 the request, the help-center articles by their revision markers, the user's question: see
-demo.live_texts) and what it wrote (the text, its finish reason) with the server's own
-`timings`. The scorer (demo.live_score) attributes every served text from these records
+demo.live.texts) and what it wrote (the text, its finish reason) with the server's own
+`timings`. The scorer (demo.live.score) attributes every served text from these records
 alone; nothing that serves or warms reads them. A relay hop costs ~1 ms on loopback against a
 model's 0.3-30 s.
 """
@@ -30,7 +30,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from demo.live_texts import revisions_in, tenant_of
+from demo.live.texts import revisions_in, tenant_of
 from stoker.embedded import LOOPBACK
 
 SOURCES = ("live", "warm", "deploy", "rewarm", "prefix", "probe")
