@@ -41,7 +41,7 @@ from schemas.errors import BackendUnavailable
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker import modelserver
-from stoker.embedded import EmbeddedStack, LlamaServer
+from stoker.embedded import EmbeddedStack, LlamaServer, serve_options
 from stoker.settings import StokerSettings
 from stoker.wiring import build_redis
 from warmers.hotset.plan import WarmItem
@@ -361,7 +361,7 @@ def run_real(cache: CacheClient, args: argparse.Namespace) -> None:
         modelserver.cache_root(s.model_cache_dir), server=s.llama_server_bin,
         model=s.llama_model_path,
     )  # fmt: skip
-    server = LlamaServer(got.server, got.model, modelserver.serve_options(s))
+    server = LlamaServer(got.server, got.model, serve_options(s))
     server.start()
     try:
         asyncio.run(real_ratio(server.base_url, cache, args))

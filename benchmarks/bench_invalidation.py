@@ -24,7 +24,8 @@ from _common import emit, pct
 from confluent_kafka import Producer
 
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder, Embedder, Vectors
+from caches.embedders import Embedder, Vectors
+from caches.embedding_cache import CachedEmbedder
 from caches.request import CacheRequest
 from caches.semantic.edge import EdgeSemanticStore
 from invalidators.handlers import InvalidationHandler

@@ -72,7 +72,7 @@ from _common import ROOT, emit, pct
 from backends.engine import EngineState, read_engine
 from schemas.events import RequestLogged
 from stoker import modelserver
-from stoker.embedded import EmbeddedStack, LlamaServer, free_port, installed_llama
+from stoker.embedded import EmbeddedStack, LlamaServer, free_port, installed_llama, serve_options
 from stoker.redisconn import connect
 from stoker.settings import StokerSettings
 from warmers.prefix.after_restart import ReplicaWatch
@@ -409,7 +409,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
                          f"warm, {without_failed} without)")  # fmt: skip
     p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
     w = warms[-1] if warms else PrefixWarmReport(REAL)
-    o = modelserver.serve_options(StokerSettings())
+    o = serve_options(StokerSettings())
     heads = [m[0]["content"] for m in first]
     emit(
         "prefix_warm_real",

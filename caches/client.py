@@ -26,7 +26,7 @@ import redis
 from caches import keys as K
 from caches import metrics as M
 from caches.boundary import REDIS_ERRORS, as_bytes, redis_boundary
-from caches.embedders import CachedEmbedder
+from caches.embedding_cache import CachedEmbedder
 from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
 from caches.matching.answers import AnswerJudge

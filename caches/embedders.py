@@ -21,13 +21,11 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 import numpy.typing as npt
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from caches import keys as K
 from caches import metrics as M
 from caches import onnxengine
-from caches.boundary import as_bytes, http_boundary, redis_boundary
+from caches.boundary import http_boundary
 from caches.passes import (
     DEFAULT_BACKGROUND_PASS_S,
     LOOKUP_FIXED_SHARE,
@@ -39,7 +37,6 @@ from caches.passes import (
     settle,
     take,
 )
-from caches.writebehind import WriteBehind
 from schemas.baseurl import BaseURL
 from schemas.errors import ConfigError, RetriableError
 
@@ -68,6 +65,12 @@ def embed_deadline(at: float) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+def under_deadline() -> bool:
+    """Whether the caller embeds under embed_deadline (a lookup, which must not wait on
+    writes)."""
+    return _DEADLINE.get() is not None
 
 
 def unit(v: Vectors) -> Vectors:
@@ -535,69 +538,3 @@ class BatchingEmbedder(Embedder):
             self._background_cv.notify_all()
         for t in self._threads:
             t.join(5)
-
-
-class CachedEmbedder:
-    """Embeds through Redis: one MGET for the batch, the misses computed and written back
-    (read_only: computed and not written, for callers that must write nothing, a dry run).
-    Under `embed_deadline` (a lookup) the write-back is handed to a thread of its own
-    (caches/writebehind.py), so the caller goes on to its search at once."""
-
-    def __init__(
-        self, inner: Embedder, r: redis.Redis, ttl_s: int, *, read_only: bool = False
-    ) -> None:
-        self.inner = inner
-        self.id = inner.id
-        self.dim = inner.dim
-        self._r = r
-        self._ttl_s = ttl_s
-        self.read_only = read_only
-        # A lookup's new vectors (asked under embed_deadline) are written on this thread
-        self._behind = WriteBehind(r, ttl_s)
-
-    def embed(self, tenant: str, texts: Sequence[str]) -> Vectors:
-        keys = [K.embedding_key(tenant, self.id, t) for t in texts]
-        with redis_boundary("embedding get"):
-            raw = self._r.mget(keys) if keys else []
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        todo: list[int] = []
-        for i, b in enumerate(raw):
-            if b is None or len(b) != 4 * self.dim:
-                todo.append(i)
-            else:
-                out[i] = np.frombuffer(as_bytes(b), dtype=np.float32)
-        if todo:
-            fresh = self.inner.embed([texts[i] for i in todo])
-            out[todo] = fresh
-            if self.read_only:
-                return out
-            writes = [(keys[i], fresh[j].tobytes()) for j, i in enumerate(todo)]
-            if _DEADLINE.get() is not None:  # a lookup: the write-back is not its to wait for
-                self._behind.put(writes)
-                return out
-            pipe = self._r.pipeline(transaction=False)
-            for key, value in writes:
-                pipe.set(key, value, ex=self._ttl_s)
-            with redis_boundary("embedding set"):
-                pipe.execute()
-        return out
-
-    def embed_one(self, tenant: str, text: str) -> Vectors:
-        out: Vectors = self.embed(tenant, [text])[0]
-        return out
-
-    def prime(self, tenant: str, texts: Sequence[str], vectors: Vectors) -> None:
-        """Store vectors computed elsewhere (a bulk job embedding each distinct text once)."""
-        pipe = self._r.pipeline(transaction=False)
-        for text, v in zip(texts, vectors, strict=True):
-            pipe.set(
-                K.embedding_key(tenant, self.id, text),
-                v.astype(np.float32).tobytes(),
-                ex=self._ttl_s,
-            )
-        with redis_boundary("embedding prime"):
-            pipe.execute()
-
-    def close(self) -> None:
-        """Land the queued write-backs and stop their thread (the model is not this one's)."""
-        self._behind.close()

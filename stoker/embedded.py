@@ -29,7 +29,7 @@ from redis.retry import Retry
 
 from schemas.errors import ServiceStartError
 from schemas.lifecycle import Startable
-from stoker.modelserver import ServeOptions
+from stoker.modelserver import Installed, Say, ServeOptions, cache_root, ensure
 from stoker.settings import StokerSettings
 
 LOOPBACK = "127.0.0.1"
@@ -415,7 +415,7 @@ def installed_llama(settings: StokerSettings, port: int | None = None) -> LlamaS
         server=settings.llama_server_bin,
         model=settings.llama_model_path,
     )
-    return LlamaServer(got.server, got.model, modelserver.serve_options(settings, port=port))
+    return LlamaServer(got.server, got.model, serve_options(settings, port=port))
 
 
 class ChildStack(Startable):
@@ -516,3 +516,25 @@ class EmbeddedStack(ChildStack):
         if self.redis is not None:
             fields["redis_url"] = self.redis_url
         return StokerSettings(**{**fields, **overrides})
+
+
+# -- the model server where the settings say (stoker/modelserver.py reads no settings) --
+
+
+def serve_options(s: StokerSettings, *, port: int | None = None) -> ServeOptions:
+    """llama-server's flags from the llama_* settings."""
+    return ServeOptions(
+        threads=s.llama_threads, parallel=s.llama_parallel, ctx=s.llama_ctx, port=port
+    )
+
+
+def ensure_model_server(s: StokerSettings, say: Say = print, jobs: int | None = None) -> Installed:
+    """modelserver.ensure() where the settings say: llama-server and the model, built or
+    found, in the settings' cache folder."""
+    return ensure(
+        cache_root(s.model_cache_dir),
+        server=s.llama_server_bin,
+        model=s.llama_model_path,
+        say=say,
+        jobs=jobs,
+    )

@@ -36,12 +36,9 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, Final
 
 from schemas.errors import StokerError
-
-if TYPE_CHECKING:
-    from stoker.settings import StokerSettings
 
 
 class SetupError(StokerError):
@@ -338,23 +335,6 @@ class ServeOptions:
 
 
 DEFAULT_SERVE: Final = ServeOptions()
-
-
-def serve_options(s: StokerSettings, *, port: int | None = None) -> ServeOptions:
-    return ServeOptions(
-        threads=s.llama_threads, parallel=s.llama_parallel, ctx=s.llama_ctx, port=port
-    )
-
-
-def ensure_from(s: StokerSettings, say: Say = print, jobs: int | None = None) -> Installed:
-    """ensure() where the settings say."""
-    return ensure(
-        cache_root(s.model_cache_dir),
-        server=s.llama_server_bin,
-        model=s.llama_model_path,
-        say=say,
-        jobs=jobs,
-    )
 
 
 def _build_early(argv: list[str]) -> int:

@@ -24,12 +24,12 @@ from rich.console import Console
 from caches.client import CacheClient
 from caches.embedders import (
     BatchingEmbedder,
-    CachedEmbedder,
     Embedder,
     EmbedderOptions,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
 )
+from caches.embedding_cache import CachedEmbedder
 from caches.l1 import L1Cache, L1Options
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR, AnswerJudge
 from caches.matching.base import Matcher, StaticThreshold

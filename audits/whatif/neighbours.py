@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from caches.embedders import CachedEmbedder, Embedder, Vectors
+from caches.embedders import Embedder, Vectors
+from caches.embedding_cache import CachedEmbedder
 
 # Neighbours kept per key, best first. The simulation serves the best *live* neighbour, so a
 # key whose 128 nearest are all expired counts a miss even if a 129th is live: a tiny

@@ -65,7 +65,7 @@ from schemas.errors import StokerError
 from schemas.events import KnowledgeBaseChanged, ModelDeployed
 from schemas.prewarm import PrewarmRequest
 from stoker import modelserver
-from stoker.embedded import LOOPBACK, EmbeddedStack, LlamaServer, free_port
+from stoker.embedded import LOOPBACK, EmbeddedStack, LlamaServer, free_port, serve_options
 from stoker.modelserver import MODEL_ALIAS
 from stoker.registry import build_handler, deploy_handler, rewarm_handler
 from stoker.settings import StokerSettings
@@ -231,7 +231,7 @@ class LiveDemo:
         if self._llama is not None:
             self._llama.stop()
         assert self._installed is not None
-        opts = modelserver.serve_options(StokerSettings(), port=self._port)
+        opts = serve_options(StokerSettings(), port=self._port)
         self._llama = LlamaServer(self._installed.server, self._installed.model, opts)
         ledger.server = number
         self._llama.start()

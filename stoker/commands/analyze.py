@@ -203,7 +203,7 @@ def _cached(embedder: Any, s: StokerSettings) -> Any:
     if not s.redis_url:
         return embedder
     from audits.whatif.neighbours import ScopedEmbedder
-    from caches.embedders import CachedEmbedder
+    from caches.embedding_cache import CachedEmbedder
     from stoker.stack import Stack
 
     # the verb's one Redis client, released when the process ends

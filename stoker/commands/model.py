@@ -36,11 +36,11 @@ def setup(
 
     Example: stoker model setup
     """
-    from stoker import modelserver
+    from stoker.embedded import ensure_model_server
     from stoker.settings import StokerSettings
 
     s = StokerSettings()
-    got = modelserver.ensure_from(s, say=_say, jobs=jobs)
+    got = ensure_model_server(s, say=_say, jobs=jobs)
     console.print(f"llama-server: {got.server}\nmodel: {got.model}", soft_wrap=True)
 
 
@@ -56,15 +56,20 @@ def serve(
     Example: stoker model serve --port 8000   (then: stoker gateway --upstream
     http://127.0.0.1:8000/v1)
     """
-    from stoker import modelserver
-    from stoker.embedded import LOOPBACK, LlamaServer, port_free
+    from stoker.embedded import (
+        LOOPBACK,
+        LlamaServer,
+        ensure_model_server,
+        port_free,
+        serve_options,
+    )
     from stoker.settings import StokerSettings
 
     s = StokerSettings()
     if port is not None and not port_free(port):
         raise UsageError(f"--port {port}: in use on {LOOPBACK}; choose another, or leave it out")
-    got = modelserver.ensure_from(s, say=_say)
-    server = LlamaServer(got.server, got.model, modelserver.serve_options(s, port=port))
+    got = ensure_model_server(s, say=_say)
+    server = LlamaServer(got.server, got.model, serve_options(s, port=port))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

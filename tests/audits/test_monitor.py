@@ -20,7 +20,7 @@ from audits.judge import Auditor
 from audits.monitor import MonitorHandler, MonitorOptions, sampled
 from backends.client import OpenAIBackend
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder
+from caches.embedding_cache import CachedEmbedder
 from caches.matching.answers import AnswerJudge
 from caches.matching.bounds import Strata
 from caches.matching.counts import RedisCounts

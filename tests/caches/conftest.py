@@ -10,7 +10,8 @@ import redis
 from qdrant_client import QdrantClient
 
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder, SentenceTransformerEmbedder
+from caches.embedders import SentenceTransformerEmbedder
+from caches.embedding_cache import CachedEmbedder
 from caches.policy import CachePolicy
 from caches.semantic.base import SemanticStore
 from caches.semantic.edge import EdgeSemanticStore

@@ -191,7 +191,7 @@ def test_semantic__per_tenant_threshold_applies(cache_client: CacheClient):
 
 def test_semantic__route_threshold_and_conservative_route_apply(redis_client, embedder, tmp_path):
     """A route's threshold overrides the tenant's; a conservative route takes no loose hit."""
-    from caches.embedders import CachedEmbedder
+    from caches.embedding_cache import CachedEmbedder
     from caches.policy import CachePolicy
     from caches.semantic.edge import EdgeSemanticStore
 

@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from caches import keys as K
-from caches.embedders import CachedEmbedder, Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from caches.embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from caches.embedding_cache import CachedEmbedder
 from schemas.errors import BackendUnavailable, ConfigError
 from tests.waiting import wait_for
 

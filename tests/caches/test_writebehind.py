@@ -13,7 +13,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from caches import keys as K
-from caches.embedders import CachedEmbedder, Embedder, embed_deadline
+from caches.embedders import Embedder, embed_deadline
+from caches.embedding_cache import CachedEmbedder
 from caches.writebehind import WriteBehind
 
 

@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder, Embedder, Vectors
+from caches.embedders import Embedder, Vectors
+from caches.embedding_cache import CachedEmbedder
 from caches.policy import CachePolicy
 from caches.semantic.edge import EdgeSemanticStore
 

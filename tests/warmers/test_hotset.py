@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder
+from caches.embedding_cache import CachedEmbedder
 from caches.live import LiveVersions
 from caches.policy import CachePolicy
 from caches.request import CacheRequest

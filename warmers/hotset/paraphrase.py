@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from caches.embedders import CachedEmbedder, Embedder, unit
+from caches.embedders import Embedder, unit
+from caches.embedding_cache import CachedEmbedder
 
 Vectors = npt.NDArray[np.float32]
 

@@ -29,16 +29,17 @@ For each tenant and (model, template) namespace in the traffic profile:
    it is valued for the hours after its expiry only (then its value is held to the bar);
 Then the budget is split fairly across tenants (budget.py) and each takes its best clusters;
 what a tenant cannot use goes to the best remaining clusters of any tenant. Steps 1-2 live in
-forecast.py, the value a warm is priced at in value.py, what the plan holds in plan.py.
+forecast.py, the value a warm is priced at in value.py, when each is sent and whether it pays
+in timing.py, what the cache holds as the plan asks it in freshness.py, what the plan holds in
+plan.py.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 import redis
@@ -46,19 +47,28 @@ import redis
 from caches import slots
 from caches.boundary import redis_boundary
 from caches.client import CacheClient
-from caches.embedders import CachedEmbedder, Embedder
+from caches.embedders import Embedder
+from caches.embedding_cache import CachedEmbedder
 from caches.keys import canonical_params, doc_floor_key, doc_gen_key, normalise_prompt
 from caches.live import LiveVersions, version_for
 from caches.policy import CachePolicy, request_bypass_reason
-from caches.request import CacheRequest
-from schemas.errors import RequestRejected
 from warmers.hotset.calibration import Calibration
 from warmers.hotset.forecast import Forecaster, NamespaceForecast
+from warmers.hotset.freshness import CacheFreshness, Freshness
 from warmers.hotset.options import HotSetConfig
 from warmers.hotset.paraphrase import Cluster, TextVectors, cover_greedy
 from warmers.hotset.plan import Plan, PlanItem, Skipped, WarmItem, logged_request
 from warmers.hotset.renew import DocTexts, changed_docs, renewed_item
-from warmers.hotset.value import Prevented, Prices, ValueModel, after_expiry, prevented
+from warmers.hotset.timing import (
+    SendTimes,
+    ahead,
+    floor_hour,
+    priced,
+    prices_for,
+    span_start,
+    with_reason,
+)
+from warmers.hotset.value import Prices, ValueModel, prevented
 from warmers.hotset.warm_budget import Budget, fair_shares
 from warmers.hotset.window import Window
 from warmers.traffic.profile import MissCost, TrafficProfile
@@ -75,47 +85,6 @@ class PlanScope(TypedDict, total=False):
     docs: Collection[tuple[str, str]] | None
     named: bool
     send_hours: tuple[datetime, datetime] | None
-
-
-def _floor_hour(ts: datetime) -> datetime:
-    return ts.replace(minute=0, second=0, microsecond=0)
-
-
-class Freshness(Protocol):
-    """What the cache holds, as the planner asks it (step 5): the TTL left of exact entries
-    (ms; -2 absent, -1 no expiry), and which entry a request would be served from."""
-
-    serves_paraphrases: bool  # serving_key looks beyond the exact entry (a semantic store)
-
-    def ttl_left_ms(self, keys: Sequence[str]) -> list[int]: ...
-
-    def serving_key(self, identity: CacheRequest) -> str | None: ...
-
-
-class CacheFreshness:
-    """Freshness from the cache itself: PTTLs pipelined on its Redis; the serving entry by the
-    lookup a request would make (exact, then semantic), with `cache`, else the exact one."""
-
-    def __init__(self, r: redis.Redis, cache: CacheClient | None = None) -> None:
-        self.redis, self.cache = r, cache
-        self.serves_paraphrases = cache is not None
-
-    def ttl_left_ms(self, keys: Sequence[str]) -> list[int]:
-        if not keys:
-            return []
-        with redis_boundary("hot set freshness"):
-            pipe = self.redis.pipeline(transaction=False)
-            for k in keys:
-                pipe.pttl(k)
-            return [int(x) for x in pipe.execute()]
-
-    def serving_key(self, identity: CacheRequest) -> str | None:
-        if self.cache is None:
-            return None
-        try:
-            return self.cache.serving_key(identity)
-        except RequestRejected:
-            return None
 
 
 class HotSetSelector:
@@ -144,6 +113,7 @@ class HotSetSelector:
         self.policy = policy or CachePolicy()
         self.cache_redis = cache_redis if cache_redis is not None else profile.r
         self.cfg = config or HotSetConfig()
+        self.times = SendTimes(self.cfg)  # step 4's choices: when each warm goes out, if at all
         self.freshness = freshness or CacheFreshness(self.cache_redis, cache)
         self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
@@ -178,9 +148,9 @@ class HotSetSelector:
         it): it is spent now on the best items, past break-even, down to those whose chance
         of being asked is under `min_p_asked`."""
         plan = Plan(window, budget, named=named, made_at=self.profile.clock())
-        span_start, sends = self._sends(window, named, send_hours)
-        plan.span_start = span_start
-        lead = int((window.start - span_start).total_seconds() // 3600)
+        first, sends = self._sends(window, named, send_hours)
+        plan.span_start = first
+        lead = int((window.start - first).total_seconds() // 3600)
         spaces: dict[str, list[NamespaceForecast]] = {}
         for t in sorted(tenants if tenants is not None else self.profile.tenants()):
             spaces[t] = []
@@ -191,10 +161,10 @@ class HotSetSelector:
                 plan.regimes[f"{t}/{m}/{tv}"] = ns.note
                 spaces[t].append(ns)
         plan.volume = {t: sum(ns.volume for ns in nss) for t, nss in spaces.items()}
-        priced = (value_model or self.cfg.value_model) == "prevented"
+        by_miss = (value_model or self.cfg.value_model) == "prevented"
         every = [ns for nss in spaces.values() for ns in nss]
-        ahead = _ahead(span_start, self._now(window), window.end)
-        prices = _prices(every, self.cfg, sends, lead, ahead) if priced else None
+        left = ahead(first, self._now(window), window.end)
+        prices = prices_for(every, self.cfg, sends, lead, left) if by_miss else None
         ranked: dict[str, list[PlanItem]] = {}
         live: dict[str, dict[str, str]] = {}  # model -> scope -> live version, read once
         for t, nss in spaces.items():
@@ -217,8 +187,8 @@ class HotSetSelector:
                 items = self._drop_served(items, plan, prices, _items(budget) + 10)
             ranked[t] = items
         if prices is not None:
-            ranked = self._spread(ranked, plan, prices)
-            ranked = {t: sorted(self._worth_warming(items, plan), key=PlanItem.rank)
+            ranked = self.times.spread(ranked, plan, prices)
+            ranked = {t: sorted(self.times.worth_warming(items, plan, self._now(plan.window)), key=PlanItem.rank)
                       for t, items in ranked.items()}  # fmt: skip
         self._fill(plan, ranked, plan.volume)
         return plan
@@ -227,7 +197,7 @@ class HotSetSelector:
         """The scheduler's plan: the hours an entry sent now could serve (the hour under way
         and the entries' TTL after it, at most `horizon_h`), each item sent in its cheapest
         hour of them; the items due now are the plan's, the rest wait for a later run."""
-        now = _floor_hour(self.profile.clock())
+        now = floor_hour(self.profile.clock())
         hours = max(1, min(self.cfg.horizon_h, math.ceil(self.policy.exact_ttl_s / 3600)))
         window = Window(now, now + timedelta(hours=hours))
         last = window.end - timedelta(hours=1)
@@ -241,9 +211,9 @@ class HotSetSelector:
         window from s >= window end - TTL; no earlier than the hour under way, no later than
         the window's start (or the hour under way, if the window began). A named budget is
         spent now."""
-        now = _floor_hour(self._now(window))
+        now = floor_hour(self._now(window))
         if send_hours is not None:
-            first, last = (_floor_hour(h) for h in send_hours)
+            first, last = (floor_hour(h) for h in send_hours)
             first, last = max(first, now), max(last, first, now)
         elif named:  # sent now, valued from the window's start (or now, if it began)
             first = last = max(now, window.start)
@@ -291,7 +261,7 @@ class HotSetSelector:
         raw = self.profile.miss_costs(ns.tenant, ns.model_id, ns.template_version, top)
         costs, latencies = self._shrunk(raw, "gpu_ms"), self._shrunk(raw, "latency_ms")
         if prices is not None and not plan.named and self._unmerged():
-            top = self._could_pay(ns, top, costs, latencies, prices, scale, plan)
+            top = self.times.could_pay(ns, top, costs, latencies, prices, scale, plan)
             if not top:
                 return []
         reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, top)
@@ -342,41 +312,6 @@ class HotSetSelector:
     def _unmerged(self) -> bool:
         """Every query its own cluster (the verified matcher, no radius set)."""
         return self.cfg.cluster_threshold is None and self.cfg.matcher == "verified"
-
-    def _could_pay(
-        self,
-        ns: NamespaceForecast,
-        top: list[str],
-        costs: dict[str, float],
-        latencies: dict[str, float],
-        prices: Prices,
-        scale: float,
-        plan: Plan,
-    ) -> list[str]:
-        """The queries whose warm could beat the break-even bar in its best case: asked with
-        the chance of its whole span, each miss at the dearest hour's price, sent at the
-        cheapest. The rest cannot pay whenever they are sent: left out before their
-        representatives are read (most of a long tail, on a scheduler's every run)."""
-        ahead = np.ones(len(ns.load)) if prices.ahead is None else np.asarray(prices.ahead)
-        dear, cheap = max(prices.hours), min(prices.hours[s] for s in prices.sends)
-        bar = self.cfg.min_value_ms or 0.0
-        keep = []
-        for q in top:
-            if q not in costs:
-                keep.append(q)  # _row says why it has no representative
-                continue
-            lam = scale * float(ns.hourly(q) @ ahead)
-            best = -math.expm1(-lam) * (costs[q] * dear + self.cfg.latency_weight * latencies[q])
-            if best - costs[q] * cheap > bar:
-                keep.append(q)
-            else:
-                why = (
-                    f"below break-even (asked with p {-math.expm1(-lam):.2f} at most: its first "
-                    f"miss saved can never beat its send, {costs[q]:.0f} GPU ms at price "
-                    f"{cheap:.2f})"
-                )
-                plan.skipped.append(Skipped(ns.tenant, q, why, ns.hits.get(q), None))
-        return keep
 
     def _paraphrases(
         self, tenant: str, rows: list[tuple[str, WarmItem, float]], values: list[float]
@@ -433,7 +368,7 @@ class HotSetSelector:
             rates, miss_cost, warm_cost, prices, self.cfg.latency_weight,
             miss_latency_ms=latency,
         )  # fmt: skip
-        return _priced(pi, v, tuple(float(x) for x in rates))
+        return priced(pi, v, tuple(float(x) for x in rates))
 
     def _candidates(self, budget: Budget) -> int:
         return max(self.cfg.min_candidates, int(self.cfg.candidates_per_item * _items(budget)))
@@ -525,94 +460,11 @@ class HotSetSelector:
                 left = "no expiry" if pttl == -1 else f"{pttl / 1000:.0f} s left"
                 plan.skipped.append(Skipped(i.tenant, i.query, f"cached ({left})"))
                 plan.fresh.append(i)
-            elif prices is not None and expires is not None and expires > _start(plan):
-                keep.append(self._valued_after(i, expires, plan, prices, "cached"))
+            elif prices is not None and expires is not None and expires > span_start(plan):
+                keep.append(self.times.valued_after(i, expires, plan, prices, "cached"))
             else:
                 keep.append(i)
         return keep
-
-    def _valued_after(
-        self, i: PlanItem, expires: datetime, plan: Plan, prices: Prices, what: str
-    ) -> PlanItem:
-        """The item valued for the span's hours after `expires` only (value.after_expiry)."""
-        h = max(0.0, (expires - _start(plan)).total_seconds() / 3600)
-        item = replace(i, valued_from=h)
-        why = f"; {what} until {expires + timedelta(seconds=30):%H:%M} UTC, valued after"
-        return _priced(_with_reason(item, why), self._value(item, prices))
-
-    def _value(self, i: PlanItem, prices: Prices) -> Prevented:
-        """The item's worth at `prices` (value.prevented), after its expiry if it has one."""
-        after = None if i.valued_from is None else after_expiry(len(prices.hours), i.valued_from)
-        return prevented(
-            i.rates, i.miss_cost_ms, i.warm_cost_ms, prices, self.cfg.latency_weight, after,
-            i.miss_latency_ms,
-        )  # fmt: skip
-
-    def _pays(self, value_ms: float, p_asked: float) -> bool:
-        """The scheduler's own rule: worth more than min_value_ms, asked with min_p_send."""
-        bar = self.cfg.min_value_ms
-        return (bar is None or value_ms > bar) and p_asked >= self.cfg.min_p_send
-
-    def _spread(
-        self, ranked: dict[str, list[PlanItem]], plan: Plan, prices: Prices
-    ) -> dict[str, list[PlanItem]]:
-        """Step 4's send hours, chosen together: in rank order over every tenant, each item
-        takes its cheapest hour at the prices of the load forecast plus one request for each
-        send planned there before it. Chosen alone, every hot entry of a day took the same
-        last cheap hour before the ramp, and that hour became the day's peak; chosen together,
-        they fill the trough's hours, and the marginal ones no longer pay."""
-        if plan.named or len(prices.sends) < 2:
-            return ranked
-        extra = np.zeros(len(prices.hours))
-        done: dict[int, PlanItem] = {}
-        for i in sorted((i for items in ranked.values() for i in items), key=PlanItem.rank):
-            v = self._value(i, prices.with_extra(extra))
-            if self._pays(v.value_ms, v.p_asked):
-                extra[v.send] += 1.0
-            done[id(i)] = _priced(i, v)
-        return {t: sorted((done[id(i)] for i in items), key=PlanItem.rank)
-                for t, items in ranked.items()}  # fmt: skip
-
-    def _worth_warming(self, items: list[PlanItem], plan: Plan) -> list[PlanItem]:
-        """Valued by the miss it prevents. Under the planner's own rule, what is worth more
-        than min_value_ms in its cheapest send hour: due now, kept with the figures; due later,
-        deferred to that hour (plan.deferred); the rest is left out below break-even, with its
-        value. Under a named budget (sent now), what is asked with p >= min_p_asked."""
-        out = []
-        now = _floor_hour(self._now(plan.window))
-        for i in items:
-            p, pw, ps = i.p_asked or 0.0, i.price_window or 0.0, i.price_send or 0.0
-            send = plan.send_at(i) or now
-            if plan.named:
-                if p >= self.cfg.min_p_asked:
-                    out.append(_with_reason(i, f"; asked with p {p:.2f} at price {pw:.2f}"))
-                else:
-                    why = f"below the floor (asked with p {p:.2f}, under {self.cfg.min_p_asked:g})"
-                    plan.skipped.append(
-                        Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms)
-                    )
-            elif self._pays(i.value_ms, p):
-                why = (
-                    f"; first asked with p {p:.2f} at price {pw:.2f}, sent {send:%H:%M} at {ps:.2f}"
-                )
-                if send <= now:
-                    out.append(_with_reason(i, why))
-                else:
-                    plan.deferred.append(_with_reason(i, f"{why} (now it would pay less)"))
-            elif self.cfg.min_value_ms is None or i.value_ms > self.cfg.min_value_ms:
-                why = (
-                    f"below the send bar (asked before it expires with p {p:.2f}, under "
-                    f"{self.cfg.min_p_send:g}: a send no one asks burns GPU)"
-                )
-                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
-            else:
-                why = (
-                    f"below break-even (prevents a miss with p {p:.2f}, worth "
-                    f"{i.prevented_ms or 0.0:.0f} GPU ms at price {pw:.2f}; its warm send costs "
-                    f"{i.warm_cost_ms * ps:.0f} at price {ps:.2f})"
-                )
-                plan.skipped.append(Skipped(i.tenant, i.query, why, i.expected_hits, i.value_ms))
-        return out
 
     def _drop_served(
         self, items: list[PlanItem], plan: Plan, prices: Prices, limit: float
@@ -645,7 +497,9 @@ class HotSetSelector:
                 keep.append(i)
             else:
                 keep.append(
-                    self._valued_after(i, expires, plan, prices, "served by a cached paraphrase")
+                    self.times.valued_after(
+                        i, expires, plan, prices, "served by a cached paraphrase"
+                    )
                 )
         return sorted(keep, key=PlanItem.rank)
 
@@ -673,7 +527,7 @@ class HotSetSelector:
             c = b.cost(i.warm_cost_ms)
             if spent + c <= b.total + 1e-9:
                 spent += c
-                plan.items.append(_with_reason(i, "; from leftover budget"))
+                plan.items.append(with_reason(i, "; from leftover budget"))
             else:
                 plan.over_budget += 1
                 why = f"left out by the budget ({b} spent)"
@@ -681,55 +535,11 @@ class HotSetSelector:
         plan.items.sort(key=PlanItem.rank)
 
 
-def _start(plan: Plan) -> datetime:
-    return plan.span_start or plan.window.start
-
-
 def _items(budget: Budget) -> float:
     """How many items the budget buys; GPU budgets guess 0.5 s an item (decode-heavy answers)."""
     if budget.requests is not None:
         return float(budget.requests)
     return (budget.gpu_seconds or 0.0) / 0.5
-
-
-def _with_reason(i: PlanItem, more: str) -> PlanItem:
-    return replace(i, reason=i.reason + more)
-
-
-def _priced(i: PlanItem, v: Prevented, rates: tuple[float, ...] | None = None) -> PlanItem:
-    return replace(
-        i, p_asked=v.p_asked, price_send=v.price_send, price_window=v.price_window,
-        prevented_ms=v.saved_ms, rates=i.rates if rates is None else rates, send_hour=v.send,
-    )  # fmt: skip
-
-
-def _ahead(span_start: datetime, now: datetime, end: datetime) -> tuple[float, ...]:
-    """Per span hour, the share of it still to come at `now`: the hour under way is partly
-    gone, and its asks so far can no longer be prevented."""
-    n = int((end - span_start).total_seconds() // 3600)
-    gone = (now - span_start).total_seconds() / 3600
-    return tuple(min(1.0, max(0.0, k + 1 - gone)) for k in range(n))
-
-
-def _prices(
-    spaces: Sequence[NamespaceForecast],
-    cfg: HotSetConfig,
-    sends: tuple[int, ...],
-    start: int,
-    ahead: tuple[float, ...] | None = None,
-) -> Prices:
-    """Step 4's prices, from the load of every namespace the plan reads: each span hour's
-    forecast, over the busiest hour the retained weeks hold, all of those namespaces summed
-    (their hourly totals, read once with the forecast)."""
-    hours = len(spaces[0].load) if spaces else start + 1
-    load = np.zeros(hours)
-    by_week: dict[int, np.ndarray] = {}
-    for ns in spaces:
-        load += ns.load
-        for week, hc in ns.history.items():
-            by_week[week] = by_week.get(week, 0.0) + np.asarray(hc.warmable, dtype=float)
-    peak = max((float(v.max()) for v in by_week.values()), default=0.0)
-    return Prices.from_load(load, peak, cfg.idle_price, sends, start, ahead)
 
 
 def _touching(items: list[PlanItem], docs: Collection[tuple[str, str]] | None) -> list[PlanItem]:
