@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from backends.base import Backend
+    from warmers.hotset.freshness import Freshness
     from warmers.hotset.plan import Plan
-    from warmers.hotset.select import Freshness
     from warmers.shadow import WarmSummary
     from warmers.traffic.profile import TrafficProfile
 

@@ -120,8 +120,20 @@ def _summary(name: str, f: dict[str, Any]) -> Table:
         f"{f['total_gpu_s']:,.0f} against {f['total_gpu_s_baseline']:,.0f}: "
         f"{_x(f['total_gpu_ratio'])} (sends {f['warm_gpu_s']:,.0f})",
     )
-    eff = "-" if f["warm_efficiency"] is None else f"{f['warm_efficiency']:.2f}"
-    t.add_row("warm sends", f"{f['warm_sends']:,}: {f['extra_hits']:,} more hits, {eff} a send")
+    per = f["extra_hits_per_send"]
+    sends = f"{f['warm_sends']:,}: {f['extra_hits']:,} more hits" + (
+        "" if per is None else f" ({per:.2f} a send)"
+    )
+    t.add_row("warm sends", sends)
+    eff = f["warm_efficiency"]
+    t.add_row(
+        "sends adding a hit",
+        f"none expired inside the replay to judge by ({f['warm_sends']:,} sent)"
+        if eff is None
+        else f"{eff:.0%} of the {f['settled_sends']:,} that expired inside the replay",
+    )
+    if f.get("peak_gpu_ratio_bound") is not None:
+        t.add_row("lowest peak possible", _x(f["peak_gpu_ratio_bound"]))
     t.add_row("hit rate", f"{_pct(f['hit_rate'])} against {_pct(f['hit_rate_baseline'])}")
     if "deploy_prewarm" in f:
         t.add_row("deploy pre-warm", str(f["deploy_prewarm"]))

@@ -124,27 +124,36 @@ def warm(
 
 
 def _show_plan(plan: Plan, rows: int) -> None:
+    """The plan's best items as a table that fits the terminal (hits: expected in the window;
+    p: the chance the entry is asked; send: the hour it goes out in, UTC): the reasons are a
+    column of their own when it is wide (120 columns or more), and always in --json."""
+    wide = console.width >= 120
     t = Table(title=f"hot set for {plan.window}", show_lines=False)
-    for col, kw in (
-        ("#", {"justify": "right"}),
-        ("tenant", {}),
-        ("query", {"max_width": 48, "overflow": "ellipsis", "no_wrap": True}),
-        ("cluster", {"justify": "right"}),
-        ("exp. hits", {"justify": "right"}),
-        ("miss cost s", {"justify": "right"}),
-        ("send", {"no_wrap": True}),
-        ("why chosen", {"max_width": 60}),
-    ):
-        t.add_column(col, **kw)
+    t.add_column("#", justify="right", width=3, no_wrap=True)
+    t.add_column("tenant", overflow="ellipsis", no_wrap=True, width=10)
+    # what the other columns, their padding and the borders take (and the reasons, when wide)
+    rest = 48 + (62 if wide else 0)
+    t.add_column(
+        "query", overflow="ellipsis", no_wrap=True, max_width=max(20, console.width - rest)
+    )
+    t.add_column("hits", justify="right", width=5, no_wrap=True)
+    t.add_column("p", justify="right", width=5, no_wrap=True)
+    t.add_column("send", width=5, no_wrap=True)
+    if wide:
+        t.add_column("why chosen", max_width=60)
     for n, i in enumerate(plan.items[:rows], 1):
         send = plan.send_at(i)
-        t.add_row(
-            str(n), i.tenant, i.query, str(i.cluster_size), f"{i.expected_hits:.1f}",
-            f"{i.miss_cost_ms / 1000:.2f}", "now" if send is None else f"{send:%H:%M}", i.reason,
-        )  # fmt: skip
+        cells = [
+            str(n), i.tenant, i.query, f"{i.expected_hits:.1f}",
+            "-" if i.p_asked is None else f"{i.p_asked:.2f}",
+            "now" if send is None else f"{send:%H:%M}",
+        ]  # fmt: skip
+        t.add_row(*cells, *([i.reason] if wide else []))
     console.print(t)
     if len(plan.items) > rows:
         console.print(f"... and {len(plan.items) - rows} more")
+    if not wide and plan.items:
+        console.print("why each was chosen: --json, or a terminal of 120 columns")
     shares = ", ".join(f"{t} {v:.1f}" for t, v in plan.shares.items())
     skipped: dict[str, int] = {}
     for sk in plan.skipped:

@@ -152,8 +152,9 @@ class Plan:
     made_at: datetime | None = None  # the planner's clock when it was made
 
     def send_at(self, item: PlanItem) -> datetime | None:
-        """The hour `item` is best sent in (valued by the miss prevented), else None."""
-        if item.send_hour is None:
+        """The hour `item` is best sent in (valued by the miss prevented), else None (sent
+        now: valued by hits, or a named budget's)."""
+        if item.send_hour is None or self.named:
             return None
         return (self.span_start or self.window.start) + timedelta(hours=item.send_hour)
 
