@@ -19,6 +19,9 @@ in the mean over seeds, no seed below 0.95), ratio_vs_oracle, items planned (mea
 plan_s_max. `--seeds N` (default 3): N logs per dataset; `over_seeds` has each figure's mean,
 sd, min and max.
 
+Rows `warm_vs_naive_7d_k<K>` (`--history-days 7`): the same, the profile and naive holding only
+the week before each window: planning from a single week.
+
 Rows `hot_set_drift_k<K>` (drift and incident shapes): a trend or an incident that has lasted
 2 hours. Windows: 2 hours after each incident of the incident shape began, and 2 hours into
 week 2 of the drift shape, whose rising intents jumped x6 at its start. The planner is the
@@ -110,6 +113,7 @@ def run(
     emb: DiskCachedEmbedder,
     rows: SeedRows,
     drift: bool = False,
+    history_days: int | None = None,
 ) -> None:
     df = log_of(dataset, seed_index)
     windows = DRIFT_WINDOWS[dataset] if drift else WINDOWS
@@ -128,10 +132,16 @@ def run(
             if time.perf_counter() - started > MAX_S:
                 raise SystemExit(f"{dataset}: over {MAX_S} s, stopped")
             before = int((df["ts"] < pd.Timestamp(start)).sum())
-            fill(stack.profile, df.iloc[done:before], done)
+            if history_days is None:
+                fill(stack.profile, df.iloc[done:before], done)
+            else:  # only the last days before the window, in a profile of its own
+                stack.redis.flushdb()
+                runner = stack.runner(dry_run=True, progress=False)
+                done = int((df["ts"] < pd.Timestamp(start - timedelta(days=history_days))).sum())
+                fill(stack.profile, df.iloc[done:before], done)
+            past = df.iloc[done if history_days is not None else 0 : before]
             done = before
             clock.now = start - PLANNED_AT
-            past = df.iloc[:before]
             end = start + timedelta(hours=1)
             window = df[(df["ts"] >= pd.Timestamp(start)) & (df["ts"] < pd.Timestamp(end))]
             if drift:
@@ -164,8 +174,10 @@ def run(
                 ratio_vs_oracle=round(t["ours"] / max(t["oracle"], 1), 4), goal_ratio_vs_oracle=0.5,
             )  # fmt: skip
             continue
+        name = "warm_vs_naive" if history_days is None else f"warm_vs_naive_{history_days}d"
         rows.add(
-            f"warm_vs_naive_k{k}", dataset=dataset, k=k, windows=len(WINDOWS), requests=total,
+            f"{name}_k{k}", dataset=dataset, k=k, windows=len(WINDOWS), requests=total,
+            history_days=history_days,
             coverage=round(t["ours"] / total, 4), naive=round(t["naive"] / total, 4),
             oracle=round(t["oracle"] / total, 4),
             ratio_vs_naive=round(t["ours"] / max(t["naive"], 1), 4),
@@ -185,6 +197,11 @@ def main() -> None:
         "--drift", action="store_true",
         help="the hot_set_drift rows instead: windows 2 hours into a trend or an incident",
     )  # fmt: skip
+    ap.add_argument(
+        "--history-days", type=int, default=None, metavar="N",
+        help="the warm_vs_naive_<N>d rows: the profile, and naive, hold only the N days before "
+        "each window (7: planning from a single week)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.seeds < 1:
         ap.error("--seeds: at least 1")
@@ -197,7 +214,7 @@ def main() -> None:
     for dataset in datasets:
         rows = SeedRows()
         for i in range(args.seeds):
-            run(dataset, i, ks, emb, rows, drift=args.drift)
+            run(dataset, i, ks, emb, rows, drift=args.drift, history_days=args.history_days)
         rows.emit(list(range(args.seeds)))
 
 

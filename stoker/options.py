@@ -70,7 +70,7 @@ _HOTSET_TUNING: Final = frozenset(
     {
         "bandwidth_h", "background", "background_grid", "candidates_per_item", "min_candidates",
         "fairness_floor", "min_value_ms", "recent_hours", "recent_min_count", "recent_surge",
-        "cost_prior_misses", "history_half_life_days", "prior_asks", "prior_grid",
+        "cost_prior_misses", "history_half_life_days", "prior_asks", "prior_grid", "recent_paraphrase_radius",
     }
 )  # fmt: skip
 

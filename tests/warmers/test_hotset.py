@@ -229,6 +229,35 @@ def test_hotset__a_query_surging_in_the_last_hours_is_warmed_though_history_neve
     ]
 
 
+def test_hotset__an_incident_of_many_phrasings_each_asked_once_surges_as_a_group(
+    profile: TrafficProfile,
+) -> None:
+    # The incident comes as 6 phrasings of one question, each asked once between 07:00 and
+    # 10:00, and 6 one-offs that share no words: none is asked 3 times, so none surges alone.
+    history = _week("acme", {f"usual question {i}": 10 + i for i in range(40)}, {})
+    at = MONDAY + timedelta(days=7, hours=7)
+    said = ["is the app down now", "is the app down today", "is the app down again",
+            "is the app down for you", "is the app down at all", "is the app down or not"]  # fmt: skip
+    noise = ["weather in paris", "recipe for soup", "flights to rome", "tax forms due",
+             "jokes about cats", "convert miles km"]  # fmt: skip
+    recent = [event(10_000 + i, "acme", p, at + timedelta(minutes=14 * i))
+              for i, p in enumerate(said + noise)]  # fmt: skip
+    fill(profile, history + recent)
+    budget = Budget(requests=50)  # a named budget: every expected query, down to the floor
+    grouped = _selector(profile).plan(NEXT_MONDAY_10, budget, named=True)
+    assert "6 with their paraphrases" in grouped.regimes["acme/m/t1"]
+    rank = {i.query: n for n, i in enumerate(grouped.items)}
+    assert set(said) <= set(rank) and max(rank[p] for p in said) < 12  # near the head
+    assert all(rank.get(p, 99) > max(rank[s] for s in said) for p in noise)
+    # the mechanism: linked only at a radius no paraphrase reaches, none of them is expected
+    alone = _selector(profile, recent_paraphrase_radius=1.0).plan(
+        NEXT_MONDAY_10, budget, named=True
+    )
+    assert "with their paraphrases" not in alone.regimes["acme/m/t1"]
+    ranked = {i.query: n for n, i in enumerate(alone.items)}
+    assert all(ranked.get(p, len(ranked)) > 12 for p in said)
+
+
 # -- valued by the miss it prevents (warmers/hotset/value.py) --
 
 

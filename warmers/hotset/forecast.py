@@ -9,7 +9,7 @@ span hour (what a warm is priced by).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -22,6 +22,9 @@ from warmers.traffic.profile import HourlyCounts, TrafficProfile, daily_from, we
 
 if TYPE_CHECKING:
     from warmers.hotset.options import HotSetConfig
+
+    # a namespace's queries -> their paraphrase group ids (the selector embeds their prompts)
+    Grouping = Callable[["NamespaceForecast", list[str]], dict[str, int]]
 
 # A query the matching days did not ask (or barely): its floor, as a share of its share of every
 # retained week. With the value bar, a token share (it is ranked, not expected); ranked past
@@ -70,9 +73,14 @@ class NamespaceForecast:
 class Forecaster:
     """Reads the profile; memoises what depends only on the past days."""
 
-    def __init__(self, profile: TrafficProfile, config: HotSetConfig) -> None:
+    def __init__(
+        self, profile: TrafficProfile, config: HotSetConfig, group: Grouping | None = None
+    ) -> None:
+        """group: the paraphrase groups of a namespace's queries (query key -> group id), for
+        the surges of many phrasings (_surging_groups); None: exact surges only."""
         self.profile = profile
         self.cfg = config
+        self.group = group
         # Day clustering (KMeans + silhouette, ~0.5 s) depends only on the past days' counts:
         # memoised on them, so a scheduler planning every window re-clusters once a day.
         self._regimes: dict[tuple[object, ...], DayRegimes] = {}
@@ -167,15 +175,49 @@ class Forecaster:
             ns.load[:] = seen / self.cfg.recent_hours
         # the window's volume as the regimes forecast it, or the recent rate if none
         ahead = ns.volume or seen / self.cfg.recent_hours * window.hours()
-        surging = 0
+        surging, rising = 0, {}
         for q, c in recent.items():
             now = c / seen * ahead  # at its share of the last hours
-            usual = ns.hits.get(q, 0.0)
-            if c >= self.cfg.recent_min_count and now > self.cfg.recent_surge * usual:
-                ns.hits[q] = now
-                ns.spread.add(q)
-                surging += 1
-        return f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging)"
+            if now <= self.cfg.recent_surge * ns.hits.get(q, 0.0):
+                continue
+            if c >= self.cfg.recent_min_count:
+                surging += self._expect(ns, q, now)
+            else:
+                rising[q] = (c, now)
+        grouped = sum(self._expect(ns, q, now) for q, now in self._surging_groups(ns, rising))
+        with_groups = f", {grouped} with their paraphrases" if grouped else ""
+        return (
+            f" + the last {self.cfg.recent_hours} h ({seen} requests, {surging} surging"
+            f"{with_groups})"
+        )
+
+    @staticmethod
+    def _expect(ns: NamespaceForecast, qkey: str, requests: float) -> int:
+        ns.hits[qkey] = requests
+        ns.spread.add(qkey)
+        return 1
+
+    def _surging_groups(
+        self, ns: NamespaceForecast, rising: dict[str, tuple[int, float]]
+    ) -> list[tuple[str, float]]:
+        """The rising queries (asked more than their forecast share, too few times each to
+        surge alone) whose paraphrases, together, are asked `recent_min_count` times: an
+        incident comes as many phrasings of one question, each asked once or twice, which no
+        exact count sees surge. Grouped by `group` (the selector's: the prompts' cosine),
+        groups of two or more; (query, its recent requests) of each member."""
+        if self.group is None or len(rising) < 2:
+            return []
+        groups: dict[int, list[str]] = {}
+        for q, g in self.group(ns, sorted(rising)).items():
+            groups.setdefault(g, []).append(q)
+        out = []
+        for members in groups.values():
+            if (
+                len(members) >= 2
+                and sum(rising[q][0] for q in members) >= self.cfg.recent_min_count
+            ):
+                out += [(q, rising[q][1]) for q in members]
+        return out
 
     def _fallback(self, ns: NamespaceForecast, named: bool = False) -> None:
         """Whatever the retained weeks asked, at any hour of any day, by how much: a floor of

@@ -78,19 +78,26 @@ class HotSetConfig(BaseModel):
     min_p_send: float = Field(default=0.9, ge=0.0, le=1.0)
     # A named budget is spent on items past break-even, down to those whose chance of being
     # asked between their send and the window's end is this: under it, a send is a guess.
-    # 1 in 1,000: at 0.02 a plan for a quiet hour kept half of K = 1,000 and lost 4 points of
-    # the window's requests to a naive top-K (docs/benchmarks.md, "Warming as it ships").
-    min_p_asked: float = Field(default=0.001, ge=0.0, le=1.0)
+    # 1 in 10,000: a night window of a few requests put most candidates under 1 in 1,000, and
+    # a named K = 1,000 spent 400-600 of it (docs/benchmarks.md, "Warming as it ships").
+    min_p_asked: float = Field(default=0.0001, ge=0.0, le=1.0)
     # The scheduler plans the hours an entry sent now serves: its TTL, at most this many.
     horizon_h: int = Field(default=24, ge=1, le=168)
     recent_hours: int = 3
     recent_min_count: int = 3
     recent_surge: float = 3.0
+    # ... or, for the queries asked too few times to surge alone, as a group: paraphrases
+    # (prompt cosine at least this) asked `recent_min_count` times together. An incident
+    # comes as many phrasings of one question (CLINC150's), each asked once or twice; with
+    # exact counts alone, 3 of 29 of an incident's phrasings seen were warmed two hours in.
+    recent_paraphrase_radius: float = Field(default=0.7, gt=0.0, le=1.0)
     # A query's GPU cost per miss is its own mean shrunk toward the namespace's by this many
     # pseudo-misses (answer lengths vary request to request; a few long ones are noise).
     cost_prior_misses: float = 10.0
     # Past days count less with age (a day this old counts half); None: every day alike.
-    history_half_life_days: float | None = 7.0
+    # 14 against 7: named budgets covered about 1 point more of a window at K = 1,000 on the
+    # steady shapes (longtail, quiet) and no less under drift (docs/benchmarks.md).
+    history_half_life_days: float | None = 14.0
     # What a warm is worth (step 4). "prevented": the one miss it prevents, priced by load
     # (value.py), for a live cache, the scheduler's (STOKER_WARM_VALUE_MODEL); "hits": every
     # expected hit x its miss cost, what the coverage benchmarks measure and the deploy

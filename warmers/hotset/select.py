@@ -115,7 +115,7 @@ class HotSetSelector:
         self.cfg = config or HotSetConfig()
         self.times = SendTimes(self.cfg)  # step 4's choices: when each warm goes out, if at all
         self.freshness = freshness or CacheFreshness(self.cache_redis, cache)
-        self.forecaster = Forecaster(profile, self.cfg)  # steps 1-2
+        self.forecaster = Forecaster(profile, self.cfg, self._paraphrase_groups)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
         # Valued by the miss prevented, each tenant's forecast rates are scaled by how the
         # landed warms' chances compared with their hits (warmers/hotset/calibration.py); None: not.
@@ -312,6 +312,29 @@ class HotSetSelector:
     def _unmerged(self) -> bool:
         """Every query its own cluster (the verified matcher, no radius set)."""
         return self.cfg.cluster_threshold is None and self.cfg.matcher == "verified"
+
+    def _paraphrase_groups(self, ns: NamespaceForecast, qkeys: list[str]) -> dict[str, int]:
+        """The queries' paraphrase groups (query key -> group id): their prompts linked when
+        their cosine clears `recent_paraphrase_radius`, single link. Queries without a
+        representative (evicted) stand alone."""
+        reps = self.profile.representatives(ns.tenant, ns.model_id, ns.template_version, qkeys)
+        keys = [q for q in qkeys if reps.get(q) and reps[q].get("prompt")]
+        if len(keys) < 2:
+            return {}
+        texts = [normalise_prompt(str(reps[q]["prompt"])) for q in keys]
+        vecs = self.vectors.embed(ns.tenant, texts)
+        near = (vecs @ vecs.T) >= self.cfg.recent_paraphrase_radius
+        group = list(range(len(keys)))
+
+        def root(i: int) -> int:
+            while group[i] != i:
+                group[i] = group[group[i]]
+                i = group[i]
+            return i
+
+        for i, j in zip(*np.nonzero(np.triu(near, 1)), strict=True):
+            group[root(int(i))] = root(int(j))
+        return {q: root(i) for i, q in enumerate(keys)}
 
     def _paraphrases(
         self, tenant: str, rows: list[tuple[str, WarmItem, float]], values: list[float]
