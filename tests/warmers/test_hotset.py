@@ -261,6 +261,21 @@ def test_hotset__an_incident_of_many_phrasings_each_asked_once_surges_as_a_group
 # -- valued by the miss it prevents (warmers/hotset/value.py) --
 
 
+def test_hotset__nothing_learned_yet_plans_nothing_over_a_whole_span_of_send_hours(
+    redis_client: redis.Redis,
+) -> None:
+    """With the shipped defaults a send may go out any hour of the entries' TTL before the
+    window. A scheduler's first run, before any request was learned, priced a span of one hour
+    against 24 send hours and failed its run with a ConfigError."""
+    now = NEXT_MONDAY_10.start
+    empty = TrafficProfile(redis_client, clock=lambda: now)
+    sel = HotSetSelector(empty, WordsEmbedder(), policy=CachePolicy(), config=HotSetConfig())
+    plan = sel.plan_ahead(Budget(requests=10))  # the scheduler's: the next TTL's 24 hours
+    assert plan.window == Window(now, now + timedelta(days=1))
+    assert plan.items == [] and plan.deferred == []
+    assert "candidates" in plan.unused_reason()
+
+
 def _flat(tenant: str, per_hour: dict[str, int]) -> list:
     """A week asking `per_hour` every hour of every day: the load never moves."""
     out = []

@@ -185,7 +185,10 @@ def prices_for(
     """Step 4's prices, from the load of every namespace the plan reads: each span hour's
     forecast, over the busiest hour the retained weeks hold, all of those namespaces summed
     (their hourly totals, read once with the forecast)."""
-    hours = len(spaces[0].load) if spaces else start + 1
+    if spaces:
+        hours = len(spaces[0].load)
+    else:  # nothing learned yet: an empty load over the span the sends and the start lie in
+        hours = len(ahead) if ahead is not None else max(start, *sends) + 1
     load = np.zeros(hours)
     by_week: dict[int, np.ndarray] = {}
     for ns in spaces:
