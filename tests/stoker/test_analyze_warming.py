@@ -46,7 +46,10 @@ def test_analyze_warming__warms_in_the_trough_and_the_warmed_entries_are_asked(
     busiest = max(loads.values())
     sent = [r for r in rows if r["sends"]]
     assert f["warm_sends"] > 0 and sent
-    assert all(loads[r["hour"]] < 0.6 * busiest for r in sent)
+    # (a query that surges in the ramp may be warmed the moment it is seen: a few, never at peak)
+    trough = sum(r["sends"] for r in sent if loads[r["hour"]] < 0.3 * busiest)
+    assert trough >= 0.9 * f["warm_sends"]
+    assert all(loads[r["hour"]] < 0.8 * busiest for r in sent)
     # ... and pay: the warmed entries are asked, warming adds hits and takes no peak up
     assert f["warm_first_hits"] > 0.7 * f["warm_sends"]
     assert f["hit_rate"] > f["hit_rate_baseline"]

@@ -164,7 +164,9 @@ def test_wiring__the_deploy_prewarm_takes_its_hours_bar_guard_and_budget_from_se
         deploy_prewarm_hours=5, deploy_prewarm_hit_bar=0.4, deploy_prewarm_min_share=0.8,
         warm_budget_requests=7,
     )  # fmt: skip
-    profile = object()
+    from schemas.common import utcnow
+
+    profile = SimpleNamespace(clock=utcnow)
     # only handed through: no embedder to load
     runner = cast(WarmRunner, SimpleNamespace(selector=SimpleNamespace(profile=profile),
                                               cache=SimpleNamespace(redis=None)))  # fmt: skip
