@@ -298,9 +298,11 @@ class ScheduledWarm:
 
     def __init__(self, runner: WarmRunner, budget: Budget, room: ProfileHeadroom | None) -> None:
         self.runner, self.budget, self.room = runner, budget, room
+        self.last_plan = self.last_deferred = 0  # the last run's items due, and deferred
 
     def __call__(self) -> WarmSummary:
         plan = self.runner.plan_ahead(self.budget)
+        self.last_plan, self.last_deferred = len(plan.items), len(plan.deferred)
         room, models = self.room, sorted({i.model_id for i in plan.items})
         rooms: dict[str, float] = {}
         if room is not None:

@@ -9,8 +9,9 @@ one process); the model runs beside it, one llama-server at a time, behind the l
    gateway would have published, with no answers: the traffic profile and the hot prefixes
    learn counts, and no answer enters a cache that the model did not write;
 2. the day is served hour by hour, as fast as the model answers (time is compressed: the
-   hours are the log's, not the wall's); the scheduled warm runs at `warm_at_h`, planning the
-   next hours of the day on the demo's clock;
+   hours are the log's, not the wall's); the scheduler's own warm job runs at the top of each
+   hour on the demo's clock (the planner's now is the served hour): it plans the hours ahead
+   and sends what is due, held to the hour's headroom, as `stoker worker scheduler` does;
 3. at `kb_change_h` two articles change for every tenant (a KB change of schema 2, with the
    texts): the retriever moves to the new revision at once, and serving resumes when the
    invalidation worker has applied the change. The rewarm worker keeps the new texts, which
@@ -34,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import httpx
@@ -70,12 +71,14 @@ from stoker.modelserver import MODEL_ALIAS
 from stoker.registry import build_handler, deploy_handler, rewarm_handler
 from stoker.settings import StokerSettings
 from stoker.stack import Stack
-from stoker.wiring import worker_config
+from stoker.wiring import build_headroom, default_budget, worker_config
 from streams.base import Handler
 from streams.worker import Worker
+from warmers.headroom import ScheduledWarm
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
 from warmers.prewarm import HotSetPrewarm, HotSetPrewarmer
+from warmers.replay.run import VirtualClock
 
 PREFIX_TIMEOUT_S = 180.0
 WAIT_S = 180.0  # the longest wait on a worker: a pre-warm of the real model on a loaded box
@@ -180,6 +183,8 @@ class LiveDemo:
         self.phases: dict[str, float] = {}  # wall seconds per phase
         self.deploy_window: Window | None = None  # what the deploy's pre-warm plans for
         self.wired: Stack | None = None  # the run's parts: one Stack, as a stoker process has
+        # the planner's now: the served day's hour (its dates are the log's, not the wall's)
+        self.clock = VirtualClock(datetime.now(UTC))
 
     # -- the whole run --
 
@@ -261,6 +266,9 @@ class LiveDemo:
             prefix_warm_backend_url=ledger.url("prefix"), prefix_warm_top_n=sc.prefix_top_n,
             prefix_warm_max_age_s=90 * 86_400.0,  # week 1 of the log is weeks old
             rewarm_budget_requests=sc.rewarm_budget,
+            # the real model answers a miss in seconds on 2 cores: each run of the scheduler
+            # sends at most this many (its rule, break-even and p >= 0.9, decides how many)
+            warm_budget_requests=sc.warm_budget,
             traffic_max_event_age_s=None,  # week 1 keeps the sample log's own dates
         )  # fmt: skip
 
@@ -268,7 +276,8 @@ class LiveDemo:
         self, stack: EmbeddedStack, ledger: Ledger, traffic: LiveTraffic, res: LiveResult
     ) -> None:
         settings = self._settings(stack, ledger)
-        self.wired = wired = Stack(settings)
+        self.clock.now = traffic.start
+        self.wired = wired = Stack(settings, clock=self.clock)
         try:
             self._run_parts(wired, ledger, traffic, res)
         finally:
@@ -302,11 +311,15 @@ class LiveDemo:
         )
         follower = StatusFollower(settings)
         warm_runner = wired.runner(progress=False, backend_url=ledger.url("warm"))
+        warm_job = ScheduledWarm(
+            warm_runner, default_budget(settings),
+            build_headroom(settings, warm_runner, clock=self.clock),
+        )  # fmt: skip
         try:
             with workers.running(), GatewayServer(parts) as gw:
                 self._replay_week1(settings, traffic, workers)
                 client = LiveClient(gw.url, sc)
-                self._day(settings, ledger, traffic, workers, follower, client, warm_runner, res)
+                self._day(settings, ledger, traffic, workers, follower, client, warm_job, res)
                 res.served = client.served
                 self._begin("waiting for the deploy's purge of the old version")
                 self._finish_deploy(follower, parts.gate.cache.redis, res)
@@ -343,7 +356,7 @@ class LiveDemo:
         workers: _Workers,
         follower: StatusFollower,
         client: LiveClient,
-        warm_runner: Any,
+        warm_job: ScheduledWarm,
         res: LiveResult,
     ) -> None:
         sc = self.sc
@@ -353,11 +366,9 @@ class LiveDemo:
         task = self.bar.add_task("hours served", total=24)
         for hour in range(24):
             rows = by_hour.get(hour, [])
-            if hour in sc.warm_at_h:
-                self._begin(
-                    f"hour {hour}: the scheduled warm of hours {hour}-{hour + sc.warm_horizon_h - 1}"
-                )
-                res.warms.append(self._warm(warm_runner, traffic, hour))
+            self.clock.now = hours_after(traffic.start, hour)
+            self._begin(f"hour {hour}: the scheduler's warm")
+            res.warms.append(self._warm(warm_job, hour))
             if hour == sc.kb_change_h:
                 self._begin(f"hour {hour}: knowledge-base change")
                 self._kb_change(settings, traffic, workers, client, res)
@@ -369,21 +380,17 @@ class LiveDemo:
             self.bar.advance(task)
         self.bar.remove_task(task)
 
-    def _warm(self, runner: Any, traffic: LiveTraffic, hour: int) -> dict[str, Any]:
-        """What the scheduler does before a window: plan the hot set of the next hours of the
-        served day (the demo's clock, not the wall's), send it."""
-        sc = self.sc
-        win = Window(
-            hours_after(traffic.start, hour), hours_after(traffic.start, hour + sc.warm_horizon_h)
-        )
+    def _warm(self, job: ScheduledWarm, hour: int) -> dict[str, Any]:
+        """The scheduler's warm job (warmers/headroom.py: ScheduledWarm, as `stoker worker
+        scheduler` runs it) at the top of the served hour, on the demo's clock: it plans the
+        hours ahead and sends what is due now, held to the hour's headroom."""
         t0 = time.perf_counter()
-        plan = runner.plan(win, Budget(requests=sc.warm_budget))
-        s = runner.warm(plan, labels={"by": "demo-scheduler"})
+        s = job()
         return {
-            "hour": hour, "window": str(win), "planned": len(plan.items), "sent": s.sent,
-            "landed": s.cached, "skipped": s.skipped, "priced_out": s.skipped_priced,
-            "failed": s.failed, "refused_stale": s.refused_stale,
-            "seconds": round(time.perf_counter() - t0, 1),
+            "hour": hour, "planned": job.last_plan, "deferred": job.last_deferred,
+            "sent": s.sent, "landed": s.cached, "skipped": s.skipped,
+            "priced_out": s.skipped_priced, "failed": s.failed,
+            "refused_stale": s.refused_stale, "seconds": round(time.perf_counter() - t0, 1),
         }  # fmt: skip
 
     def _kb_change(

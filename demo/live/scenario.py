@@ -40,10 +40,9 @@ class LiveScenario:
     kb_change_h: int = 10  # the help center changes two articles at 10:00 ...
     kb_docs: int = 2
     deploy_h: int = 13  # ... and new weights go live at 13:00
-    # The scheduled warm: at these hours, the hot set of the next warm_horizon_h hours. The
-    # warm sends cost the real model what a miss costs, so the budget is small.
-    warm_at_h: tuple[int, ...] = (0, 6, 17)
-    warm_horizon_h: int = 6
+    # The scheduler's warm job runs at the top of every served hour (the shipped job, its
+    # rule deciding what is due). Its sends cost the real model what a miss costs, so each
+    # run's budget (STOKER_WARM_BUDGET_REQUESTS) is small.
     warm_budget: int = 12
     deploy_budget: int = 16  # the deploy's hot-set pre-warm
     deploy_window_h: int = 3  # ... of the first hours after the cutover
@@ -68,7 +67,7 @@ class LiveScenario:
         """The test's run: two tenants with short prompts, a thin slice, a few probes (a couple
         of minutes)."""
         return cls(
-            slice_n=160, tenants=("acme", "globex"), warm_at_h=(0,), warm_budget=4,
+            slice_n=160, tenants=("acme", "globex"), warm_budget=4,
             deploy_budget=4, rewarm_budget=2, probes=4, prefix_top_n=2, kb_change_h=9,
             deploy_h=12, short_prompts=True,
         )  # fmt: skip
