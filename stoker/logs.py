@@ -28,8 +28,9 @@ _STANDARD: Final = frozenset(
 _TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
 # Libraries whose INFO is routine: apscheduler logs every job run twice ("Running job",
 # "executed successfully"), and the scheduler's leader lease runs every 10 s: 454 of the 471
-# lines of a `stoker worker all` run were that. They log at WARNING unless the level is DEBUG.
-_ROUTINE_INFO: Final = ("apscheduler",)
+# lines of a `stoker worker all` run were that. sentence_transformers logs the embedder's path
+# on each load. They log at WARNING unless the level is DEBUG.
+_ROUTINE_INFO: Final = ("apscheduler", "sentence_transformers")
 
 
 class JsonFormatter(logging.Formatter):
