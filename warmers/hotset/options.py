@@ -87,10 +87,13 @@ class HotSetConfig(BaseModel):
     recent_min_count: int = 3
     recent_surge: float = 3.0
     # ... or, for the queries asked too few times to surge alone, as a group: paraphrases
-    # (prompt cosine at least this) asked `recent_min_count` times together. An incident
-    # comes as many phrasings of one question (CLINC150's), each asked once or twice; with
-    # exact counts alone, 3 of 29 of an incident's phrasings seen were warmed two hours in.
-    recent_paraphrase_radius: float = Field(default=0.7, gt=0.0, le=1.0)
+    # (prompt cosine at least this) asked `recent_min_count` times together; None: off. An
+    # incident comes as many phrasings of one question, each asked once or twice. Measured
+    # (bench_warm_vs_naive.py, one log a shape): at 0.7 the incident's surging requests were
+    # covered at 0.44-0.53x the oracle against 0.40x, but the drifting load's whole window
+    # fell from 1.04x naive to 0.88x at K = 50 (0.92x at 0.85): each rare phrasing asked
+    # once is rarely asked again as itself, and they took the hot queries' places. Off.
+    recent_paraphrase_radius: float | None = Field(default=None, gt=0.0, le=1.0)
     # A query's GPU cost per miss is its own mean shrunk toward the namespace's by this many
     # pseudo-misses (answer lengths vary request to request; a few long ones are noise).
     cost_prior_misses: float = 10.0

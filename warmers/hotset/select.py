@@ -115,7 +115,8 @@ class HotSetSelector:
         self.cfg = config or HotSetConfig()
         self.times = SendTimes(self.cfg)  # step 4's choices: when each warm goes out, if at all
         self.freshness = freshness or CacheFreshness(self.cache_redis, cache)
-        self.forecaster = Forecaster(profile, self.cfg, self._paraphrase_groups)  # steps 1-2
+        groups = self._paraphrase_groups if self.cfg.recent_paraphrase_radius else None
+        self.forecaster = Forecaster(profile, self.cfg, groups)  # steps 1-2
         self.doc_texts = DocTexts(self.cache_redis)  # what renews a request whose doc changed
         # Valued by the miss prevented, each tenant's forecast rates are scaled by how the
         # landed warms' chances compared with their hits (warmers/hotset/calibration.py); None: not.
@@ -323,7 +324,7 @@ class HotSetSelector:
             return {}
         texts = [normalise_prompt(str(reps[q]["prompt"])) for q in keys]
         vecs = self.vectors.embed(ns.tenant, texts)
-        near = (vecs @ vecs.T) >= self.cfg.recent_paraphrase_radius
+        near = (vecs @ vecs.T) >= (self.cfg.recent_paraphrase_radius or 1.0)
         group = list(range(len(keys)))
 
         def root(i: int) -> int:
