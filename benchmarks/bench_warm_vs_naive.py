@@ -27,7 +27,9 @@ Rows `hot_set_drift_k<K>` (drift and incident shapes): a trend or an incident th
 week 2 of the drift shape, whose rising intents jumped x6 at its start. The planner is the
 same; scored on the surging requests alone (the intents no week 1 asked, or asked 4x more
 in week 2 than in week 1: the label is read here, to score): coverage, and ratio_vs_oracle
-against K of the window's own surging prompts (goal >= 0.5).
+against K of the window's own surging prompts (goal >= 0.5); history_bound: what warming every
+text the tenant asked before the window would cover (any K: what no forecast from the log can
+beat), and history_bound_vs_oracle, the same in the oracle's units.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def run(
     scorer.vecs(sorted(set(df["norm"])))  # every text once, up front (and into the disk cache)
     emb.save()
     tally = {k: {"ours": 0, "naive": 0, "oracle": 0, "items": 0, "plans": 0} for k in ks}
+    seen = 0  # drift: what warming every text asked before the window would serve
     total, plan_s, started = 0, 0.0, time.perf_counter()
     clock = Clock()
     with EmbeddedStack(kafka=False) as embedded, Stack(embedded.settings(), clock=clock) as stack:
@@ -150,6 +153,8 @@ def run(
                 asked = window.loc[window["tenant"] == tenant, "norm"].tolist()
                 total += len(asked)
                 history = past.loc[past["tenant"] == tenant, "norm"].value_counts()
+                if drift:
+                    seen += scorer.served(asked, history.index.tolist())
                 for k in ks:
                     t0 = time.perf_counter()
                     plan = runner.plan(
@@ -172,6 +177,8 @@ def run(
                 surge_requests=total, coverage=round(t["ours"] / max(total, 1), 4),
                 oracle=round(t["oracle"] / max(total, 1), 4),
                 ratio_vs_oracle=round(t["ours"] / max(t["oracle"], 1), 4), goal_ratio_vs_oracle=0.5,
+                history_bound=round(seen / max(total, 1), 4),
+                history_bound_vs_oracle=round(seen / max(t["oracle"], 1), 4),
             )  # fmt: skip
             continue
         name = "warm_vs_naive" if history_days is None else f"warm_vs_naive_{history_days}d"
