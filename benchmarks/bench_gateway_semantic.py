@@ -22,11 +22,11 @@ pass), as before this benchmark.
 Line gateway_semantic_load: semantic_lookups (responses that asked the semantic layer: not an
 exact hit, not a bypass; and the lookups whose exact stage ran out of the budget, a bypass with
 X-Stoker-Reason `deadline`, which never reached it), within_budget_share (those not cut by the
-budget: neither semantic_deadline nor deadline; goal >= 0.99; exact_deadline: the latter), embed_ms_p50/p99 (a lookup's embed as its caller waited:
-queue + forward pass, from the gateway's stoker_embed_seconds histogram, interpolated within
-buckets), batch_texts_mean, outcomes, rps and latency; the baseline's beside them; and the
-machine's 1-minute load average before and after (other work on these 2 cores moves every
-figure: read them together).
+budget: neither semantic_deadline nor deadline; goal >= 0.99; exact_deadline: the latter),
+embed_ms_p50/p99 (a lookup's embed as its caller waited: queue + forward pass, from the
+gateway's stoker_embed_seconds histogram, interpolated within buckets), batch_texts_mean,
+outcomes, rps and latency; the baseline's beside them; and the machine's 1-minute load average
+before and after (other work on these 2 cores moves every figure: read them together).
 
 Line embed_batcher_passes: the micro-batcher alone on the real model (benchmarks/_batcher.py):
 lookups within their deadline as shipped (a lookup pass beside a background one), one pass at

@@ -185,10 +185,9 @@ def prices_for(
     """Step 4's prices, from the load of every namespace the plan reads: each span hour's
     forecast, over the busiest hour the retained weeks hold, all of those namespaces summed
     (their hourly totals, read once with the forecast)."""
-    if spaces:
-        hours = len(spaces[0].load)
-    else:  # nothing learned yet: an empty load over the span the sends and the start lie in
-        hours = len(ahead) if ahead is not None else max(start, *sends) + 1
+    # nothing learned yet: an empty load over the span the sends and the start lie in
+    span = len(ahead) if ahead is not None else max(start, *sends) + 1
+    hours = len(spaces[0].load) if spaces else span
     load = np.zeros(hours)
     by_week: dict[int, np.ndarray] = {}
     for ns in spaces:
