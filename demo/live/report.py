@@ -344,8 +344,9 @@ def summary(report: dict[str, Any]) -> str:
         f"cross-tenant hits: {c['crossed']}; stale hits: {c['stale']} "
         f"({c['stale_after_invalidation_applied']} after the invalidation applied); "
         f"retired-model hits: {c['retired']}; unattributed: {c['unattributed']} "
-        f"(of {c['hits']} hits; ambiguous, not counted: mixed {c['mixed']}, "
-        f"stale_ambiguous {c['stale_ambiguous']}, retired_ambiguous {c['retired_ambiguous']})",
+        f"(of {c['hits']} hits; left out of one check as ambiguous, a hit maybe of several: "
+        f"the tenant check {c['mixed']}, the stale {c['stale_ambiguous']}, the retired "
+        f"{c['retired_ambiguous']})",
         f"TTFT of the first {t['cold']['n']} requests after the deploy's restart: "
         f"cold p50 {_s(t['cold']['p50_ms'])} p99 {_s(t['cold']['p99_ms'])}; after the prefix "
         f"warm p50 {_s(t['prefix_warmed']['p50_ms'])} p99 {_s(t['prefix_warmed']['p99_ms'])} "
