@@ -37,8 +37,17 @@ TEST_WORKERS ?= 2
 test: setup  ## run the test suite against real Kafka (Tansu), redis-server and Qdrant
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
-bench: setup  ## run benchmarks/, one JSON object per line
-	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+# Every line also goes to a results file that opens with the commit, date, machine and load.
+BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
+BENCH_RESULTS ?= out/bench/results-$(BENCH_STAMP).jsonl
+
+bench: setup  ## run benchmarks/, one JSON object per line, also into out/bench/results-*.jsonl
+	@mkdir -p $(dir $(BENCH_RESULTS))
+	@$(BIN)/python benchmarks/_provenance.py > $(BENCH_RESULTS)
+	@for f in benchmarks/bench_*.py; do \
+		STOKER_BENCH_RESULTS=$(BENCH_RESULTS) $(BIN)/python $$f || exit 1; done
+	@$(BIN)/python benchmarks/_provenance.py --end >> $(BENCH_RESULTS)
+	@echo "bench: results in $(BENCH_RESULTS)"
 
 lint: setup  ## ruff check + format check + the import-linter layer contract
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports

@@ -23,11 +23,19 @@ def pct(samples_s: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(samples_s) * 1000.0, q))
 
 
+# `make bench` names a results file here: every line is appended to it too, with the script
+# that printed it (benchmarks/_provenance.py opens the file with the commit, date and machine).
+RESULTS_ENV = "STOKER_BENCH_RESULTS"
+
+
 def emit(name: str, **figures: Any) -> None:
-    print(
-        orjson.dumps({"name": name, **figures}, option=orjson.OPT_SERIALIZE_NUMPY).decode(),
-        flush=True,
-    )
+    line = orjson.dumps({"name": name, **figures}, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    print(line, flush=True)
+    results = os.environ.get(RESULTS_ENV)
+    if results:
+        row = {"name": name, "script": Path(sys.argv[0]).name, **figures}
+        with open(results, "ab") as f:
+            f.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
 
 
 class SeedRows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -106,8 +107,8 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
 }
 
 
-def _run(script: str, args: list[str]) -> dict[str, dict]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def _run(script: str, args: list[str], **more_env: str) -> dict[str, dict]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **more_env}
     out = subprocess.run(
         [sys.executable, script, *args],
         cwd=BENCH,
@@ -130,6 +131,27 @@ def test_benchmark__runs_and_prints_named_json(script):
     for name in names:
         row = rows[name]
         assert any(isinstance(v, int | float) for k, v in row.items() if k != "name"), row
+
+
+def test_benchmark__make_bench_results_file_holds_every_line_with_its_script(tmp_path):
+    results = tmp_path / "results.jsonl"
+    opened = subprocess.run(
+        [sys.executable, "_provenance.py"], cwd=BENCH, capture_output=True, text=True, timeout=60,
+        check=True,
+    ).stdout  # fmt: skip
+    results.write_text(opened)
+    script = "bench_hot_set_bounded.py"
+    rows = _run(script, TINY[script][0], STOKER_BENCH_RESULTS=str(results))
+    lines = [orjson.loads(x) for x in results.read_text().splitlines()]
+    head, written = lines[0], lines[1:]
+    head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCH, capture_output=True,
+                                 text=True, check=True).stdout.strip()  # fmt: skip
+    assert head["name"] == "provenance" and head["commit"] == head_commit
+    assert head["machine"]["cpus"] == os.cpu_count() and len(head["load_avg"]) == 3
+    assert datetime.fromisoformat(head["date"]).tzinfo is not None
+    # each printed line, as printed, plus the script that printed it
+    assert [r["script"] for r in written] == [script] * len(rows)
+    assert {r["name"]: {k: v for k, v in r.items() if k != "script"} for r in written} == rows
 
 
 def test_benchmark__every_script_is_guarded_or_named_as_slow():
