@@ -179,6 +179,8 @@ def main() -> None:
             keys=args.keys,
             readers=args.readers,
             writes_per_s=args.writes_per_s,
+            # not the defaults (STOKER_EXACT_TTL_S, STOKER_L1_TTL_S = 5): a study of the L1
+            settings="exact_ttl_s=600, l1 ttl_s=60",
         )
 
 
