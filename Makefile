@@ -41,11 +41,10 @@ test: setup  ## run the test suite against real Kafka (Tansu), redis-server and 
 BENCH_STAMP := $(shell date -u +%Y%m%dT%H%M%SZ)
 BENCH_RESULTS ?= out/bench/results-$(BENCH_STAMP).jsonl
 
-bench: setup  ## run benchmarks/, one JSON object per line, also into out/bench/results-*.jsonl
+bench: setup  ## run benchmarks/ (BENCH_SLOW=1: the slow rows too), one JSON line each, also into out/bench/results-*.jsonl
 	@mkdir -p $(dir $(BENCH_RESULTS))
 	@$(BIN)/python benchmarks/_provenance.py > $(BENCH_RESULTS)
-	@for f in benchmarks/bench_*.py; do \
-		STOKER_BENCH_RESULTS=$(BENCH_RESULTS) $(BIN)/python $$f || exit 1; done
+	@STOKER_BENCH_RESULTS=$(BENCH_RESULTS) $(BIN)/python benchmarks/_run.py $(if $(BENCH_SLOW),--slow)
 	@$(BIN)/python benchmarks/_provenance.py --end >> $(BENCH_RESULTS)
 	@echo "bench: results in $(BENCH_RESULTS)"
 

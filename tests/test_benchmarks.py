@@ -253,3 +253,31 @@ def test_seed_rows__each_number_is_its_mean_over_the_seeds_with_its_spread(capsy
     assert spread["sd"] == pytest.approx(0.1)
     assert "scored" not in k50["over_seeds"] and "ok" not in k50["over_seeds"]
     assert lines[1]["over_seeds"]["coverage"]["runs"] == 1  # a row of one run says so
+
+
+def _flags(script: str) -> set[str]:
+    """The options a script's argparse declares, read from its source."""
+    import re
+
+    return set(re.findall(r'add_argument\(\s*"(--[a-z0-9-]+)"', (BENCH / script).read_text()))
+
+
+def test_benchmark__make_bench_runs_every_script_and_keeps_the_slow_rows_behind_the_flag():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _run
+    finally:
+        sys.path.remove(str(BENCH))
+    fast, slow = _run.commands(slow=False), _run.commands(slow=True)
+    scripts = {p.name for p in BENCH.glob("bench_*.py")}
+    assert {c[0] for c in fast} == {c[0] for c in slow} == scripts
+    # each script's default run leaves out what the table says, with flags it declares
+    for cmd in fast + slow:
+        assert {a for a in cmd[1:] if a.startswith("--")} <= _flags(cmd[0]), cmd
+    assert ["bench_backend_protection.py"] in slow and ["bench_prefix_warm.py"] in slow
+    assert ["bench_backend_protection.py", "--no-real"] in fast
+    out = subprocess.run(
+        [sys.executable, "_run.py", "--dry-run"], cwd=BENCH, capture_output=True, text=True,
+        timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert out == ["benchmarks/" + " ".join(c) for c in fast]

@@ -1,0 +1,78 @@
+"""`make bench`: every benchmarks/bench_*.py in turn, the slow rows only when asked.
+
+The default run fits in half an hour on a 2-core machine. The slow rows need a real model
+server for minutes, the real-model semantic eval, or many seeds and weeks of simulated logs;
+they run with `--slow` (`BENCH_SLOW=1 make bench`), and a default run prints one line,
+`bench_slow_rows_skipped`, naming each with the command that runs it. Every script's lines go
+to stdout and, through STOKER_BENCH_RESULTS, to the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# script -> (arguments of the default run, the rows those arguments leave out)
+FAST: dict[str, tuple[list[str], str]] = {
+    "bench_backend_protection.py": (["--no-real"], "backend_protection_real"),
+    "bench_prefix_warm.py": (["--no-real"], "prefix_warm_real"),
+    "bench_semantic_quality.py": (
+        ["--only", "simulated"],
+        "semantic_quality_clinc_real, semantic_candidates_real",
+    ),
+    "bench_warm_vs_naive.py": (["--seeds", "1"], "warm_vs_naive_* over 3 seeds"),
+    "bench_analyze_warming.py": (["--seeds", "1"], "analyze_warming_* over 3 seeds"),
+}
+# rows no default run makes: only by their own command
+SLOW_ONLY: dict[str, list[list[str]]] = {
+    "bench_warm_vs_naive.py": [["--history-days", "7", "--seeds", "1"], ["--drift"]],
+    "bench_analyze_warming.py": [["--shapes"]],
+}
+
+
+def scripts() -> list[Path]:
+    return sorted(HERE.glob("bench_*.py"))
+
+
+def commands(slow: bool) -> list[list[str]]:
+    out = []
+    for path in scripts():
+        extra = [] if slow else FAST.get(path.name, ([], ""))[0]
+        out.append([path.name, *extra])
+        if slow:
+            out += [[path.name, *more] for more in SLOW_ONLY.get(path.name, [])]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--slow", action="store_true", help="the slow rows too (BENCH_SLOW=1)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run none")
+    args = ap.parse_args()
+    todo = commands(args.slow)
+    if args.dry_run:
+        for cmd in todo:
+            print(" ".join(["benchmarks/" + cmd[0], *cmd[1:]]))
+        return
+    for cmd in todo:
+        print(f"bench: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        got = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], check=False)
+        if got.returncode:
+            sys.exit(f"bench: {cmd[0]} failed (exit {got.returncode})")
+    if not args.slow:
+        sys.path.insert(0, str(HERE))
+        from _common import emit
+
+        emit(
+            "bench_slow_rows_skipped",
+            rows={name: rows for name, (_, rows) in FAST.items()},
+            also=[" ".join([name, *more]) for name, runs in SLOW_ONLY.items() for more in runs],
+            run_them="BENCH_SLOW=1 make bench",
+        )
+
+
+if __name__ == "__main__":
+    main()
