@@ -32,21 +32,25 @@ the warm's sends, tokens and seconds. They depend on the simulator's prefix-cach
 
 prefix_warm_real, the twin on a real prefix cache: llama-server serving SmolLM2-135M-Instruct
 as stoker runs it (one thread, 2 slots of 4,096 tokens, a 256 MiB host-memory prompt cache).
-`--real-templates` system prompts of 500 to 2,000 tokens (counted by the server's tokenizer;
-Zipf popularity, sizes shuffled over it) are hot in yesterday's log (the same learn step, into
-the same store). The server is restarted on one port, twice:
-- without: the first `--real-requests` live requests after the restart (a 10-40-word question
-  each, one at a time: the first requests after a restart arrive apart), TTFT as above, each
-  answer read to its end (llama-server keeps nothing of a request cut short);
-- with: the scheduler's replica watch (warmers/prefix/after_restart.py), which read the server before the
-  restart, finds it restarted from what llama.cpp exports (it has no start time: its counters
-  went back) and sends the hot system prompts (the prefix warm, max_tokens=1, its budget 0.8 of
-  the slots' context, what llama.cpp reports); then the same requests.
-The first requests come once the warm is done (its seconds are reported): as after a deploy's
-pre-warm, or a replica whose warm ends before the load balancer sends it traffic. One at a
-time, a prompt's second request finds it held either way: `first_of_their_prompt` says how
-many pay a prefill without the warm. Bounded by `--real-max-seconds` per arm and for the warm
-(~3 min at a load average of 2-3). The load average before and after is in the line.
+`--real-templates` system prompts (20) of 500 to 2,000 tokens (counted by the server's
+tokenizer; Zipf popularity, sizes shuffled over it), ~25,000 tokens in all: more than the
+prompt cache and the warm's budget hold, so the warm must choose. They are hot in yesterday's
+log (the same learn step, into the same store). Each of `--real-runs` runs (3) draws
+`--real-requests` live requests (30) by popularity and restarts the server on one port, twice:
+- without: the live requests, one at a time (the first requests after a restart arrive
+  apart), TTFT as above, each answer read to its end (llama-server keeps nothing of a request
+  cut short);
+- with: the scheduler's replica watch (warmers/prefix/after_restart.py), which read the server
+  before the restart, finds it restarted from what llama.cpp exports (it has no start time:
+  its counters went back) and sends the hot system prompts (the prefix warm, max_tokens=1, its
+  budget 0.8 of the slots' context, what llama.cpp reports); then the same requests.
+Only the first request of each prompt is scored: a later one finds its prompt held either
+way. `first_requests` counts them (with, without) over the runs; `ttft_p50_ratio` is the p50
+of the scored TTFTs with the warm over without (goal <= 0.2). The first requests come once the
+warm is done (its seconds are reported): as after a deploy's pre-warm, or a replica whose warm
+ends before the load balancer sends it traffic. A slow row (~15 min on this 2-core machine),
+so `make bench` runs it only with BENCH_SLOW=1. The load average before and after is in the
+line.
 """
 
 from __future__ import annotations
@@ -356,6 +360,36 @@ class Restarts:
             srv.stop()
 
 
+async def in_order(
+    root: str, seq: list[list[dict[str, str]]], deadline: float, timeout_s: float
+) -> list[float | None]:
+    """Each request's TTFT in order, one at a time (None: failed, or past the deadline)."""
+    out: list[float | None] = []
+    async with httpx.AsyncClient(base_url=root, timeout=timeout_s) as client:
+        for msgs in seq:
+            t = None
+            if time.monotonic() < deadline:
+                try:
+                    t = await ttft(client, msgs, REAL, whole=True)
+                except httpx.HTTPError as e:
+                    print(f"request failed: {e!r}", file=sys.stderr)
+            out.append(t)
+    return out
+
+
+def firsts(drawn: list[int], ttfts: list[float | None]) -> list[float]:
+    """The TTFT of each prompt's first request in `drawn` (its template index per request)
+    that was answered: what a prefill costs without the warm."""
+    seen: set[int] = set()
+    out = []
+    for t, got in zip(drawn, ttfts, strict=True):
+        if t not in seen:
+            seen.add(t)
+            if got is not None:
+                out.append(got)
+    return out
+
+
 def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed + 1)
     n = args.real_templates
@@ -365,6 +399,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     server = Restarts()
     url = server.root + "/v1"
     warms: list[PrefixWarmReport] = []
+    t_start = time.monotonic()
 
     def warm(model: str, replica: str) -> PrefixWarmReport:
         """The scheduler's warm of one replica (stoker/registry.py), one prompt at a time: two
@@ -375,42 +410,50 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         warms.append(PrefixWarmer(store, opts).warm(model))
         return warms[-1]
 
-    def measure(first: list[list[dict[str, str]]]) -> tuple[list[float], int]:
+    def measure(seq: list[list[dict[str, str]]]) -> list[float | None]:
         deadline = time.monotonic() + args.real_max_seconds
-        return asyncio.run(
-            replay(server.root, first, 1, deadline, REAL, args.real_max_seconds, whole=True)
-        )
+        return asyncio.run(in_order(server.root, seq, deadline, args.real_max_seconds))
 
+    runs: list[dict[str, Any]] = []
     try:
         server.restart()
         templates = sized_templates(server.root, sizes, rng)
         zipf = list(accumulate(1.0 / (i + 1) for i in range(n)))
         tr = Traffic([t for t, _ in templates], zipf, [], rng)
         learn(store, tr, args.real_learn_requests, REAL)
-        first = [tr.messages()[1] for _ in range(args.real_requests)]
-        # without: restarted, and nothing tells stoker
-        server.restart()
-        without, without_failed = measure(first)
-        held_without = _held(url)
-        # with: the watch read the server (the traffic above behind it), then it restarts
-        watch = ReplicaWatch({REAL: [url]}, warm, timeout_s=10.0)
-        seen_busy = watch() == []
-        restart_s = server.restart()
-        t0 = time.monotonic()
-        found = watch()
-        detect_warm_s = time.monotonic() - t0
-        before = read_engine(url)
-        with_s, with_failed = measure(first)
-        held_with = _held(url, before)
+        for run in range(args.real_runs):
+            draws = [tr.messages() for _ in range(args.real_requests)]
+            drawn, seq = [t for t, _ in draws], [m for _, m in draws]
+            # without: restarted, and nothing tells stoker
+            server.restart()
+            without = measure(seq)
+            held_without = _held(url)
+            # with: the watch read the server (the traffic above behind it), then it restarts
+            watch = ReplicaWatch({REAL: [url]}, warm, timeout_s=10.0)
+            seen_busy = watch() == []
+            restart_s = server.restart()
+            t0 = time.monotonic()
+            found = watch()
+            detect_warm_s = time.monotonic() - t0
+            before = read_engine(url)
+            with_s = measure(seq)
+            runs.append({
+                "with": firsts(drawn, with_s), "without": firsts(drawn, without),
+                "first": len(set(drawn)), "failed": sum(t is None for t in with_s + without),
+                "held_with": _held(url, before), "held_without": held_without,
+                "seen_busy": seen_busy, "found": found, "restart_s": restart_s,
+                "detect_warm_s": detect_warm_s, "warm": warms[-1] if warms else None,
+            })  # fmt: skip
+            print(f"prefix_warm_real: run {run + 1}/{args.real_runs} done", file=sys.stderr)
     finally:
         server.stop()
+    with_s = [t for r in runs for t in r["with"]]
+    without = [t for r in runs for t in r["without"]]
     if not with_s or not without:
-        raise SystemExit(f"prefix_warm_real: no request answered ({with_failed} failed with the "
-                         f"warm, {without_failed} without)")  # fmt: skip
+        raise SystemExit("prefix_warm_real: no first request answered with the warm or without")
     p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
-    w = warms[-1] if warms else PrefixWarmReport(REAL)
+    w = runs[-1]["warm"] or PrefixWarmReport(REAL)
     o = serve_options(StokerSettings())
-    heads = [m[0]["content"] for m in first]
     emit(
         "prefix_warm_real",
         twin="prefix_warm",
@@ -418,22 +461,32 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         f"-t {o.threads} -np {o.parallel} -c {o.ctx} --cache-ram {o.cache_ram_mib}",
         ttft_p50_ratio=round(p50w / p50o, 3),
         ttft_p99_ratio=round(p99w / p99o, 3),
+        ttft_p50_ratio_per_run=[
+            round(pct(r["with"], 50) / pct(r["without"], 50), 3)
+            for r in runs if r["with"] and r["without"]
+        ],
         with_p50_ms=round(p50w, 1), with_p99_ms=round(p99w, 1),
         without_p50_ms=round(p50o, 1), without_p99_ms=round(p99o, 1),
-        requests=len(first), measured=[len(with_s), len(without)],
-        failed=with_failed + without_failed,
-        # requests that were their system prompt's first since the restart: what pays a
-        # prefill without the warm (one at a time, a later one finds it held)
-        first_of_their_prompt=len(set(heads)),
+        runs=args.real_runs,
+        prompts=n,
+        prompt_tokens_total=sum(t for _, t in templates),
+        # each run's live requests, drawn by popularity; only the first of each prompt is
+        # scored (a later one finds its prompt held with the warm or without)
+        requests_per_run=args.real_requests,
+        first_requests=[len(with_s), len(without)],
+        distinct_prompts_per_run=[r["first"] for r in runs],
+        failed=sum(r["failed"] for r in runs),
         template_tokens=[t for _, t in templates],
-        prompt_tokens_held_with=held_with, prompt_tokens_held_without=held_without,
-        watch_left_busy_replica=seen_busy,
-        detected=found[0][2] if found else None,
-        restart_s=round(restart_s, 1),
-        detect_and_warm_s=round(detect_warm_s, 1),
+        prompt_tokens_held_with=[r["held_with"] for r in runs],
+        prompt_tokens_held_without=[r["held_without"] for r in runs],
+        watch_left_busy_replica=all(r["seen_busy"] for r in runs),
+        detected=[r["found"][0][2] if r["found"] else None for r in runs],
+        restart_s=[round(r["restart_s"], 1) for r in runs],
+        detect_and_warm_s=[round(r["detect_warm_s"], 1) for r in runs],
         warmed=w.warmed, warm_failed=w.failed, warm_words=w.tokens,
         warm_budget=f"{w.budget_tokens} ({w.budget_from})",
         load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        seconds=round(time.monotonic() - t_start, 1),
         goal_ttft_p50_ratio_max=0.2,
     )  # fmt: skip
 
@@ -463,16 +516,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--no-sim", action="store_true", help="only the real prefix cache's row")
     ap.add_argument("--no-real", action="store_true", help="only the simulator's rows")
-    ap.add_argument("--real-templates", type=int, default=5, help="500 to 2,000 tokens each")
-    ap.add_argument("--real-requests", type=int, default=5, help="first requests measured")
+    ap.add_argument("--real-templates", type=int, default=20, help="500 to 2,000 tokens each")
+    ap.add_argument("--real-requests", type=int, default=30,
+                    help="live requests a run, drawn by popularity")  # fmt: skip
+    ap.add_argument("--real-runs", type=int, default=3)
     ap.add_argument("--real-learn-requests", type=int, default=400)
-    ap.add_argument("--real-max-seconds", type=float, default=240.0,
+    ap.add_argument("--real-max-seconds", type=float, default=600.0,
                     help="per arm, and for the warm")  # fmt: skip
     args = ap.parse_args()
     if min(args.templates, args.quiet_requests, args.busy_requests, args.concurrency) < 1:
         ap.error("--templates, --*-requests and --concurrency must be >= 1")
-    if min(args.real_templates, args.real_requests, args.real_learn_requests) < 1:
-        ap.error("--real-templates and --real-*-requests must be >= 1")
+    if min(args.real_templates, args.real_requests, args.real_learn_requests, args.real_runs) < 1:
+        ap.error("--real-templates, --real-runs and --real-*-requests must be >= 1")
     with EmbeddedStack(kafka=False) as stack:
         assert stack.redis_url is not None
         r = connect(stack.redis_url)
