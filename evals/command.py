@@ -133,7 +133,7 @@ def eval_semantic(
     the static curve and the verified matcher, with a model server's answers (kept on disk, so
     a rerun asks for nothing) or the simulator's. Labels only score; matchers see prompts,
     vectors and the backend's answers."""
-    from evals.data import load_clinc, load_csv, split_history
+    from evals.data import data_name, load_clinc, load_csv, split_history
 
     _check_split(history_split, simulated, data is not None or history is not None or cold)
     if simulated and (backend or model):
@@ -161,10 +161,11 @@ def eval_semantic(
     if candidates and names and not {"stoker", "static_0.92"} <= set(names):
         raise UsageError("--candidates compares with stoker and static_0.92: --only needs both")
     common: dict[str, Any] = dict(seed=seed, max_wrong_rate=max_wrong_rate, oos_label=oos_label)
+    named = "clinc" if data is None else data_name(data)
     if simulated:
-        _simulated(json_out, rows, earlier, names, limit, cold, common)
+        _simulated(json_out, rows, earlier, names, limit, cold, common, named)
         return
-    _real(json_out, rows, earlier, names, common, _Ask(
+    _real(json_out, rows, earlier, names, common, named, _Ask(
         backend, model, temperature, max_tokens, ask_budget, answer_cache,
         limit, history_limit, candidates, candidates_budget or None,
     ))  # fmt: skip
@@ -218,6 +219,7 @@ def _real(
     earlier: Pairs | None,
     names: list[str] | None,
     common: dict[str, Any],
+    named: str,
     ask: _Ask,
 ) -> None:
     from evals.answers import AnswerCache, AskParams, default_cache_path
@@ -261,6 +263,7 @@ def _real(
                 budget_s=ask.budget_s or None, max_wrong_rate=common["max_wrong_rate"],
                 names=names or REAL_NAMES, progress=lambda m: status.update(m),
             )  # fmt: skip
+            ev.data = named
             if ask.candidates:
                 side = _candidates(ev, answers, embedder, ask, common["seed"], status.update)
     finally:
@@ -345,6 +348,7 @@ def _simulated(
     limit: int,
     cold: bool,
     common: dict[str, Any],
+    named: str,
 ) -> None:
     from evals.semantic import evaluate
     from stoker.settings import StokerSettings
@@ -354,6 +358,7 @@ def _simulated(
             _embedder(StokerSettings()), limit=limit or None, names=names, rows=rows,
             history=earlier, progress=lambda m: status.update(m), **common,
         )  # fmt: skip
+    ev.data = named
     rows_out = [r.as_dict() for r in ev.rows]
     summary = ev.summary() if {"stoker", "static_0.92"} <= {r.name for r in ev.rows} else None
     young = ev.cold_summary() if summary and (cold or summary["history_queries"]) else None

@@ -52,6 +52,15 @@ def history_stream(data: dict[str, Pairs], seed: int, split: str = "val") -> Pai
     return rows
 
 
+def data_name(path: Path) -> str:
+    """What a --data file's summary lines are named after: its file name without the suffix,
+    lower case, each run of other characters an underscore ("Bank Queries.csv":
+    semantic_quality_bank_queries)."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_") or "data"
+
+
 def load_csv(path: Path, text_col: str, label_col: str) -> Pairs:
     """(text, label) rows of a labelled CSV; a clear error for a missing file or column."""
     import pandas as pd

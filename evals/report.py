@@ -1,6 +1,7 @@
 """eval-semantic's results: the rows of one run and the headline lines drawn from them
-(semantic_quality_clinc, its cold start over the first queries, and on a real model
-semantic_quality_clinc_real), each naming where its answers came from."""
+(semantic_quality_<data>, its cold start over the first queries, and on a real model
+semantic_quality_<data>_real, where <data> is clinc or a --data file's name), each naming
+where its answers came from."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class Evaluation:
     stream: Stream
     evidence: MemoryCounts | None = None  # the budget's counts after the earlier traffic
     answers_from: str = "simulated: told each query's intent"
+    # what the summary lines are named after: CLINC150, or a --data file's name (data_name)
+    data: str = "clinc"
 
     def row(self, name: str) -> QualityRow:
         return next(r for r in self.rows if r.name == name)
@@ -38,7 +41,7 @@ class Evaluation:
         cold = self.row("stoker_cold").as_dict() if "stoker_cold" in names else ours
         history = self.row("history").as_dict() if "history" in names else None
         return {
-            "name": "semantic_quality_clinc",
+            "name": f"semantic_quality_{self.data}",
             "hit_rate": ours["hit_rate"],
             "wrong_share": ours["wrong_share"],
             "oos_hit_rate": ours["oos_hit_rate"],
@@ -89,7 +92,7 @@ class Evaluation:
         bound = self.row(PROMPT_ONLY).as_dict() if PROMPT_ONLY in names else None
         f = f"first{FIRST}"
         return {
-            "name": f"semantic_quality_clinc_cold_{f}",
+            "name": f"semantic_quality_{self.data}_cold_{f}",
             "queries": min(cold["queries"], FIRST),
             "hits": cold[f"{f}_hits"],
             "hit_rate": cold[f"{f}_hit_rate"],
@@ -119,7 +122,7 @@ class Evaluation:
     def real_summary(self, report: dict[str, Any]) -> dict[str, Any]:
         """The real model's headline (semantic_quality_clinc_real): the summary, with every
         candidate's figures side by side and what the answers cost (`report`: AskReport)."""
-        s = {**self.summary(), "name": "semantic_quality_clinc_real", **report}
+        s = {**self.summary(), "name": f"semantic_quality_{self.data}_real", **report}
         base = self.row(f"static_{BASELINE:.2f}").as_dict()
         cands = {}
         for r in self.rows:

@@ -186,3 +186,20 @@ def test_cli__history_split_picks_the_earlier_traffic_the_budget_counts_from(
     rows = {r["name"]: r for r in map(json.loads, res.stdout.splitlines())}
     assert rows["history"]["queries"] == rows["semantic_quality_clinc"]["history_queries"]
     assert rows["history"]["queries"] == earlier and rows["stoker"]["queries"] == 9
+
+
+def test_cli__a_data_file_names_its_summary_lines_after_itself(tmp_path):
+    csv = tmp_path / "Bank Queries.csv"
+    lines = ["text,intent"]
+    for i in range(6):
+        lines += [f"how do I freeze my card {i},freeze", f"what is my balance today {i},balance"]
+    csv.write_text("\n".join(lines) + "\n")
+    res = run_stoker(
+        "eval-semantic", "--simulated", "--data", str(csv), "--label-col", "intent",
+        "--history-share", "0.3",
+        "--only", "static_0.92,stoker", "--json", timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    names = {r["name"] for r in map(json.loads, res.stdout.splitlines())}
+    assert "semantic_quality_bank_queries" in names
+    assert not any(n.startswith("semantic_quality_clinc") for n in names)
