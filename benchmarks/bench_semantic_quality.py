@@ -54,6 +54,7 @@ from caches.embedders import SentenceTransformerEmbedder
 from caches.matching.verified import LADDER
 from evals.report import BASELINE
 from evals.semantic import STATIC_CURVE, coverage, evaluate
+from evals.tune import REPORTED_ON, TUNED_ON
 
 SIMULATED = "simulated: told each query's intent"
 
@@ -78,9 +79,12 @@ def simulated(args: argparse.Namespace) -> None:
             **d,
         )
     summary = ev.summary()
-    emit(summary.pop("name"), embed_s=round(ev.embed_seconds, 1), seed=args.seed, **summary)
+    emit(
+        summary.pop("name"), embed_s=round(ev.embed_seconds, 1), seed=args.seed,
+        tuned_on=TUNED_ON, reported_on=REPORTED_ON, **summary,
+    )  # fmt: skip
     young = ev.cold_summary()  # the verified matcher started cold, over the first queries
-    emit(young.pop("name"), seed=args.seed, **young)
+    emit(young.pop("name"), seed=args.seed, tuned_on=TUNED_ON, reported_on=REPORTED_ON, **young)
     if args.coverage_seeds:
         cov = coverage(ev.stream, range(1, args.coverage_seeds + 1), ev.evidence)
         emit(cov.pop("name"), answers_from=SIMULATED, **cov)
@@ -116,6 +120,7 @@ def long_history(args: argparse.Namespace) -> None:
     emit(
         "semantic_quality_clinc_long_history",
         backend="simulated", answers_from=SIMULATED, history_split="train+val", seed=args.seed,
+        tuned_on=TUNED_ON, reported_on=REPORTED_ON,
         history_queries=s["history_queries"], queries=s["queries"],
         hits=ours["hits"], hit_rate=s["hit_rate"], wrong_share=s["wrong_share"],
         static092_hits=base["hits"], static092_hit_rate=s["static092_hit_rate"],
@@ -163,7 +168,7 @@ def real(args: argparse.Namespace) -> None:
     out = ev.real_summary(report_fields(report, s, got))
     emit(
         out.pop("name"), seed=args.seed, seconds=round(t1 - t0, 1),
-        embed_s=round(ev.embed_seconds, 1), **out,
+        embed_s=round(ev.embed_seconds, 1), tuned_on=TUNED_ON, reported_on=REPORTED_ON, **out,
     )  # fmt: skip
     if side is not None:
         emit(side.pop("name"), seed=args.seed, seconds=round(time.perf_counter() - t1, 1),

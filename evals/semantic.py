@@ -64,7 +64,7 @@ from caches.matching.error_budget import (
 from caches.matching.fallback import DEFAULT_FALLBACK, PromptRule
 from caches.matching.guards import Guarded
 from caches.matching.options import DEFAULT_MAX_WRONG_HIT_RATE
-from caches.matching.verified import LADDER, VerifiedMatcher, strength_of
+from caches.matching.verified import LADDER, Level, VerifiedMatcher, strength_of
 from caches.semantic.base import SemanticMatch, SemanticPoint, SemanticQuery
 from caches.semantic.edge import EdgeSemanticStore
 from evals.data import (
@@ -197,23 +197,25 @@ def run_verified(
     fixed_level: int | None = None,
     counts: MemoryCounts | None = None,
     setup: VerifiedSetup = VerifiedSetup(),
+    ladder: Sequence[Level] = LADDER,
 ) -> QualityRow:
     """Steps 2-5 for the verified matcher under an error budget fed by the monitor's audits and
     the shadow checks alone, or held at `fixed_level` of the ladder (the monitor still audits:
-    its bound is reported). `counts`: the budget's counts so far (earlier traffic's), counted
-    on. The cold rule opens while the budget's evidence allows (budget.cold_open), never with a
-    fixed level; the fallback serves while the answer checks do not show the answers separate
-    (never with a fixed level either)."""
+    its bound is reported; `ladder`: another ladder, as evals/tune.py tries). `counts`: the
+    budget's counts so far (earlier traffic's), counted on. The cold rule opens while the
+    budget's evidence allows (budget.cold_open), never with a fixed level; the fallback serves
+    while the answer checks do not show the answers separate (never with a fixed level
+    either)."""
     judge = judge or AnswerJudge()
     rng = random.Random(seed)
     shares = Shares(audited=monitor_share, shadow=shadow_share)
-    budget = ErrorBudget(counts or MemoryCounts(), len(LADDER), max_wrong_rate, shares=shares)
+    budget = ErrorBudget(counts or MemoryCounts(), len(ladder), max_wrong_rate, shares=shares)
     checks = AnswerChecks(budget, lambda a, b: judge.agree(a, b)) if setup.checked else None
     auditor = Auditor(judge, budget, checks=checks)
     state = _State(budget, fixed_level)
     fixed = fixed_level is not None
     matcher = VerifiedMatcher(
-        lambda q: state.level, bar=judge.bar, cold=None if fixed else setup.cold,
+        lambda q: state.level, ladder=ladder, bar=judge.bar, cold=None if fixed else setup.cold,
         cold_open=lambda q: state.cold_open, fallback=None if fixed else setup.fallback,
         signal_of=lambda q: state.signal if checks is not None else None, checks=checks,
     )  # fmt: skip
@@ -252,7 +254,7 @@ def run_verified(
                     store.upsert([probe])
             state.read()
     row.seconds = time.perf_counter() - t0
-    per = budget.counts.read(_NS.tenant, "", len(LADDER))
+    per = budget.counts.read(_NS.tenant, "", len(ladder))
     row.stats = {
         **matcher.stats.as_dict(),
         "budget_verdicts": sum(c for c, _ in per),
@@ -261,7 +263,7 @@ def run_verified(
         "budget_by_strength": [list(c) for c in per],
         # the same by how each was sampled: (shadow checks, wrong, audits, wrong) per strength,
         # and per level what the budget weighed them to (checked', wrong', bound)
-        "budget_strata": [list(c) for c in budget.counts.read_strata(_NS.tenant, "", len(LADDER))],
+        "budget_strata": [list(c) for c in budget.counts.read_strata(_NS.tenant, "", len(ladder))],
         "budget_levels": [
             [round(b.checked, 1), round(b.wrong, 1), round(b.bound, 4)]
             for b in budget.bounds(_NS.tenant, "")

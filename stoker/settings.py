@@ -131,13 +131,13 @@ class StokerSettings(BaseSettings):
     # setting away; the simulated demo uses it.
     semantic_matcher: Literal["static", "verified"] = option(HotSetConfig, "matcher")
     # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
-    # safe look-alikes on the prompts alone (cosine >= 0.90, no lexical guard firing, no near
+    # safe look-alikes on the prompts alone (cosine >= 0.88, no lexical guard firing, no near
     # entry answered otherwise), on trial until the route holds the verdicts a level needs
     # (caches/matching/cold.py). Off: a young cache serves what its strictest level finds.
     semantic_cold_start: bool = option(MatchingOptions, "cold_start")
     # Verified only: check on the backend's own traffic that its answers tell meanings apart
     # (answers to near look-alikes agree, to unrelated prompts do not), and serve the prompt-only
-    # rule (cosine >= 0.90, no lexical guard firing) until they are shown to, and while they are
+    # rule (cosine >= 0.88, no lexical guard firing) until they are shown to, and while they are
     # shown not to (caches/matching/calibration.py; SmolLM2-135M's never are). Off: the answers
     # are trusted whatever the backend, as the simulator's could be.
     semantic_answer_checks: bool = option(MatchingOptions, "answer_checks")
@@ -145,8 +145,8 @@ class StokerSettings(BaseSettings):
     # the serving level is the loosest whose 95% upper bound is at or under it.
     max_wrong_hit_rate: float = option(MatchingOptions, "max_wrong_hit_rate")
     # Two answers mean the same when their embeddings' cosine clears this bar (and no number
-    # differs): a property of the embedder and the backend's wording; 0.52 is calibrated for
-    # all-MiniLM-L6-v2 on eval-semantic (caches/matching/answers.py). Pick another from the
+    # differs): a property of the embedder and the backend's wording; 0.49 is calibrated for
+    # all-MiniLM-L6-v2 on CLINC150 val (caches/matching/answers.py). Pick another from the
     # curve `stoker eval-semantic --data` prints on your own traffic.
     answer_bar: float = option(MatchingOptions, "answer_bar")
     # How long a verdict counts for the budget (it ages out after 1 to 1.125 windows), and how

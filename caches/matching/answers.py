@@ -7,8 +7,8 @@ caches/matching/lexical.py on the answer texts where both are at hand ("50 EUR" 
 "500 EUR" however close the vectors are; see ANSWER_GUARDS for why only that one).
 
 The bar is a property of the embedder and of how the backend words things, not of a data set:
-the default (0.52, all-MiniLM-L6-v2) is calibrated on the eval-semantic protocol, as the cosine
-under which about 1 in 200 pairs of answers to paraphrases fall (a false "different" costs a
+the default (0.49, all-MiniLM-L6-v2) is calibrated on CLINC150 val + oos_val with simulated
+answers (evals/tune.py), as the cosine under which 1 in 200 pairs of answers to paraphrases fall (a false "different" costs a
 hit, or inflates the wrong-hit bound; a false "same" hides a wrong hit from the monitor).
 Set STOKER_ANSWER_BAR for another embedder or backend; `stoker eval-semantic --data` on your
 own labelled traffic prints the curve to choose it from.
@@ -26,11 +26,10 @@ from caches.matching.lexical import GUARDS, first_violation
 
 Vector = npt.NDArray[np.float32]
 Verdict = Literal["same", "different"]
-DEFAULT_ANSWER_BAR = 0.52
+DEFAULT_ANSWER_BAR = 0.49
 # Against the centroid of several answers that agreed with each other, one answer's wording
 # noise averages out: same-meaning answers sit closer, and the bar can rise (calibrated as the
-# pair bar: on eval-semantic, 0.13% of paraphrase answers fall under it against a centroid of
-# three, and 0.4% of the nearest other meaning's answers clear it).
+# pair bar, on val: 0.13% of paraphrase answers fall under it against a centroid of three).
 DEFAULT_CENTROID_BAR = 0.58
 # Of the prompt guards only the one that holds for answers: two answers that agree in meaning
 # still state facts in their own order, with their own negations and capitalised stock phrases

@@ -4,7 +4,7 @@ The verified ladder (verified.py) and the monitor (audits/judge.py) both read on
 two answers "agree" when their embeddings' cosine clears the judge's bar (answers.py). That
 signal is worth something only if the backend answers one meaning alike and other meanings
 otherwise. The simulator does (it was built to); a real model may not: on SmolLM2-135M-Instruct
-about a quarter of same-intent pairs at prompt cosine >= 0.9 fell under the 0.52 bar, and about
+about a quarter of same-intent pairs at prompt cosine >= 0.9 fell under the bar (0.52 then), and about
 a quarter of other-intent pairs cleared it (bench_semantic_quality: semantic_quality_clinc_real;
 docs/benchmarks.md, "Semantic quality"). A judge that calls a quarter of right hits wrong can
 never show a 1% budget, and one that calls a quarter of wrong neighbours agreeing vouches for
@@ -14,7 +14,7 @@ So the matcher checks the signal on two kinds of pair that need no label:
 - near pairs: prompt cosine >= NEAR (0.85; on CLINC150 with all-MiniLM-L6-v2 such
   look-alikes share their intent ~98% of the time): their answers should agree. The share
   that disagree estimates the judge's false alarms (1 - its power) for pairs that mean the
-  same. 0.85, under the fallback's 0.90, so that a miss's look-alikes the fallback did not
+  same. 0.85, under the fallback's 0.88, so that a miss's look-alikes the fallback did not
   serve are checks too, at no cost (the miss's live answer is there anyway);
 - unrelated pairs: prompt cosine < UNRELATED (0.30: other meanings, all but surely): their
   answers should disagree. The share that agree estimates how often the judge vouches for a

@@ -340,7 +340,8 @@ def test_monitor__judges_a_verified_hit_against_the_answers_that_vouched_for_it(
 ) -> None:
     """With the verified matcher, the fresh answer is judged against the centroid of the served
     answer and its agreeing neighbours' (the centroid bar, 0.58), as the shadow check judges a
-    near miss; with a matcher that weighs no answers, against the served answer (0.52)."""
+    near miss; with a matcher that weighs no answers, against the served answer (the pair
+    bar, DEFAULT_ANSWER_BAR)."""
     from caches.matching.verified import VerifiedMatcher
     from schemas.events import RequestLogged
 
@@ -360,4 +361,7 @@ def test_monitor__judges_a_verified_hit_against_the_answers_that_vouched_for_it(
     plain.apply([RequestLogged.model_validate(served(1, query, hit.key.rsplit(":", 1)[-1]))])
     got = {a.event_id: a for a in audits(settings, 2)}
     assert got["e0"].verdict == got["e1"].verdict == "same"
-    assert got["e0"].reason == "cosine>=0.58" and got["e1"].reason == "cosine>=0.52"
+    from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR
+
+    assert got["e0"].reason == f"cosine>={DEFAULT_CENTROID_BAR:.2f}"
+    assert got["e1"].reason == f"cosine>={DEFAULT_ANSWER_BAR:.2f}"

@@ -74,13 +74,15 @@ def _clinc_val():
 
 
 def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw(embedder):
-    ev = evaluate(embedder, limit=600, names=["static_0.92", "stoker"])
+    # 800: the answer checks need ~60 near pairs to show the answers separate at the val-chosen
+    # bar (600 left them unknown)
+    ev = evaluate(embedder, limit=800, names=["static_0.92", "stoker"])
     static, ours = ev.row("static_0.92").as_dict(), ev.row("stoker").as_dict()
     for r in (static, ours):
-        assert r["queries"] == 600
-        assert r["hits"] - r["wrong_hits"] <= round(r["ceiling"] * 600)  # right hits are reachable
+        assert r["queries"] == 800
+        assert r["hits"] - r["wrong_hits"] <= round(r["ceiling"] * 800)  # right hits are reachable
     ver = ours["verification"]
-    assert ver["agree"] + ver.get("cold", 0) + ver.get("fallback", 0) == ours["hits"]
+    assert ver.get("agree", 0) + ver.get("cold", 0) + ver.get("fallback", 0) == ours["hits"]
     rules = ("verified:L", "verified:cold:", "verified:fallback:")
     assert all(rule.startswith(rules) for rule in ours["hits_by_rule"])
     # The simulator's answers tell meanings apart, and the answer checks show it.
@@ -90,9 +92,9 @@ def test_evaluate__short_real_run_scores_both_and_the_monitor_bounds_what_it_saw
     checked, judged = ours["monitor_checked"], ours["monitor_judged_wrong"]
     assert s["monitor_bound"] >= (judged / checked if checked else 0.0)
     assert set(s) >= {"hit_rate", "wrong_share", "static092_hit_rate", "ratio", "true_wrong"}
-    # Earlier traffic (CLINC150 val, cut to the same 600) fed the budget; the cold start beside.
+    # Earlier traffic (CLINC150 val, cut to the same 800) fed the budget; the cold start beside.
     history, cold = ev.row("history").as_dict(), ev.row("stoker_cold").as_dict()
-    assert history["queries"] == s["history_queries"] == 600
+    assert history["queries"] == s["history_queries"] == 800
     assert not set(ev.stream.texts) & {t for t, _ in _clinc_val()}
     assert ours["budget_verdicts"] > history["budget_verdicts"] > 0  # counted on from there
     assert (s["cold_hit_rate"], s["cold_final_level"]) == (cold["hit_rate"], cold["final_level"])
