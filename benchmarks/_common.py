@@ -24,7 +24,7 @@ def pct(samples_s: Sequence[float], q: float) -> float:
 
 
 # `make bench` names a results file here: every line is appended to it too, with the script
-# that printed it (benchmarks/_provenance.py opens the file with the commit, date and machine).
+# that printed it and its arguments (benchmarks/_provenance.py opens the file with the commit, date and machine).
 RESULTS_ENV = "STOKER_BENCH_RESULTS"
 
 
@@ -33,7 +33,7 @@ def emit(name: str, **figures: Any) -> None:
     print(line, flush=True)
     results = os.environ.get(RESULTS_ENV)
     if results:
-        row = {"name": name, "script": Path(sys.argv[0]).name, **figures}
+        row = {"name": name, "script": Path(sys.argv[0]).name, "args": sys.argv[1:], **figures}
         with open(results, "ab") as f:
             f.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
 

@@ -151,7 +151,10 @@ def test_benchmark__make_bench_results_file_holds_every_line_with_its_script(tmp
     assert datetime.fromisoformat(head["date"]).tzinfo is not None
     # each printed line, as printed, plus the script that printed it
     assert [r["script"] for r in written] == [script] * len(rows)
-    assert {r["name"]: {k: v for k, v in r.items() if k != "script"} for r in written} == rows
+    assert [r["args"] for r in written] == [TINY[script][0]] * len(rows)
+    assert {
+        r["name"]: {k: v for k, v in r.items() if k not in ("script", "args")} for r in written
+    } == rows
 
 
 def test_benchmark__every_script_is_guarded_or_named_as_slow():

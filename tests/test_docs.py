@@ -203,3 +203,46 @@ def test_model_server_doc__names_the_cache_folders_the_build_uses() -> None:
     # the folders a user is told to look in (or delete) are the ones setup writes
     assert f"{server.parent}/llama-server" in doc and f"{server.parent}/build.log" in doc
     assert str(model) in doc
+
+
+BENCH = ROOT / "benchmarks"
+NAMED = re.compile(r"`([a-z][a-z0-9_]*[a-z0-9])`")
+
+
+def measured_rows(doc: str) -> list[tuple[str, str]]:
+    """(line name, script) of each row of docs/benchmarks.md's "What `make bench` measures"
+    table: the first backticked name of its first cell and the file of its second."""
+    table = doc.split("## What `make bench` measures", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) < 2 or not row.startswith("| `"):
+            continue
+        name, script = NAMED.search(cells[0]), re.search(r"`(bench_[a-z0-9_]+\.py)", cells[1])
+        out.append((name.group(1) if name else cells[0], script.group(1) if script else ""))
+    return out
+
+
+def test_benchmarks_doc__every_documented_figure_names_the_command_that_makes_it() -> None:
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    rows = measured_rows(doc)
+    assert len(rows) >= 20
+    for name, script in rows:
+        assert script and (BENCH / script).is_file(), f"{name}: names no benchmark script"
+        source = (BENCH / script).read_text()
+        # the line's name as the script emits it (an f-string's fixed head for a family)
+        heads = {name, *(name[:i] for i in range(len(name), 0, -1) if name[i - 1] == "_")}
+        assert any(f'"{h}' in source or f'f"{h}' in source for h in heads), (name, script)
+        assert f"benchmarks/{script}" in doc, f"{script}: no command on the page runs it"
+
+
+def test_benchmarks_doc__the_recorded_run_table_is_its_results_file_s() -> None:
+    import subprocess
+
+    results = sorted((ROOT / "docs" / "results").glob("results-*.jsonl"))
+    assert results, "docs/results holds the results file the recorded-run table comes from"
+    got = subprocess.run(
+        [sys.executable, str(BENCH / "_tables.py"), str(results[-1]), "--check"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr

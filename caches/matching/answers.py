@@ -8,8 +8,9 @@ caches/matching/lexical.py on the answer texts where both are at hand ("50 EUR" 
 
 The bar is a property of the embedder and of how the backend words things, not of a data set:
 the default (0.49, all-MiniLM-L6-v2) is calibrated on CLINC150 val + oos_val with simulated
-answers (evals/tune.py), as the cosine under which 1 in 200 pairs of answers to paraphrases fall (a false "different" costs a
-hit, or inflates the wrong-hit bound; a false "same" hides a wrong hit from the monitor).
+answers (evals/tune.py), as the cosine under which 1 in 200 pairs of answers to paraphrases
+fall (a false "different" costs a hit, or inflates the wrong-hit bound; a false "same" hides a
+wrong hit from the monitor).
 Set STOKER_ANSWER_BAR for another embedder or backend; `stoker eval-semantic --data` on your
 own labelled traffic prints the curve to choose it from.
 """
