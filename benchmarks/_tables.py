@@ -52,31 +52,42 @@ def _figures(row: dict[str, Any]) -> tuple[str, str]:
     return ", ".join(got) or "(see the line)", ", ".join(goals) or "none stated"
 
 
-def block(path: Path) -> str:
-    lines = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
-    head = next((x for x in lines if x.get("name") == "provenance"), None)
-    if head is None:
-        raise SystemExit(f"{path}: no provenance line (make bench writes it first)")
-    end = next((x for x in lines if x.get("name") == "provenance_end"), {})
+def _header(path: Path, head: dict[str, Any], end: dict[str, Any]) -> str:
     m = head["machine"]
     commit = (head.get("commit") or "unknown")[:10] + (" with changes" if head.get("dirty") else "")
-    out = [
-        BEGIN,
-        f"From `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}`: commit "
-        f"{commit}, {head['date']} to {end.get('date', '?')}; {m['cpus']} x {m['cpu']}, "
-        f"{m['memory_gb']} GB, Python {m['python']}; load average {head['load_avg'][0]} at the "
-        f"start, {end.get('load_avg', ['?'])[0]} at the end.",
-        "",
-        "| line | command | measured | goal |",
-        "|---|---|---|---|",
-    ]
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    return (
+        f"From `{where}`: commit {commit}, {head['date']} to {end.get('date', '?')}; "
+        f"{m['cpus']} x {m['cpu']}, {m['memory_gb']} GB, Python {m['python']}; load average "
+        f"{head['load_avg'][0]} at the start, {end.get('load_avg', ['?'])[0]} at the end."
+    )
+
+
+def block(path: Path) -> str:
+    """The generated block: a header and a table for each run in the file (a run opens with a
+    provenance line and closes with provenance_end; a file may hold several, a `make bench`
+    and the slow rows run on their own)."""
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+    if not lines or lines[0].get("name") != "provenance":
+        raise SystemExit(f"{path}: no provenance line first (make bench writes it first)")
+    runs: list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
     for row in lines:
-        if row.get("name", "").startswith("provenance") or "script" not in row:
-            continue
-        cmd = " ".join([f"benchmarks/{row['script']}", *row.get("args", [])])
-        got, goal = _figures(row)
-        out.append(f"| `{row['name']}` | `{cmd}` | {got} | {goal} |")
-    out.append(END)
+        if row.get("name") == "provenance":
+            runs.append((row, {}, []))
+        elif row.get("name") == "provenance_end":
+            runs[-1] = (runs[-1][0], row, runs[-1][2])
+        elif "script" in row:
+            runs[-1][2].append(row)
+    out = [BEGIN]
+    for head, end, rows in runs:
+        out += [_header(path, head, end), "", "| line | command | measured | goal |"]
+        out.append("|---|---|---|---|")
+        for row in rows:
+            cmd = " ".join([f"benchmarks/{row['script']}", *row.get("args", [])])
+            got, goal = _figures(row)
+            out.append(f"| `{row['name']}` | `{cmd}` | {got} | {goal} |")
+        out.append("")
+    out[-1] = END
     return "\n".join(out)
 
 

@@ -123,12 +123,12 @@ class StokerSettings(BaseSettings):
     conservative_threshold: float = option(CachePolicy, "conservative_threshold")
     # Which rule accepts a semantic hit: "static" (the cosine threshold above) or "verified"
     # (caches/matching/verified.py: served only where the backend's answers near the query
-    # agree, at the loosest level the error budget allows). Verified is the default: on the
-    # embedded real model it serves 1.3x static 0.92's hits at 0% wrong (its prompt-only rule,
-    # the answers being found blind), on simulated answers 1.06x at a quarter of the wrong share
-    # (docs/benchmarks.md: the budget's bound now weighs audits and shadow checks by how each
-    # is sampled, and the eval's ~360 audits show no looser level within 1%). Static stays one
-    # setting away; the simulated demo uses it.
+    # agree, at the loosest level the error budget allows). Verified is the default: on
+    # CLINC150 test with simulated answers (its constants chosen on val) it serves 1.01x static
+    # 0.92's hits at a sixth of the wrong share after 3,100 earlier queries, more after a busy
+    # route's days (docs/benchmarks.md, "Semantic quality"); on the embedded real model it
+    # serves its prompt-only rule, the answers being found blind. Static stays one setting
+    # away; the simulated demo uses it.
     semantic_matcher: Literal["static", "verified"] = option(HotSetConfig, "matcher")
     # Verified only: before neighbours and verdicts can vouch (a young cache), serve the clearly
     # safe look-alikes on the prompts alone (cosine >= 0.88, no lexical guard firing, no near
