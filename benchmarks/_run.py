@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -20,8 +21,9 @@ FAST: dict[str, tuple[list[str], str]] = {
     "bench_backend_protection.py": (["--no-real"], "backend_protection_real"),
     "bench_prefix_warm.py": (["--no-real"], "prefix_warm_real"),
     "bench_semantic_quality.py": (
-        ["--only", "simulated"],
-        "semantic_quality_clinc_real, semantic_candidates_real",
+        ["--only", "simulated", "--long-history", "-1"],
+        "semantic_quality_clinc_real, semantic_candidates_real (a real model server), "
+        "semantic_quality_clinc_long_history (18,200 earlier queries: ~25 min)",
     ),
     "bench_warm_vs_naive.py": (["--seeds", "1"], "warm_vs_naive_* over 3 seeds"),
     "bench_analyze_warming.py": (["--seeds", "1"], "analyze_warming_* over 3 seeds"),
@@ -57,11 +59,14 @@ def main() -> None:
         for cmd in todo:
             print(" ".join(["benchmarks/" + cmd[0], *cmd[1:]]))
         return
-    for cmd in todo:
-        print(f"bench: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    for n, cmd in enumerate(todo, 1):
+        print(f"bench: [{n}/{len(todo)}, {time.monotonic() - t0:,.0f} s] {' '.join(cmd)}",
+              file=sys.stderr, flush=True)  # fmt: skip
         got = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], check=False)
         if got.returncode:
             sys.exit(f"bench: {cmd[0]} failed (exit {got.returncode})")
+    print(f"bench: {len(todo)} scripts in {time.monotonic() - t0:,.0f} s", file=sys.stderr)
     if not args.slow:
         sys.path.insert(0, str(HERE))
         from _common import emit
