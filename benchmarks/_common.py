@@ -24,8 +24,10 @@ def pct(samples_s: Sequence[float], q: float) -> float:
 
 
 # `make bench` names a results file here: every line is appended to it too, with the script
-# that printed it and its arguments (benchmarks/_provenance.py opens the file with the commit, date and machine).
-RESULTS_ENV = "STOKER_BENCH_RESULTS"
+# that printed it and its arguments (benchmarks/_provenance.py opens the file with the commit,
+# date and machine).
+# Not a STOKER_ name: every stoker verb a benchmark starts rejects an unknown STOKER_ setting.
+RESULTS_ENV = "BENCH_RESULTS_FILE"
 
 
 def emit(name: str, **figures: Any) -> None:

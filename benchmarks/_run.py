@@ -4,7 +4,7 @@ The default run fits in half an hour on a 2-core machine. The slow rows need a r
 server for minutes, the real-model semantic eval, or many seeds and weeks of simulated logs;
 they run with `--slow` (`BENCH_SLOW=1 make bench`), and a default run prints one line,
 `bench_slow_rows_skipped`, naming each with the command that runs it. Every script's lines go
-to stdout and, through STOKER_BENCH_RESULTS, to the results file.
+to stdout and, through BENCH_RESULTS_FILE, to the results file.
 """
 
 from __future__ import annotations
