@@ -188,11 +188,17 @@ def translated(failures: FailureLog, url: URL) -> Iterator[None]:
         yield
     except BackendTimedOut as e:
         failures.failed(url, _why(e), 504)
-        raise UpstreamFailed(f"the upstream did not answer in time: {e.__cause__}", 504) from e
+        raise UpstreamFailed(
+            f"the upstream {_shown(url)} did not answer in time: {e.__cause__}", 504
+        ) from e
     except BackendUnavailable as e:
         failures.failed(url, _why(e), 502)
-        cause = type(e.__cause__ or e).__name__
-        raise UpstreamFailed(f"the upstream is unreachable: {cause}") from e
+        raise UpstreamFailed(f"the upstream {_shown(url)} is unreachable: {_why(e)}") from e
+
+
+def _shown(url: URL) -> str:
+    """The URL a client may see in an error body: no user, password, query or fragment."""
+    return str(url.with_user(None).with_query(None).with_fragment(None))
 
 
 def _why(e: BaseException) -> str:

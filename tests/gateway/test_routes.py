@@ -100,6 +100,9 @@ def test_routes__an_unreachable_upstream_is_502_and_openai_shaped(
             model="m", messages=[{"role": "user", "content": "q"}], temperature=0
         )
     assert e.value.status_code == 502 and e.value.body["type"] == "upstream_error"
+    # the body names the URL it could not reach, and why
+    message = e.value.body["message"]
+    assert "http://127.0.0.1:1/" in message and "ConnectError" in message, message
 
 
 def _embedding_app() -> Any:
