@@ -43,9 +43,11 @@ class BaseURL:
         parts = urlsplit(u)
         example = "http://127.0.0.1:8000/v1"
         if parts.scheme not in ("http", "https"):
+            # host:port with the scheme left out; text with spaces is no host to suggest
             bare = (
                 bool(u) and "://" not in u and not u.startswith("/")
-            )  # host:port, scheme left out
+                and not any(c.isspace() for c in u)
+            )  # fmt: skip
             raise ConfigError(
                 f"{text!r} is not an http:// or https:// URL: write the base URL as the openai "
                 f"SDK takes it, e.g. {_with_scheme(u) if bare else example}"

@@ -50,6 +50,7 @@ def test_base_url__each_written_form_maps_to_the_routes_the_openai_sdk_would_cal
         ("http://h:0/v1", "port 0"),
         ("http://h/v1?key=1", "no ?query"),
         ("http://h /v1", "no spaces"),
+        ("not a url", "e.g. http://127.0.0.1:8000/v1"),  # not "http://not a url/v1"
     ],
 )
 def test_base_url__a_malformed_one_is_one_line_saying_what_is_wrong(
