@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from caches.embedders import embed_deadline
+from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR
 from caches.request import CacheRequest
 from stoker import registry
 from stoker.settings import StokerSettings
@@ -148,7 +149,10 @@ def test_wiring__verified_by_default_with_its_shared_budget_static_when_set(redi
     assert (budget.delta, budget.levels, matcher.bar) == (0.002, len(LADDER), 0.6)
     assert isinstance(budget.counts, RedisCounts) and budget.counts.window_s == 3600
     judge = build_judge(s)
-    assert judge.bar == 0.6 and judge.centroid_bar == pytest.approx(0.66)
+    # the centroid bar keeps its calibrated distance above the pair bar
+    lift = DEFAULT_CENTROID_BAR - DEFAULT_ANSWER_BAR
+    assert judge.bar == 0.6 and judge.centroid_bar == pytest.approx(0.6 + lift)
+    assert judge.centroid_bar > judge.bar
     r.close()
 
 
