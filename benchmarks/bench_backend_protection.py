@@ -91,30 +91,11 @@ async def live_traffic(
 ) -> tuple[list[float], int]:
     """Open loop: arrivals do not wait for answers, as users do not. Returns latencies, errors.
     The arrival times are drawn first, so the same rng state gives the same schedule."""
-    latencies: list[float] = []
-    errors = 0
     at: list[float] = []
     while (t_next := (at[-1] if at else 0.0) + rng.expovariate(rate)) < seconds:
         at.append(t_next)
     salt = rng.random()
-
-    async def one(i: int) -> None:
-        nonlocal errors
-        t0 = time.perf_counter()
-        try:
-            await backend.generate(make(f"live {tag} {i} {salt}"))
-        except BackendUnavailable:
-            errors += 1
-            return
-        latencies.append(time.perf_counter() - t0)
-
-    tasks: list[asyncio.Task[None]] = []
-    start = time.perf_counter()
-    for t in at:
-        await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
-        tasks.append(asyncio.create_task(one(len(tasks))))
-    await asyncio.gather(*tasks)
-    return latencies, errors
+    return await live_arrivals(backend, at, lambda i: make(f"live {tag} {i} {salt}"))
 
 
 def warm_items(tag: str, n: int) -> list[WarmItem]:
