@@ -128,7 +128,8 @@ def intents_by_entry(res: LiveResult) -> dict[str, set[str]]:
     return out
 
 
-def correctness(res: LiveResult) -> dict[str, Any]:
+def correctness(res: LiveResult, semantic_scored: int) -> dict[str, Any]:
+    """`semantic_scored`: false_semantic's count, reported with what the checks met."""
     att = Attributor(res.generations, res.replacements, res.cutover)
     hits = [ServedHit(s.tenant, s.text, s.at, s.outcome) for s in res.served if s.hit]
     tally = att.tally(hits).as_dict()
@@ -136,10 +137,10 @@ def correctness(res: LiveResult) -> dict[str, Any]:
     applied = kb_at + res.kb.get("applied_after_ms", 0.0) / 1000 if kb_at else None
     after = [h for h in hits if applied is not None and h.at >= applied]
     tally["stale_after_invalidation_applied"] = att.tally(after).counts["stale"] if after else 0
-    return tally | {"checked": checked(res, applied), "how": HOW_SCORED}
+    return tally | {"checked": checked(res, applied, semantic_scored), "how": HOW_SCORED}
 
 
-def checked(res: LiveResult, kb_applied: float | None) -> dict[str, int]:
+def checked(res: LiveResult, kb_applied: float | None, semantic_scored: int) -> dict[str, int]:
     """What each check had to check: a check that met nothing passes vacuously. Hits served
     after the KB change's invalidation applied to requests that cite a changed article (the
     stale check), hits served after the cutover (the retired check), semantic hits scored
@@ -156,7 +157,7 @@ def checked(res: LiveResult, kb_applied: float | None) -> dict[str, int]:
             and changed & set(doc_ids(res.traffic.day[s.index]))
         ),
         "hits_after_cutover": sum(1 for s in hits if cut is not None and s.at >= cut),
-        "semantic_hits_scored": false_semantic(res)["semantic_hits_scored"],
+        "semantic_hits_scored": semantic_scored,
     }
 
 
@@ -244,8 +245,8 @@ def busy_seconds(gens: Iterable[Generation]) -> float:
 
 def build_live_report(res: LiveResult) -> dict[str, Any]:
     sc, tr = res.sc, res.traffic
-    corr = correctness(res)
     fs = false_semantic(res)
+    corr = correctness(res, fs["semantic_hits_scored"])
     return {
         "mode": "live",
         "simulated": False,
