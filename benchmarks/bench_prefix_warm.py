@@ -42,8 +42,10 @@ log (the same learn step, into the same store). Each of `--real-runs` runs (3) d
   cut short);
 - with: the scheduler's replica watch (warmers/prefix/after_restart.py), which read the server
   before the restart, finds it restarted from what llama.cpp exports (it has no start time:
-  its counters went back) and sends the hot system prompts (the prefix warm, max_tokens=1, its
-  budget 0.8 of the slots' context, what llama.cpp reports); then the same requests.
+  its counters went back) and sends the hot system prompts (the prefix warm with the settings'
+  defaults, max_tokens=1, coldest first; its budget 0.8 of what the server holds: the slots'
+  context, which llama.cpp reports, and the host-memory prompt cache, which the setting
+  STOKER_PREFIX_WARM_HOST_CACHE_TOKENS says, by default this server's); then the same requests.
 Only the first request of each prompt is scored: a later one finds its prompt held either
 way. `first_requests` counts them (with, without) over the runs; `ttft_p50_ratio` is the p50
 of the scored TTFTs with the warm over without (goal <= 0.2). The first requests come once the
@@ -79,6 +81,7 @@ from stoker import modelserver
 from stoker.embedded import EmbeddedStack, LlamaServer, free_port, installed_llama, serve_options
 from stoker.redisconn import connect
 from stoker.settings import StokerSettings
+from stoker.wiring import prefix_warm_options
 from warmers.prefix.after_restart import ReplicaWatch
 from warmers.prefix.hot import HotPrefixes
 from warmers.prefix.warm import PrefixWarmer, PrefixWarmOptions, PrefixWarmReport
@@ -404,9 +407,9 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     def warm(model: str, replica: str) -> PrefixWarmReport:
         """The scheduler's warm of one replica (stoker/registry.py), one prompt at a time: two
         at once share the one thread, and neither is held sooner."""
-        opts = PrefixWarmOptions(backend_url=replica, qps=args.warm_qps, concurrency=1,
-                                 timeout_s=args.real_max_seconds,
-                                 deadline_s=args.real_max_seconds)  # fmt: skip
+        opts = prefix_warm_options(StokerSettings(), backend_url=replica, qps=args.warm_qps)
+        opts = opts.model_copy(update={"concurrency": 1, "timeout_s": args.real_max_seconds,
+                                       "deadline_s": args.real_max_seconds})  # fmt: skip
         warms.append(PrefixWarmer(store, opts).warm(model))
         return warms[-1]
 

@@ -327,11 +327,19 @@ class ServeOptions:
     ctx: int = 8192
     # The host-memory prompt cache (--cache-ram): a held prompt prefills in a fraction of its
     # cold time (bench_prefix_warm: prefix_warm_real; docs/model-server.md); 256 MiB holds
-    # dozens of SmolLM2's prompts.
+    # host_cache_tokens of SmolLM2's prompts.
     cache_ram_mib: int = 256
+    # SmolLM2-135M's KV cache a token: 30 layers x 3 KV heads x 64 dims x (K, V) x 2 bytes
+    # (f16), what llama-server allocates (tests/stoker/test_modelserver.py reads its -lv 4 line).
+    kv_bytes_per_token: int = 23_040
     alias: str = MODEL_ALIAS
     port: int | None = None  # None: a free one
     start_timeout_s: float = 120.0  # a model load and warm-up on a loaded 2-core box
+
+    @property
+    def host_cache_tokens(self) -> int:
+        """The tokens --cache-ram holds: a saved prompt's state is its KV cells."""
+        return self.cache_ram_mib * 2**20 // self.kv_bytes_per_token
 
 
 DEFAULT_SERVE: Final = ServeOptions()

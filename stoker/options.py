@@ -99,8 +99,10 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     MonitorOptions: frozenset({"probe_ttl_s", "aimd"}),
     RewarmOptions: frozenset({"poll_s"}),  # how often it looks for the invalidation's floor
     # where and as whom it sends (derived by the shell: the warm backend's URL and model), and
-    # one send's timeout
-    PrefixWarmOptions: frozenset({"backend_url", "model", "api_key", "timeout_s"}),
+    # one send's timeout; the host cache's tokens (the shell's default is its own model server's)
+    PrefixWarmOptions: frozenset(
+        {"backend_url", "model", "api_key", "timeout_s", "host_cache_tokens"}
+    ),
     # how often it looks for a near peak, and the lock's renewal (a third of its TTL)
     SchedulerConfig: frozenset({"prefix_check_s", "renew_s"}),
     PurgeOptions: frozenset({"delay_s", "dry_run"}),  # `stoker purge`'s flags
@@ -140,6 +142,9 @@ SHELL_ONLY: Final = frozenset(
         # the traffic worker's differing from the others'), derived into WorkerConfig.batch_size
         "worker_batch_size",
         "data_dir",
+        # llama.cpp's host-memory prompt cache in tokens, derived into
+        # PrefixWarmOptions.host_cache_tokens: its default is the embedded server's (modelserver.py)
+        "prefix_warm_host_cache_tokens",
     }
 )  # fmt: skip
 

@@ -464,6 +464,7 @@ def prefix_warm_options(
         qps=qps or s.prefix_warm_qps,
         top_n=top_n or s.prefix_warm_top_n,
         model=s.warm_backend_model,
+        host_cache_tokens=s.prefix_warm_host_cache_tokens,
     )
 
 

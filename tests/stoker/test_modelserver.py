@@ -5,6 +5,7 @@ that dies at start), each in one line."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ from openai import OpenAI
 
 from schemas.errors import ServiceStartError
 from stoker import modelserver
-from stoker.embedded import LOOPBACK, LlamaServer
+from stoker.embedded import LOOPBACK, LlamaServer, free_port
 from stoker.modelserver import MODEL_ALIAS, Pin, ServeOptions, SetupError
 from tests.cli import ROOT, run_stoker, running_stoker
 from tests.waiting import wait_for
@@ -35,6 +36,29 @@ def test_llama__answers_the_openai_sdk_with_usage_and_timings(llama: LlamaServer
     assert r.usage is not None and 0 < r.usage.completion_tokens <= 8
     timings = (r.model_extra or {})["timings"]  # what a miss costs, as the server measured it
     assert timings["prompt_ms"] > 0 and timings["predicted_ms"] > 0
+
+
+def test_llama__kv_bytes_a_token_are_what_the_server_allocates(tmp_path: Path) -> None:
+    """The prefix warm's default host-cache tokens divide --cache-ram by
+    ServeOptions.kv_bytes_per_token: the server's own figure, from the KV cache it allocates at
+    start (a line it prints with -lv 4: S seqs of N cells, X MiB in all)."""
+    o, found = ServeOptions(), _installed()
+    argv = [str(found.server), "-m", str(found.model), "--port", str(free_port())]
+    argv += ["-t", "1", "-np", str(o.parallel), "-c", str(o.ctx), "-lv", "4"]
+    log = tmp_path / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            pattern = r"llama_kv_cache: size = +([0-9.]+) MiB \( *(\d+) cells, +\d+ layers, +(\d+)/"
+            read = lambda: re.search(pattern, log.read_text(errors="replace"))  # noqa: E731
+            wait_for(read, 60.0, "llama-server's KV cache line", interval_s=0.1)
+        finally:
+            proc.kill()
+            proc.wait(10)
+    got = read()
+    assert got is not None
+    mib, cells, seqs = float(got[1]), int(got[2]), int(got[3])
+    assert mib * 2**20 / (cells * seqs) == o.kv_bytes_per_token
 
 
 def test_setup__no_cmake_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

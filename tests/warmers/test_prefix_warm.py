@@ -17,7 +17,8 @@ from schemas.prewarm import PrewarmRequest
 from simulation.backend.http import SimulatorThread
 from simulation.backend.simulator import SimConfig
 from stoker.cli import app
-from stoker.embedded import free_port
+from stoker.embedded import LlamaServer, free_port
+from stoker.modelserver import DEFAULT_SERVE
 from stoker.settings import StokerSettings
 from stoker.stack import Stack
 from stoker.wiring import worker_config
@@ -103,6 +104,42 @@ def test_prefix_warmer__after_a_restart_live_requests_skip_the_held_prefill(
         served = sim.stats().served
     assert served == 2 + 3
     assert redis_client.keys("stk:{t:acme}:e:*") == []  # no answer was ever cached
+
+
+def test_prefix_warmer__sends_the_hottest_last_so_live_traffic_evicts_the_coldest(
+    redis_client: redis.Redis,
+) -> None:
+    """A warm that fills the cache (2 prefixes of 300 tokens in 38 blocks of 16) leaves the
+    hottest the most recently used: the first live prompt of another template evicts the
+    coldest warmed one's blocks, and the hottest is still held whole."""
+    store = _store(redis_client, 1, 2)
+    with SimulatorThread(replace(SIM, prefix_cache_tokens=620)) as sim:
+        opts = PrefixWarmOptions(backend_url=sim.url, qps=50, kv_share=1.0, concurrency=1)
+        assert PrefixWarmer(store, opts).warm("llama").warmed == 2
+        assert _live_gpu_ms(sim, 3) > 2.0 * 300  # never warmed: 18 blocks in, 16 out
+        assert _live_gpu_ms(sim, 1) == pytest.approx(2.0 * 14 + 1.0)  # the hottest: held
+        assert _live_gpu_ms(sim, 2) > 2.0 * 200  # the coldest: its blocks made the room
+
+
+def test_prefix_warmer__counts_llama_cpp_host_cache_beside_its_slots(
+    redis_client: redis.Redis, llama: LlamaServer
+) -> None:
+    """llama-server reports its slots (-np x -c), not what --cache-ram keeps in host memory:
+    the setting's tokens count on top, so the warm may send more than the slots hold."""
+    store = _store(redis_client, 1)
+    budgets = [
+        PrefixWarmer(
+            store, PrefixWarmOptions(backend_url=llama.base_url, host_cache_tokens=n)
+        ).budget()
+        for n in (0, 10_000)
+    ]
+    slots = DEFAULT_SERVE.ctx
+    assert budgets[0] == (
+        int(0.8 * slots),
+        f"0.8 of the {slots:,} tokens the backend holds: "
+        f"{slots:,} in its slots, 0 in host memory (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)",
+    )
+    assert budgets[1][0] == int(0.8 * (slots + 10_000))
 
 
 def test_prefix_warmer__rate_is_capped_and_the_deadline_holds(redis_client: redis.Redis) -> None:

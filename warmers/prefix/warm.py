@@ -11,7 +11,10 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    top being unreported), else the fixed `token_budget`. Blocks a warm fills are free blocks
    vLLM evicts least recently used when a running request needs room, so they never stop a
    live request from being admitted; the share leaves room for the live traffic's own prefixes;
-2. send each as a generate of the one backend client (backends/client.py) with `max_tokens=1`,
+2. send them coldest first, so that the hottest are the most recently used when the warm ends:
+   vLLM evicts the least recently used free blocks, and llama.cpp's host cache drops the prompt
+   saved longest ago, so the first live prompts of other templates push out the coldest;
+   each as a generate of the one backend client (backends/client.py) with `max_tokens=1`,
    temperature 0, the prefix and a one-token user turn, straight to the backend at most `qps`
    a second (throttle.TokenBucket), `concurrency` at a time, with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
@@ -83,6 +86,9 @@ class PrefixWarmOptions(BaseModel):
     token_budget: int = Field(default=65_536, ge=1)
     # of the KV cache the backend reports; 0: always token_budget
     kv_share: float = Field(default=0.8, ge=0.0, le=1.0)
+    # llama.cpp only: the tokens its host-memory prompt cache (--cache-ram) holds beside its
+    # slots, which it does not report (the setting's default is the embedded server's)
+    host_cache_tokens: int = Field(default=0, ge=0)
     max_age_s: float = Field(default=7 * 86_400.0, gt=0)
     concurrency: int = Field(default=4, ge=1, le=256)
     timeout_s: float = Field(default=30.0, gt=0)
@@ -148,8 +154,13 @@ class PrefixWarmer:
             return fixed
         if kv == 0:
             return 0, "the backend says its prefix caching is off"
-        held = "-token KV cache" if state.engine != "llama.cpp" else " tokens its slots hold"
-        return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}{held}"
+        if state.engine != "llama.cpp":
+            return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
+        held = kv + o.host_cache_tokens
+        return int(o.kv_share * held), (
+            f"{o.kv_share:g} of the {held:,} tokens the backend holds: {kv:,} in its slots, "
+            f"{o.host_cache_tokens:,} in host memory (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)"
+        )
 
     def plan(
         self,
@@ -201,7 +212,7 @@ class PrefixWarmer:
         )  # fmt: skip
         async with backend:
             tasks: list[asyncio.Task[None]] = []
-            for h in plan:  # step 2
+            for h in reversed(plan):  # step 2: the hottest last
                 left = o.deadline_s - (time.monotonic() - t0)
                 if left <= 0:
                     break
