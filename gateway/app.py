@@ -2,11 +2,13 @@
 
 Routes: POST /v1/chat/completions, /v1/completions (through the cache), /v1/embeddings (through
 the embedding cache), GET /v1/models (passed through), /healthz (the process answers),
-/readyz (503 while draining; the body says which dependency answers), /metrics (Prometheus).
+/readyz (503 while draining; the body says which dependency answers, and whether the upstream
+does), /metrics (Prometheus).
 Every error is {"error": {message, type, param, code}} with its status (errors.py).
-At start the upstream is probed once (GET <base>/models, beside serving, never blocking it) and
-the log says what answered: the models it serves, or why it did not (an upstream that starts
-after the gateway is not an error; its requests answer 502 meanwhile).
+From start to shutdown the upstream is watched (health.py: GET <base>/models, beside serving,
+never blocking it): the log says what answered at start, the models it serves or why it did not
+(an upstream that starts after the gateway is not an error; its requests answer 502 meanwhile),
+and then each time it goes down or comes back.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gateway.cachegate import CacheGate
 from gateway.completions import Completions
 from gateway.embeddings import Embeddings
 from gateway.errors import GatewayError, MethodNotAllowed, NotFound, error_response
+from gateway.health import UpstreamHealth
 from gateway.options import GatewayOptions
 from gateway.requestlog import RequestLog
 from gateway.upstream import Upstream
@@ -48,16 +51,16 @@ class GatewayParts:
 
     gate: CacheGate
     upstream: Upstream
+    health: UpstreamHealth
     log: RequestLog
     opts: GatewayOptions
     on_shutdown: list[Callable[[], None]] = field(default_factory=list)
     draining: bool = False
-    probed: str = ""  # the start-up probe's line, once it is in
 
 
 def build_app(parts: GatewayParts) -> Starlette:
-    completions = Completions(parts.gate, parts.upstream, parts.log, parts.opts)
-    embeddings = Embeddings(parts.gate, parts.upstream, parts.opts)
+    completions = Completions(parts.gate, parts.upstream, parts.health, parts.log, parts.opts)
+    embeddings = Embeddings(parts.gate, parts.upstream, parts.health, parts.opts)
 
     async def chat(request: Request) -> Response:
         return await completions.handle(request, "chat")
@@ -76,7 +79,13 @@ def build_app(parts: GatewayParts) -> Starlette:
 
     async def readyz(_: Request) -> Response:
         redis_up = await parts.gate.ping()
-        doc = {"status": "draining" if parts.draining else "ready", "redis": redis_up}
+        doc = {
+            "status": "draining" if parts.draining else "ready",
+            "redis": redis_up,
+            "upstream": parts.health.state,  # not readiness: cached answers are served without
+            "upstream_url": parts.upstream.shown,
+            "upstream_detail": parts.health.detail,
+        }
         return _json(doc, 503 if parts.draining else 200)
 
     async def metrics(_: Request) -> Response:
@@ -89,11 +98,11 @@ def build_app(parts: GatewayParts) -> Starlette:
         # starts, and serves failed open.
         with suppress(TimeoutError):
             await asyncio.wait_for(parts.gate.ping(), _CONNECT_S)
-        probe = asyncio.create_task(_probe(parts))
+        watch = asyncio.create_task(parts.health.watch())
         yield
-        probe.cancel()
+        watch.cancel()
         with suppress(asyncio.CancelledError):
-            await probe
+            await watch
         parts.draining = True
         await parts.upstream.aclose()
         await parts.gate.aclose()
@@ -116,12 +125,6 @@ def build_app(parts: GatewayParts) -> Starlette:
         exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
     )
     return app
-
-
-async def _probe(parts: GatewayParts) -> None:
-    ok, line = await parts.upstream.probe()
-    parts.probed = line
-    log.log(logging.INFO if ok else logging.WARNING, "%s", line)
 
 
 def wrap(app: ASGIApp) -> ASGIApp:

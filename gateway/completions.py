@@ -2,7 +2,8 @@
 
 One request, in order:
 1. read the body (bounded), resolve its cache identity (identity.py): a bad request is a 400
-   before anything else happens;
+   before anything else happens; a model the upstream does not list is vetted (health.py:
+   a warning header, or a 404 with strict models);
 2. look the cache up within the budget (cachegate.py); a failure or timeout is a bypass;
 3. a hit is replayed: JSON, or the SSE stream the upstream would have sent, with
    X-Stoker-Cache / -Rule / -Score / -Key and Age; a negative entry answers 503 (paused);
@@ -44,6 +45,7 @@ from gateway.answers import (
 from gateway.cachegate import Answer, CacheGate, Decision
 from gateway.errors import NegativeCached, PayloadTooLarge, UpstreamFailed
 from gateway.flights import Flight, Flights
+from gateway.health import UpstreamHealth, warned
 from gateway.identity import Api, Resolved, parse_body, resolve
 from gateway.options import GatewayOptions
 from gateway.requestlog import RequestLog
@@ -67,9 +69,15 @@ class Served:
 
 class Completions:
     def __init__(
-        self, gate: CacheGate, upstream: Upstream, log: RequestLog, opts: GatewayOptions
+        self,
+        gate: CacheGate,
+        upstream: Upstream,
+        health: UpstreamHealth,
+        log: RequestLog,
+        opts: GatewayOptions,
     ) -> None:
-        self.gate, self.upstream, self.log, self.opts = gate, upstream, log, opts
+        self.gate, self.upstream, self.health, self.log = gate, upstream, health, log
+        self.opts = opts
         self.flights: Flights[Shared] = Flights()
 
     async def handle(self, request: Request, api: Api) -> Response:
@@ -78,6 +86,10 @@ class Completions:
         r = resolve(
             api, parse_body(raw, self.opts.max_body_bytes), request.headers, PATHS[api], self.opts
         )
+        warning = self.health.vet(r.model_id)  # a 404 before the cache, with strict models
+        return warned(await self._answer(request, r, t0), warning)
+
+    async def _answer(self, request: Request, r: Resolved, t0: float) -> Response:
         auth = {"authorization": request.headers.get("authorization", "")}
         key = self._flight_key(r)
         if key is None:

@@ -4,7 +4,8 @@ Vectors are kept as float32 bytes under the embedding key of caches/keys.py (emb
 "upstream:<model>[:<dimensions>]"), with the policy's embedding TTL. A request's texts are
 read in one MGET on the event loop (within the lookup budget; a failure reads as all misses),
 the misses are asked upstream in one call, and written back without holding the response.
-Token inputs (lists of ints) go upstream untouched: they are not texts to key.
+Token inputs (lists of ints) go upstream untouched: they are not texts to key. A model the
+upstream does not list is vetted as a completion's is (health.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway import metrics as M
 from gateway.cachegate import CacheGate
 from gateway.completions import read_body
 from gateway.errors import BadRequest, UpstreamFailed
+from gateway.health import UpstreamHealth, warned
 from gateway.identity import parse_body, resolve_tenant
 from gateway.options import GatewayOptions
 from gateway.upstream import Upstream
@@ -34,8 +36,10 @@ _DOWN: tuple[type[Exception], ...] = (TimeoutError, *REDIS_ERRORS)
 
 
 class Embeddings:
-    def __init__(self, gate: CacheGate, upstream: Upstream, opts: GatewayOptions) -> None:
-        self.gate, self.upstream, self.opts = gate, upstream, opts
+    def __init__(
+        self, gate: CacheGate, upstream: Upstream, health: UpstreamHealth, opts: GatewayOptions
+    ) -> None:
+        self.gate, self.upstream, self.health, self.opts = gate, upstream, health, opts
         self._writes: set[asyncio.Task[None]] = set()
 
     async def handle(self, request: Request) -> Response:
@@ -46,7 +50,18 @@ class Embeddings:
         texts, model = _texts(body), body.get("model")
         if not isinstance(model, str) or not model:
             raise BadRequest("model must be a non-empty string", param="model")
+        warning = self.health.vet(model)
         headers = self.upstream.headers_for(dict(request.headers))
+        return warned(await self._embed(body, tenant, texts, model, headers), warning)
+
+    async def _embed(
+        self,
+        body: dict[str, Any],
+        tenant: str,
+        texts: list[str] | None,
+        model: str,
+        headers: dict[str, str],
+    ) -> Response:
         fmt = body.get("encoding_format") or "float"
         if texts is None or fmt not in ("float", "base64"):
             return await self._passthrough(body, headers)

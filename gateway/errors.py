@@ -4,6 +4,8 @@ GatewayError                 what the gateway answers instead of an answer
 ├── BadRequest           400  invalid_request_error: bad JSON, fields, headers, stoker extension
 ├── Unauthorized         401  authentication_error: no or unknown API key (with a key map set)
 ├── NotFound             404  not_found_error: no such route
+├── ModelNotFound        404  invalid_request_error, model_not_found: a model the upstream does
+│                             not list, with strict models (gateway/health.py)
 ├── MethodNotAllowed     405  invalid_request_error
 ├── PayloadTooLarge      413  invalid_request_error: a body over the limit
 ├── NegativeCached       503  upstream_error: this request failed upstream seconds ago (paused)
@@ -54,6 +56,13 @@ class Unauthorized(GatewayError):
 
 class NotFound(GatewayError):
     status, type = 404, "not_found_error"
+
+
+class ModelNotFound(GatewayError):
+    status, type = 404, "invalid_request_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="model", code="model_not_found")
 
 
 class MethodNotAllowed(GatewayError):

@@ -3,7 +3,8 @@
 Labels are bounded: outcome (5 values), bypass reason (a fixed set: deadline, cache_down,
 rejected, temperature>0, temperature_unset, no-cache, n>1, logprobs, non-text content, several
 prompts, empty prompt; and semantic_deadline / semantic_down, where only the semantic layer was
-skipped and the miss was still stored), route (the 4 API paths), HTTP status class. No tenant, no prompt.
+skipped and the miss was still stored), route (the 4 API paths), HTTP status class, upstream (the
+gateway's one base URL). No tenant, no prompt.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ LOOKUP_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
 )
 IN_FLIGHT = Gauge("stoker_gateway_in_flight", "Requests being answered now")
+UPSTREAM_UP = Gauge(
+    "stoker_upstream_up",
+    "Whether the upstream answered the gateway's last GET <base>/models (1) or not (0)",
+    ["upstream"],
+)
 
 # The bypass reasons that are the gateway failing open, not a request's own choice.
 FAILED_OPEN = frozenset({"deadline", "cache_down"})

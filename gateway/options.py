@@ -19,6 +19,12 @@ class GatewayOptions(BaseModel):
     upstream_api_key: str | None = None
     upstream_timeout_s: float = Field(default=300.0, gt=0)  # a long generation streams for minutes
     upstream_connections: int = Field(default=256, ge=1)
+    # How often the gateway asks the upstream's /models (its state and its models; each ask
+    # bounded by 5 s). A request that finds it unreachable makes it ask at once.
+    upstream_check_s: float = Field(default=10.0, gt=0, le=3_600)
+    # Refuse (404 model_not_found) a model the upstream does not list. Off: forwarded with a
+    # warning, since clients send aliases the upstream maps.
+    strict_models: bool = False
     # Lookups give up after this and the request goes upstream: the seeds' practitioners bypass
     # their cache at 50 ms, about a tenth of a short generation. In ms, the setting's unit.
     lookup_budget_ms: float = Field(default=50.0, gt=0)

@@ -13,6 +13,9 @@ answers, once: a timeout a 504, anything else that keeps the upstream from answe
 with how many it left out: an outage at 1,000 requests/s is one line, not 1,000). An upstream
 that answers with an error status is passed through as it answered: its body is already what
 the client's SDK understands.
+
+`probe` asks GET <base>/models on a connection of its own, so a check never queues behind the
+requests that fill the pool (gateway/health.py keeps what the checks find).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 
 from yarl import URL
 
@@ -35,7 +39,8 @@ log = logging.getLogger(__name__)
 
 # At most one log line per this many seconds for failures to reach the upstream.
 FAILURE_LOG_S = 10.0
-# The start-up probe's bound: it runs beside serving, and a slow answer is only logged.
+# A probe's bound: it runs beside serving, and an upstream that cannot answer /models in this
+# long is down for the gateway's readiness report.
 PROBE_S = 5.0
 
 # Hop-by-hop and gateway-owned headers are not forwarded upstream.
@@ -67,6 +72,20 @@ class Stream:
                     yield chunk
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One GET <base>/models: the status it answered (None: no answer), the models it lists
+    (None: not listed, or not as the OpenAI list), and one line saying what it found."""
+
+    status: int | None
+    models: tuple[str, ...] | None
+    line: str
+
+    @property
+    def answered(self) -> bool:
+        return self.status is not None
+
+
 class Upstream:
     def __init__(
         self,
@@ -83,6 +102,9 @@ class Upstream:
         timeouts = Timeouts(connect_s=10.0, read_s=timeout_s, pool_s=None)
         self.client = OpenAIBackend(base_url, timeouts=timeouts, connections=connections)
         self.base = self.client.base
+        self.shown = _shown(URL(self.base.api))  # for metrics, logs and /readyz: no credentials
+        bound = Timeouts(connect_s=PROBE_S, read_s=PROBE_S, pool_s=PROBE_S)
+        self._prober = OpenAIBackend(base_url, timeouts=bound, connections=1)
         self._urls: dict[str, URL] = {}
         self._failures = FailureLog()
         self._api_key = api_key
@@ -134,17 +156,18 @@ class Upstream:
         finally:
             await cm.__aexit__(None, None, None)
 
-    async def probe(self, timeout_s: float = PROBE_S) -> tuple[bool, str]:
-        """GET <base>/models once: (answered 200, one line saying what it found). Never
-        raises: an upstream that starts after the gateway is not an error."""
+    def when_unreachable(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the serving loop) each time a request cannot reach the upstream."""
+        self._failures.on_unreachable = callback
+
+    async def probe(self, timeout_s: float = PROBE_S) -> Probe:
+        """GET <base>/models once, bounded by `timeout_s`. Never raises: an upstream that starts
+        after the gateway, or stops, is a state to report, not an error."""
         url = self.url("/v1/models")
         try:
-            reply = await self.client.get(url, self.headers_for({}), timeout_s=timeout_s)
+            reply = await self._prober.get(url, self.headers_for({}), timeout_s=timeout_s)
         except BackendUnavailable as e:
-            return False, (
-                f"upstream {self.base.api}: GET {url} failed ({_why(e)}); requests answer 502 "
-                "until it does (an upstream that starts later is fine)"
-            )
+            return Probe(None, None, f"upstream {self.base.api}: GET {url} failed ({_why(e)})")
         if reply.status != 200:
             hint = (
                 " (is the base URL's path right? it should end where the openai SDK's base_url "
@@ -152,11 +175,15 @@ class Upstream:
                 if reply.status == 404
                 else ""
             )
-            return False, f"upstream {self.base.api}: GET {url} answered {reply.status}{hint}"
-        return True, f"upstream {self.base.api}: serves {_models(reply.content)}"
+            line = f"upstream {self.base.api}: GET {url} answered {reply.status}{hint}"
+            return Probe(reply.status, None, line)
+        ids = model_ids(reply.content)
+        models = None if ids is None else tuple(ids)
+        return Probe(200, models, f"upstream {self.base.api}: serves {_models(models)}")
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self._prober.aclose()
 
 
 class FailureLog:
@@ -168,6 +195,7 @@ class FailureLog:
         self._lock = threading.Lock()
         self._last = float("-inf")
         self._held = 0  # failures since the last line
+        self.on_unreachable: Callable[[], None] = _nothing  # Upstream.when_unreachable
 
     def failed(self, url: URL, why: str, status: int) -> None:
         now = time.monotonic()
@@ -193,6 +221,7 @@ def translated(failures: FailureLog, url: URL) -> Iterator[None]:
         ) from e
     except BackendUnavailable as e:
         failures.failed(url, _why(e), 502)
+        failures.on_unreachable()
         raise UpstreamFailed(f"the upstream {_shown(url)} is unreachable: {_why(e)}") from e
 
 
@@ -206,9 +235,12 @@ def _why(e: BaseException) -> str:
     return why(e.__cause__ or e)
 
 
-def _models(content: bytes) -> str:
-    """The model ids of a /models answer, for the start-up line."""
-    ids = model_ids(content)
+def _nothing() -> None:
+    return None
+
+
+def _models(ids: tuple[str, ...] | None) -> str:
+    """The model ids of a /models answer, for a log line."""
     if ids is None:
         return "an answer to /models that is not the OpenAI list"
     if not ids:

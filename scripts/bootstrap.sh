@@ -71,7 +71,11 @@ fi
 "${PIP[@]}" -r "$LOCK"
 [[ $LOCK_ONLY == 1 ]] && exit 0
 # stoker itself: setuptools and wheel are in the lock, so no isolated (unhashed) build env.
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+# Every editable install of a flat layout makes setuptools warn "Editable installation." (an
+# InformationOnly note that folders named as a package may shadow it), and pip shows a build
+# backend's warnings even with -q: that one note, and only it, is filtered.
+PYTHONWARNINGS="ignore:Editable installation" \
+    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
 # pip check covers the runtime dependencies only, not the dev extra: check both against pyproject.
 "$VENV/bin/python" -I -m pip check || die "the installed set is inconsistent; run: make lock"
 "$VENV/bin/python" -I - <<'PY' || die "requirements.lock is behind pyproject.toml; run: make lock"

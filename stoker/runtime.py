@@ -165,7 +165,7 @@ class WorkerGroup:
         for w in self.workers:
             s = w.stats
             console.print(
-                f"worker {w.handler.name}: {s.events} events, {s.dlq} dead-lettered, "
+                f"worker {w.handler.name}: {s.events} events, {s.dead_lettered()}, "
                 f"{s.retries} retries"
             )
 

@@ -370,6 +370,13 @@ class StokerSettings(BaseSettings):
     gateway_upstream_url: str | None = None
     gateway_upstream_api_key: SecretStr | None = None
     gateway_upstream_timeout_s: float = option(GatewayOptions, "upstream_timeout_s")
+    # How often the gateway asks the upstream's GET /models: its state (/readyz's `upstream`,
+    # stoker_upstream_up) and the models it lists. A request that cannot reach it asks at once.
+    gateway_upstream_check_s: float = option(GatewayOptions, "upstream_check_s")
+    # Answer 404 model_not_found for a model the upstream does not list. Off, such a request is
+    # forwarded with an X-Stoker-Warning header and a log line, since clients send aliases the
+    # upstream may map (llama-server answers any name; see STOKER_WARM_BACKEND_MODEL).
+    gateway_strict_models: bool = option(GatewayOptions, "strict_models")
     # API key -> tenant. Set: the bearer key names the tenant, an unknown one is refused (401)
     # and X-Stoker-Tenant is ignored. Unset: the tenant comes from X-Stoker-Tenant.
     gateway_api_keys: dict[SecretStr, Tenant] = Field(default_factory=dict)

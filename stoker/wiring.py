@@ -535,6 +535,7 @@ def build_gateway(
     when it is on), the upstream pool, the request log. The gateway closes `async_redis` (its
     event loop's); `cache` is its owner's to close (the Stack's, after the gateway stops)."""
     from gateway.cachegate import CacheGate
+    from gateway.health import UpstreamHealth
     from gateway.upstream import Upstream
 
     opts = gateway_options(s, upstream_url=upstream_url)
@@ -547,9 +548,13 @@ def build_gateway(
         connections=opts.upstream_connections,
         forward_auth=not opts.api_key_tenants,
     )
+    health = UpstreamHealth(
+        upstream, every_s=opts.upstream_check_s, strict_models=opts.strict_models
+    )
     return GatewayParts(
         CacheGate(cache, async_redis, opts),
         upstream,
+        health,
         build_request_log(s, opts.log_buffer),
         opts,
     )

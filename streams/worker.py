@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,12 +62,23 @@ class WorkerStats:
     events: int = 0
     batches: int = 0
     dlq: int = 0
+    dlq_reasons: dict[str, int] = field(default_factory=dict)  # records by EventDecodeError.reason
+    last_dead_letter: str = ""  # where the last one was read, and why it was refused
     retries: int = 0
     commits: int = 0
     last_batch_at: float | None = None  # time.time() of the last committed batch
     last_error: str = ""
     # Partitions this member owns now, as "topic:partition" (rebalance callbacks keep it).
     assigned: frozenset[str] = frozenset()
+
+    def dead_lettered(self) -> str:
+        """How many records went to the dead-letter topic and, when any did, why: the count
+        per reason, and the last one's place and detail (the shutdown report's words)."""
+        if not self.dlq:
+            return "0 dead-lettered"
+        reasons = sorted(self.dlq_reasons.items(), key=lambda kv: -kv[1])
+        said = ", ".join(f"{n} {reason}" for reason, n in reasons)
+        return f"{self.dlq} dead-lettered ({said}; the last: {self.last_dead_letter})"
 
 
 class WorkerConfig(BaseModel):
@@ -213,11 +224,26 @@ class Worker:
         self._dead_letter(decoded.poison)  # 4
         self._commit(batch)  # 5
         self.stats.events += decoded.good
-        self.stats.dlq += len(decoded.poison)
+        self._count_poison(decoded.poison)
         self.stats.batches += 1
         self.stats.last_batch_at = time.time()
         self.metrics.settled(decoded.good, decoded.poison)
         self.handler.settled(decoded)
+
+    def _count_poison(self, poison: Sequence[Poison]) -> None:
+        """Count a batch's dead letters by reason, keep the last one's story, and say it once
+        for the batch: a record refused is data someone sent wrong, so it is worth a line."""
+        if not poison:
+            return
+        s = self.stats
+        s.dlq += len(poison)
+        for p in poison:
+            s.dlq_reasons[p.error.reason] = s.dlq_reasons.get(p.error.reason, 0) + 1
+        s.last_dead_letter = _story(poison[-1])
+        log.warning(
+            "worker %s: %d record(s) to %s; the last: %s",
+            self.handler.name, len(poison), self.dlq_topic, s.last_dead_letter,
+        )  # fmt: skip
 
     def _retry(self, batch: Sequence[Message], exc: RetriableError) -> None:
         self.stats.retries += 1
@@ -343,3 +369,15 @@ def next_offsets(batch: Sequence[Message]) -> list[TopicPartition]:
     for m in batch:
         last[(m.topic() or "", m.partition() or 0)] = m.offset() or 0
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+
+
+# A dead letter's detail as a log line and the shutdown report quote it (the copy in the
+# dead-letter topic keeps up to 4 KiB of it).
+_STORY_CHARS = 300
+
+
+def _story(p: Poison) -> str:
+    """Where a refused record was read and why: `topic[partition]@offset: reason: detail`."""
+    m, e = p.message, p.error
+    detail = e.detail if len(e.detail) <= _STORY_CHARS else e.detail[:_STORY_CHARS] + "..."
+    return f"{m.topic()}[{m.partition()}]@{m.offset()}: {e.reason}: {detail}"

@@ -32,11 +32,12 @@ from caches.boundary import redis_boundary
 from schemas.errors import RetriableError
 from schemas.events import Event, KnowledgeBaseChanged
 from streams.base import Handler
+from warmers.hotset.plan import Plan
 from warmers.hotset.renew import DocTexts
 from warmers.hotset.value import ValueModel
 from warmers.hotset.warm_budget import Budget
 from warmers.hotset.window import Window
-from warmers.runner import WarmRunner
+from warmers.runner import WarmRunner, outcome
 from warmers.shadow import WarmSummary
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,7 @@ class RewarmHandler(Handler):
             value_model=self.opts.value_model,
         )  # fmt: skip
         self.last = summary = self.runner.warm(plan, labels={"by": "rewarm"})
-        log.info(
-            "re-warm after %d KB changes: %d planned, %d left out; %s",
-            len(updates), len(plan.items), len(plan.skipped), summary,
-        )  # fmt: skip
+        log.info("%s", said(len(updates), plan, summary))
 
     def _wait_applied(self, updates: list[KnowledgeBaseChanged]) -> None:
         """Until every update's floor is at its version (the invalidation worker raised it and
@@ -129,3 +127,15 @@ class RewarmHandler(Handler):
                     "is it running?"
                 )
             time.sleep(self.opts.poll_s)
+
+
+def said(changes: int, plan: Plan, summary: WarmSummary) -> str:
+    """A batch's re-warm for a person: what was planned, what was left out and why, and what
+    the sends did."""
+    left = plan.left_out()
+    return (
+        f"re-warm after {changes} KB change{'' if changes == 1 else 's'}: "
+        f"{len(plan.items)} planned, {len(plan.skipped)} left out"
+        + (f" ({left})" if left else "")
+        + f"; {outcome(summary)[1]}"
+    )

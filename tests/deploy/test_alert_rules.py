@@ -13,7 +13,12 @@ from tests.deploy.conftest import DEPLOY, load_yaml
 RULES = DEPLOY / "prometheus" / "alerts.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "alerts_test.yml"
 # Each must fire on a synthetic series and stay quiet on a healthy one (issue 15).
-TESTED = ("StokerServedWrongAboveBudget", "StokerHitRateDropped", "StokerSchedulerLeaderMissing")
+TESTED = (
+    "StokerServedWrongAboveBudget",
+    "StokerHitRateDropped",
+    "StokerSchedulerLeaderMissing",
+    "StokerUpstreamDown",
+)
 # promtool evaluates a few hundred synthetic minutes in well under a second.
 TIMEOUT_S = 60
 

@@ -185,5 +185,10 @@ def test_worker_cli__a_1mb_garbage_record_is_dead_lettered_not_fatal(
         code = stop(proc, 30)
     text = "".join(lines)
     assert code == 0, text
-    assert "1 dead-lettered" in text and "MSG_SIZE_TOO_LARGE" not in text
+    assert "MSG_SIZE_TOO_LARGE" not in text
+    # why, and which record: in the log when it happened, and in the shutdown report
+    flat = " ".join(text.split())
+    said = f"the last: {topic}[0]@0: bad_json: str is not valid UTF-8"
+    assert f"worker traffic: 1 record(s) to {prefix}stoker.dlq; {said}" in flat, text
+    assert f"worker traffic: 1 events, 1 dead-lettered (1 bad_json; {said}" in flat, text
     assert committed(kafka_bootstrap, f"{prefix}stoker.traffic", topic) == 2

@@ -132,6 +132,21 @@ def test_real_model__a_chat_miss_then_an_exact_hit_with_the_same_answer(
     assert hit.usage.model_dump(include=TOKENS) == miss.usage.model_dump(include=TOKENS)
 
 
+def test_real_model__a_model_it_does_not_serve_is_answered_with_a_warning(
+    make_gateway: GatewayFactory, llama: LlamaServer
+) -> None:
+    """llama-server answers any model name with the one it serves: the client is told so."""
+    gw = make_gateway(llama.base_url)
+    wait_for(lambda: gw.parts.health.models is not None, 10, "the server's models")
+    assert MODEL in (gw.parts.health.models or ())
+    raw = sdk(gw).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=ask(STOPS[1]), temperature=0, max_tokens=8
+    )
+    assert raw.parse().choices[0].message.content
+    said = raw.headers["x-stoker-warning"]
+    assert said == f"model 'gpt-4o' is not listed by the upstream {gw.parts.upstream.shown}"
+
+
 def test_real_model__a_streamed_miss_with_usage_then_a_streamed_hit_replays_it(
     make_gateway: GatewayFactory, llama: LlamaServer, redis_client: redis.Redis
 ) -> None:

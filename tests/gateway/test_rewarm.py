@@ -5,6 +5,7 @@ request, which inlines the new text, is a hit whose answer was computed from the
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,10 @@ def change(version: int = 4) -> KnowledgeBaseChanged:
 
 
 def test_rewarm__a_kb_change_with_its_new_text_rewarms_the_hot_requests_that_inlined_the_old(
-    learned: tuple[openai.OpenAI, Stack], sim: SimulatorThread
+    learned: tuple[openai.OpenAI, Stack], sim: SimulatorThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     c, stack = learned
+    caplog.set_level(logging.INFO, logger="warmers.rewarm")
     old_answers = {q: _ask(c, q, OLD)[1] for q in QUESTIONS}
     workers = WorkerGroup(stack, ["invalidation", "rewarm"])
     (rewarm,) = [w.handler for w in workers.workers if isinstance(w.handler, RewarmHandler)]
@@ -117,6 +119,13 @@ def test_rewarm__a_kb_change_with_its_new_text_rewarms_the_hot_requests_that_inl
     assert not workers.errors
     assert rewarm.last is not None
     assert (rewarm.last.sent, rewarm.last.cached) == (2, 2)  # the two questions, not the third
+    # the log says it for a person, with why the third was left out
+    [line] = [r.getMessage() for r in caplog.records if r.name == "warmers.rewarm"]
+    assert line == (
+        "re-warm after 1 KB change: 2 planned, 1 left out (1 its document kb/reset changed since "
+        "it was logged, and the logged request holds none of its known old texts); sent 2, "
+        "landed 2, skipped 0 cached, failed 0"
+    )
 
     for q in QUESTIONS:
         outcome, warm = _ask(c, q, NEW)

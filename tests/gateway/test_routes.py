@@ -15,6 +15,7 @@ from gateway.service import GatewayServer
 from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import GatewayFactory, client
 from tests.gateway.upstreams import Served
+from tests.waiting import wait_for
 
 
 def _error(resp: httpx.Response) -> dict[str, Any]:
@@ -85,8 +86,13 @@ def test_routes__models_pass_through_health_ready_and_metrics(gw: GatewayServer)
     models = client(gw).models.list()
     assert [m.id for m in models.data] == ["sim-model"]
     assert httpx.get(gw.url + "/healthz").json() == {"status": "ok"}
+    wait_for(lambda: gw.parts.health.state != "unknown", 10, "the first upstream check")
     ready = httpx.get(gw.url + "/readyz")
-    assert ready.status_code == 200 and ready.json() == {"status": "ready", "redis": True}
+    assert ready.status_code == 200
+    assert ready.json() == {
+        "status": "ready", "redis": True, "upstream": "up", "upstream_url": gw.parts.upstream.shown,
+        "upstream_detail": f"upstream {gw.parts.upstream.shown}: serves 1 model: sim-model",
+    }  # fmt: skip
     text = httpx.get(gw.url + "/metrics").text
     assert "stoker_gateway_served_total" in text and "stoker_cache_lookups_total" in text
 

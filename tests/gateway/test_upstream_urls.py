@@ -55,8 +55,8 @@ def test_upstream_url__the_sdk_through_the_gateway_reaches_an_upstream_written_a
         )  # fmt: skip
         text = "".join(ch.choices[0].delta.content or "" for ch in streamed if ch.choices)
         assert text == script.text
-        wait_for(lambda: gw.parts.probed, 10, "the start-up probe")
-        assert gw.parts.probed == f"upstream {up.url}{prefix}/v1: serves 1 model: scripted"
+        wait_for(lambda: gw.parts.health.probed, 10, "the start-up probe")
+        assert gw.parts.health.probed == f"upstream {up.url}{prefix}/v1: serves 1 model: scripted"
     assert script.calls() == 2
 
 
@@ -85,9 +85,9 @@ def test_upstream_url__an_upstream_that_starts_after_the_gateway_is_served_once_
 ) -> None:
     port = free_port()
     gw = make_gateway(f"http://127.0.0.1:{port}/v1")
-    wait_for(lambda: gw.parts.probed, 10, "the start-up probe")
-    assert f"GET http://127.0.0.1:{port}/v1/models failed" in gw.parts.probed
-    assert "starts later is fine" in gw.parts.probed
+    wait_for(lambda: gw.parts.health.probed, 10, "the start-up probe")
+    assert f"GET http://127.0.0.1:{port}/v1/models failed" in gw.parts.health.probed
+    assert "starts later is fine" in gw.parts.health.probed
     with Served(scripted_app(script), port=port):
         answer = client(gw).chat.completions.create(model="m", messages=Q, temperature=0)
     assert answer.choices[0].message.content == script.text
@@ -98,9 +98,9 @@ def test_upstream_url__a_base_without_its_v1_is_told_by_the_probe(
 ) -> None:
     with Served(_prefixed(script)) as up:
         gw = make_gateway(f"{up.url}/llm")  # the prefix, without the /v1 the server needs
-        wait_for(lambda: gw.parts.probed, 10, "the start-up probe")
-    assert f"GET {up.url}/llm/models answered 404" in gw.parts.probed
-    assert "often /v1" in gw.parts.probed
+        wait_for(lambda: gw.parts.health.probed, 10, "the start-up probe")
+    assert f"GET {up.url}/llm/models answered 404" in gw.parts.health.probed
+    assert "often /v1" in gw.parts.health.probed
 
 
 @pytest.mark.parametrize(

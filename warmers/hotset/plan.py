@@ -6,6 +6,7 @@ deploy pre-warm sizes it to a hit bar (warmers/prewarm.py).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -176,15 +177,17 @@ class Plan:
         budget unused without saying so."""
         if self.unused <= 1e-9:
             return ""
-        why: dict[str, int] = {}
-        for sk in self.skipped:
-            key = sk.reason.split(" (")[0]
-            why[key] = why.get(key, 0) + 1
-        left = ", ".join(f"{n} {k}" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        left = self.left_out()
         return (
             f"{self.unused:g} of {self.budget} unused: only {len(self.items)} candidates are "
             f"worth a warm send" + (f" (left out: {left})" if left else " (no other candidates)")
         )
+
+    def left_out(self) -> str:
+        """How many candidates were left out for each reason, most first, in one line ("" for
+        none): "9 <reason>, 5 <reason>" (a reason's parenthesised figures dropped)."""
+        why = Counter(sk.reason.split(" (")[0] for sk in self.skipped)
+        return ", ".join(f"{n} {reason}" for reason, n in why.most_common())
 
     def warm_items(self) -> list[WarmItem]:
         """The sends, in plan order; valued by the miss prevented, each carries its worth so
