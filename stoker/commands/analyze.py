@@ -71,12 +71,13 @@ def analyze(
         typer.Option(help="column of true labels (e.g. intent); used only to score false hits"),
     ] = None,
     thresholds: Annotated[
-        str, typer.Option(help="cosine thresholds to try, comma-separated")
+        str, typer.Option(metavar="T,T,...", help="cosine thresholds to try, comma-separated")
     ] = "0.85,0.88,0.90,0.92,0.95,0.98",
     ttls: Annotated[
         str | None,
         typer.Option(
-            help="entry TTLs to try: 90s, 30m, 6h, 7d (default 1h,6h,24h,7d; with --warming 3h,1d)"
+            metavar="TTL,TTL,...",
+            help="entry TTLs to try: 90s, 30m, 6h, 7d (default 1h,6h,24h,7d; with --warming 3h,1d)",
         ),
     ] = None,
     max_false_share: Annotated[
