@@ -9,6 +9,7 @@ worker).
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from rich.progress import Progress
 # A line at least this often off a terminal. The promise is one every 10 s; 5 s leaves room for
 # a thread woken late on a loaded 2-core machine.
 HEARTBEAT_S = 5.0
+_CLOCK = len("[    0 s] ")  # the status line's head
 
 
 class DemoProgress(Progress):
@@ -77,8 +79,13 @@ class DemoProgress(Progress):
         return f"[{time.monotonic() - self._t0:5.0f} s] " + ("; ".join(parts) or "working")
 
     def _line(self) -> None:
+        """The status line wrapped between words to the console's width (80 in a pipe), its
+        lines after the first indented past the clock."""
         self._last = time.monotonic()
-        self.console.print(self.status_line(), highlight=False, soft_wrap=True, markup=False)
+        wrap = textwrap.TextWrapper(self.console.width, subsequent_indent=" " * _CLOCK,
+                                    break_long_words=False, break_on_hyphens=False)  # fmt: skip
+        text = wrap.fill(self.status_line())
+        self.console.print(text, highlight=False, soft_wrap=True, markup=False)
 
     def _run(self) -> None:
         while not self._stop.wait(max(0.0, self._last + self.every_s - time.monotonic())):

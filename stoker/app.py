@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 from rich.console import Console
+from typer.models import CommandFunctionType
+
+from stoker.usage import PlainCommand
 
 
 def examples(*lines: str) -> str:
@@ -13,7 +19,17 @@ def examples(*lines: str) -> str:
     return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-app = typer.Typer(
+class Typer(typer.Typer):
+    """typer's app whose verbs default to PlainCommand: values in --help as a person writes
+    them (`LOG`, `TEXT`), not `{log}` and `<list[str]>`."""
+
+    def command(
+        self, name: str | None = None, *, cls: Any = None, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        return super().command(name, cls=cls or PlainCommand, **kwargs)
+
+
+app = Typer(
     name="stoker",
     help="Keeps ML-inference caches hot and correct.",
     epilog=examples(

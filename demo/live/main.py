@@ -28,7 +28,8 @@ def run_live_demo(out: Path, sc: LiveScenario, console: Console) -> dict[str, An
         (out / "summary.txt").write_text(text + "\n")
         pngs = live_plots.all_plots(report, out)
     console.print(text, highlight=False, soft_wrap=True, markup=False)
-    console.print(f"report: {path}; plots: {', '.join(str(p) for p in pngs)}", highlight=False)
+    for label, file in [("report", path), *(("plot", p) for p in pngs)]:
+        console.print(f"{label}: {file}", highlight=False, soft_wrap=True)  # a path kept whole
     broken = verdict(report, len(res.traffic.day))
     if broken:
         raise StokerError("live demo invariants broken: " + "; ".join(broken))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from demo.live.score import Attributor, ServedHit
 from stoker.modelserver import DEFAULT_SERVE, MODEL_ALIAS
 
 OUTCOMES = ("exact", "semantic", "miss", "bypass", "error")
+SUMMARY_WIDTH = 80  # the summary's lines: a pipe's or a log file's width
 MODEL = "SmolLM2-135M-Instruct Q4_1 on llama.cpp's llama-server"
 # Who asked the model, as the ledger names its paths, in the report's words.
 SOURCE_NAMES = {
@@ -44,7 +46,9 @@ HOW_SCORED = (
     "served. Ambiguous texts are counted apart and not as wrong: 'mixed' (written for this "
     "tenant and for others too: a generic answer), 'stale_ambiguous' (written from both the "
     "old and the new revision: the change did not change it), 'retired_ambiguous' (written by "
-    "the old and the new server alike). unattributed: no answer the model wrote has this text."
+    "the old and the new server alike). One hit may be ambiguous for several checks, so these "
+    "three overlap; 'ambiguous' counts each such hit once. unattributed: no answer the model "
+    "wrote has this text."
 )
 
 
@@ -378,9 +382,10 @@ def summary(report: dict[str, Any]) -> str:
         f"cross-tenant hits: {c['crossed']}; stale hits: {c['stale']} "
         f"({c['stale_after_invalidation_applied']} after the invalidation applied); "
         f"retired-model hits: {c['retired']}; unattributed: {c['unattributed']} "
-        f"(of {c['hits']} hits; left out of one check as ambiguous, a hit maybe of several: "
-        f"the tenant check {c['mixed']}, the stale {c['stale_ambiguous']}, the retired "
-        f"{c['retired_ambiguous']})",
+        f"(of {c['hits']} hits)",
+        f"ambiguous, not counted as wrong: {c['ambiguous']} of the {c['hits']} hits; by check, "
+        f"overlapping (one hit may be ambiguous for several): tenant {c['mixed']}, stale "
+        f"{c['stale_ambiguous']}, retired {c['retired_ambiguous']}",
         f"TTFT of the first {t['cold']['n']} requests after the deploy's restart: "
         f"cold p50 {_s(t['cold']['p50_ms'])} p99 {_s(t['cold']['p99_ms'])}; after the prefix "
         f"warm p50 {_s(t['prefix_warmed']['p50_ms'])} p99 {_s(t['prefix_warmed']['p99_ms'])} "
@@ -394,7 +399,12 @@ def summary(report: dict[str, Any]) -> str:
         f"{_load(report['run']['load_average'])}",
     ]
     lines += [f"note: {n}" for n in report.get("notes", ())]
-    return "\n".join(lines)
+    # wrapped here, between words, with a hanging indent: printed as is, and in summary.txt,
+    # each line fits 80 columns (a pipe or a log file soft-wrapped them mid-word)
+    wrap = textwrap.TextWrapper(
+        SUMMARY_WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(wrap.fill(line) for line in lines)
 
 
 def _s(ms: float | None) -> str:

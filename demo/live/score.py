@@ -18,6 +18,8 @@ For a hit of tenant T serving text X at time t, with S the sources of X:
 - retired: t is past the cutover and every one of T's sources came from a server process of
   the retired version; `retired_ambiguous` when the new version's wrote it too (same weights
   here, so a text both wrote is the same answer either way), not counted.
+mixed, stale_ambiguous and retired_ambiguous are three checks' verdicts, not one partition: a
+hit may be ambiguous for several, so `ambiguous` counts each hit that is for any, once.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ class Verdict:
     retired: bool = False
     retired_ambiguous: bool = False
 
+    @property
+    def ambiguous(self) -> bool:
+        """Ambiguous for at least one check: the three kinds are one check's each, and one
+        hit may be all three (a generic answer written for two tenants by both servers)."""
+        return self.mixed or self.stale_ambiguous or self.retired_ambiguous
+
 
 @dataclass
 class Tally:
@@ -82,6 +90,7 @@ class Tally:
 
     def add(self, hit: ServedHit, v: Verdict) -> None:
         self.hits += 1
+        self.counts["ambiguous"] += v.ambiguous
         for name in Verdict.__dataclass_fields__:
             if getattr(v, name):
                 self.counts[name] += 1
@@ -91,7 +100,7 @@ class Tally:
                         seen.append(f"{hit.tenant}: {hit.text[:120]}")
 
     def as_dict(self) -> dict[str, object]:
-        names = list(Verdict.__dataclass_fields__)
+        names = [*Verdict.__dataclass_fields__, "ambiguous"]
         return {"hits": self.hits, **{n: self.counts[n] for n in names}, "examples": self.examples}
 
 

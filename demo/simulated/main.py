@@ -8,11 +8,11 @@ from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from demo.progress import DemoProgress
 from demo.simulated.story import Scenario, run_story
 from stoker.data import SAMPLE_LOG
+from stoker.tables import Column, Grid, render
 
 # The figures each regime gives over seeds (mean, sd, min, max)
 FIGURES = ("peak_gpu_ratio", "total_gpu_ratio", "warm_efficiency", "hit_rate", "hit_rate_baseline")
@@ -53,9 +53,8 @@ def print_report(r: dict[str, Any], console: Console) -> None:
         "knowledge-base changes",
         highlight=False,
     )
-    t = Table(title="with warming / without", title_justify="left")
-    for col in ("regime", "peak GPU-s", "total GPU-s", "hit rate", "sends", "added a hit"):
-        t.add_column(col, justify="left" if col == "regime" else "right", no_wrap=True)
+    t = Grid("with warming / without", [Column("regime"), *(Column(c, "right") for c in (
+        "peak GPU-s", "total GPU-s", "hit rate", "sends", "added a hit"))])  # fmt: skip
     for name, f in r["regimes"].items():
         eff = f["warm_efficiency"]
         t.add_row(
@@ -66,7 +65,7 @@ def print_report(r: dict[str, Any], console: Console) -> None:
             f"{f['warm_sends']:,}",
             "-" if eff is None else f"{eff:.0%}",
         )
-    console.print(t)
+    console.print(render(t, console.width))
     for f in r["regimes"].values():
         console.print(f["headline"], highlight=False)
         if "deploy_prewarm" in f:

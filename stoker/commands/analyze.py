@@ -10,12 +10,12 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from audits.whatif.options import WhatIfOptions
 from stoker.app import app, console, examples
 from stoker.connect import RedisUrl, connected
 from stoker.settings import StokerSettings
+from stoker.tables import Column, Grid, render
 
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 7 * 86_400}
 _TTL = re.compile(r"^(\d+)([smhdw]?)$")
@@ -71,12 +71,13 @@ def analyze(
         typer.Option(help="column of true labels (e.g. intent); used only to score false hits"),
     ] = None,
     thresholds: Annotated[
-        str, typer.Option(help="cosine thresholds to try, comma-separated")
+        str, typer.Option(metavar="T,T,...", help="cosine thresholds to try, comma-separated")
     ] = "0.85,0.88,0.90,0.92,0.95,0.98",
     ttls: Annotated[
         str | None,
         typer.Option(
-            help="entry TTLs to try: 90s, 30m, 6h, 7d (default 1h,6h,24h,7d; with --warming 3h,1d)"
+            metavar="TTL,TTL,...",
+            help="entry TTLs to try: 90s, 30m, 6h, 7d (default 1h,6h,24h,7d; with --warming 3h,1d)",
         ),
     ] = None,
     max_false_share: Annotated[
@@ -229,9 +230,8 @@ def _print_report(r: dict[str, Any]) -> None:
             f"of the most asked families of near duplicates, and {100 * smp['tail_rate']:.1f}% "
             "of the other families, whole); hit rates with their 95% interval"
         )
-    console.print(_dup_table(r))
-    console.print(_grid_table(r))
-    console.print(_tenant_table(r))
+    for grid in (_dup_table(r), _grid_table(r), _tenant_table(r)):
+        console.print(render(grid, console.width))
     rec, v = r["recommendation"], r["verdict"]
     thr = "exact only" if rec["threshold"] is None else f"{rec['threshold']:.2f}"
     console.print(f"[bold]recommended:[/bold] threshold {thr}, TTL {fmt_ttl(rec['ttl_s'])} "
@@ -240,13 +240,14 @@ def _print_report(r: dict[str, Any]) -> None:
     console.print(f"[bold {colour}]verdict:[/bold {colour}] {v['text']}")
 
 
-def _dup_table(r: dict[str, Any]) -> Table:
-    thresholds = r["settings"]["thresholds"]
-    t = Table(title="duplicates (against every earlier request, no TTL)")
-    for col in ("tenant", "requests", "uncacheable", "exact dup"):
-        t.add_column(col, justify="left" if col == "tenant" else "right")
-    for thr in thresholds:
-        t.add_column(f"near ≥{thr:.2f}", justify="right")
+def _by_tenant(*numbers: str) -> list[Column]:
+    return [Column("tenant"), *(Column(n, "right") for n in numbers)]
+
+
+def _dup_table(r: dict[str, Any]) -> Grid:
+    near = [f"near ≥{thr:.2f}" for thr in r["settings"]["thresholds"]]
+    t = Grid("duplicates (against every earlier request, no TTL)",
+             _by_tenant("requests", "uncacheable", "exact dup", *near))  # fmt: skip
     d = r["duplicates"]
     for name, s in [*d["tenants"].items(), ("overall", d["overall"])]:
         near = [_pct(n["near_dup_rate"]) for n in s["near_dup"]]
@@ -255,14 +256,11 @@ def _dup_table(r: dict[str, Any]) -> Table:
     return t
 
 
-def _grid_table(r: dict[str, Any]) -> Table:
+def _grid_table(r: dict[str, Any]) -> Grid:
     labelled = r["settings"]["labels"] is not None
     what = "hit rate / GPU saved" + (" / false hits" if labelled else "")
-    t = Table(title=f"simulated cache, all tenants: {what}")
-    t.add_column("threshold")
-    ttls = r["settings"]["ttls_s"]
-    for ttl in ttls:
-        t.add_column(f"TTL {fmt_ttl(ttl)}", justify="right")
+    ttls = [Column(f"TTL {fmt_ttl(ttl)}", "right") for ttl in r["settings"]["ttls_s"]]
+    t = Grid(f"simulated cache, all tenants: {what}", [Column("threshold"), *ttls])
     rows: dict[Any, list[str]] = {}
     for g in r["simulation"]:
         o = g["overall"]
@@ -277,13 +275,12 @@ def _grid_table(r: dict[str, Any]) -> Table:
     return t
 
 
-def _tenant_table(r: dict[str, Any]) -> Table:
+def _tenant_table(r: dict[str, Any]) -> Grid:
     rec = r["recommendation"]
     at = (rec["threshold"], rec["ttl_s"])
     g = next(g for g in r["simulation"] if (g["threshold"], g["ttl_s"]) == at)
-    t = Table(title="per tenant at the recommended settings")
-    for col in ("tenant", "exact", "semantic", "total", "GPU s saved", "GPU saved", "false hits"):
-        t.add_column(col, justify="left" if col == "tenant" else "right")
+    t = Grid("per tenant at the recommended settings",
+             _by_tenant("exact", "semantic", "total", "GPU s saved", "GPU saved", "false hits"))  # fmt: skip
     for name, s in [*g["tenants"].items(), ("overall", g["overall"])]:
         t.add_row(
             name,

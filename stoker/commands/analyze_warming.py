@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from stoker.app import console
 from stoker.settings import StokerSettings
+from stoker.tables import Column, Grid, render
 
 DEFAULT_TTLS = "3h,1d"
 
@@ -81,8 +81,8 @@ def print_report(r: dict[str, Any]) -> None:
         bad = ", ".join(f"{n} {why}" for why, n in r["log"]["bad"].items())
         console.print(f"skipped rows: {bad}", highlight=False)
     for name, f in r["regimes"].items():
-        console.print(_hour_table(name, f))
-        console.print(_summary(name, f))
+        console.print(render(_hour_table(name, f), console.width))
+        console.print(render(_summary(name, f), console.width))
     diff = r["settings_not_default"]
     console.print(
         "settings not at their defaults: "
@@ -93,10 +93,9 @@ def print_report(r: dict[str, Any]) -> None:
         console.print(f"plots: {', '.join(r['plots'])}", highlight=False)
 
 
-def _hour_table(name: str, f: dict[str, Any]) -> Table:
-    t = Table(title=f"{name}: per hour, with warming / without", title_justify="left")
-    for col in ("hour (UTC)", "requests", "hits", "GPU-s", "sends"):
-        t.add_column(col, justify="left" if col.startswith("hour") else "right", no_wrap=True)
+def _hour_table(name: str, f: dict[str, Any]) -> Grid:
+    t = Grid(f"{name}: per hour, with warming / without", [Column("hour (UTC)"), *(
+        Column(c, "right") for c in ("requests", "hits", "GPU-s", "sends"))])  # fmt: skip
     for row in f["per_hour"]:
         t.add_row(
             row["hour"][5:13].replace("T", " "), f"{row['requests']:,}",
@@ -106,10 +105,8 @@ def _hour_table(name: str, f: dict[str, Any]) -> Table:
     return t
 
 
-def _summary(name: str, f: dict[str, Any]) -> Table:
-    t = Table(title=f"{name}: did warming pay", title_justify="left", show_header=False)
-    t.add_column("figure", no_wrap=True)
-    t.add_column("value")
+def _summary(name: str, f: dict[str, Any]) -> Grid:
+    t = Grid(f"{name}: did warming pay", [Column("figure"), Column("value")])
     t.add_row(
         "peak hour GPU-s",
         f"{f['peak_gpu_s']:,.0f} at {_hour(f['peak_hour'])} against {f['peak_gpu_s_baseline']:,.0f}"

@@ -118,11 +118,15 @@ def _serve(stack: Stack, *, with_workers: bool) -> None:
                 f"requests without an x-stoker-tenant header are tenant "
                 f"{settings.gateway_default_tenant!r} (STOKER_GATEWAY_DEFAULT_TENANT)"
             )
-        # the banner last: whoever waits for it (a script, a test) has read everything above
-        console.print(
-            f"gateway on {server.url} -> {parts.upstream.base.api}; "
-            f"OpenAI base URL: {server.url}/v1"
+        # the banner last: whoever waits for it (a script, a test) has read everything above;
+        # one write, each URL whole on a line of its own, even in a log file (no terminal:
+        # 80 columns), where a wrapped line broke the base URL in two
+        banner = (
+            f"gateway on {server.url}\n"
+            f"  upstream:        {parts.upstream.base.api}\n"
+            f"  OpenAI base URL: {server.url}/v1"
         )
+        console.print(banner, soft_wrap=True, highlight=False)
         server.serve()
     finally:
         if workers is not None:

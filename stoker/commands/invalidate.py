@@ -10,10 +10,10 @@ import typer
 from pydantic import ValidationError
 
 from schemas.events import BaseEvent, Invalidate, KnowledgeBaseChanged, PromptTemplateChanged
-from stoker.app import app, console, examples
+from stoker.app import Typer, app, console, examples
 from stoker.connect import KafkaBootstrap, connected
 
-invalidate_app = typer.Typer(
+invalidate_app = Typer(
     help="Publish invalidations to Kafka (the invalidation worker applies them).",
     short_help="Publish invalidations (by doc, context, namespace, template).",
     epilog=examples(

@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from schemas.errors import UsageError
-from stoker.app import app, console, examples
+from stoker.app import Typer, app, console, examples
 
-model_app = typer.Typer(
+model_app = Typer(
     help="The embedded real model: llama.cpp's llama-server serving SmolLM2-135M-Instruct.",
     short_help="The embedded real model (llama-server, SmolLM2).",
     epilog=examples("stoker model setup", "stoker model serve --port 8000"),

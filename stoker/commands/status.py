@@ -8,10 +8,12 @@ from typing import Annotated, Any, Final
 
 import orjson
 import typer
-from rich.table import Table
+from rich.console import Console
+from rich.text import Text
 
-from stoker.app import app, console, examples
+from stoker.app import app, examples
 from stoker.connect import RedisUrl, connected
+from stoker.tables import Column, Grid, render
 
 # The --json shape: bump when a key changes meaning or goes away (adding keys is compatible).
 SCHEMA_VERSION: Final = 1
@@ -42,8 +44,10 @@ def status(
     limit: Annotated[int, typer.Option(min=1, max=500, help="most recent jobs shown")] = 20,
     redis_url: RedisUrl = None,
 ) -> None:
-    """Show running and recent jobs: cutovers with their phase, purge progress, warm figures.
-    Exit 2 when no Redis is configured and no embedded stack runs."""
+    """Show running and recent jobs: cutovers with their phase, purge progress, warm figures,
+    on stdout: a table, or one block a job when the table would not fit the terminal (a pipe
+    counts as 80 columns; COLUMNS sets it). Exit 2 when no Redis is configured and no embedded
+    stack runs."""
     from invalidators.jobs import all_jobs
     from schemas.errors import ConfigError
     from stoker import embedded_state
@@ -62,7 +66,7 @@ def status(
     if as_json:
         typer.echo(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode())
         return
-    render(doc)
+    show(doc, Console(highlight=False))  # the table is the verb's output: stdout
 
 
 def status_document(jobs: list[dict[str, Any]], now: float | None = None) -> dict[str, Any]:
@@ -76,34 +80,38 @@ def status_document(jobs: list[dict[str, Any]], now: float | None = None) -> dic
     }
 
 
-def render(doc: dict[str, Any]) -> None:
+def show(doc: dict[str, Any], out: Console) -> None:
     jobs: list[dict[str, Any]] = doc["jobs"]
     if not jobs:
-        console.print("no running or recent jobs (records are kept a week)")
+        out.print("no running or recent jobs (records are kept a week)")
         return
     now = float(doc["generated_at"])
     for job_type, title in _TITLES.items():
         mine = [j for j in jobs if j["job_type"] == job_type]
         if mine:
-            console.print(_table(title, mine, now))
+            out.print(render(_grid(title, mine, now), out.width, narrow="records"))
 
 
-def _table(title: str, jobs: Iterable[dict[str, Any]], now: float) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("job", "state", "progress", "about", "figures", "detail", "updated"):
-        t.add_column(col, overflow="fold")
+# A job's name, state, progress and age lead: they are a record's first line.
+_COLUMNS: Final = (
+    Column("job"), Column("state"), Column("progress", "right"), Column("updated"),
+    Column("about"), Column("figures"), Column("detail"),
+)  # fmt: skip
+
+
+def _grid(title: str, jobs: Iterable[dict[str, Any]], now: float) -> Grid:
+    g = Grid(title, _COLUMNS, keep=4)
     for j in jobs:
-        style = _STATE_STYLE.get(j["state"], "")
-        t.add_row(
+        g.add_row(
             j["job_id"],
-            f"[{style}]{j['state']}[/{style}]" if style else j["state"],
+            Text(j["state"], style=_STATE_STYLE.get(j["state"], "")),
             f"{100 * j['progress']:.0f}%",
+            _ago(now - j["updated_at"]),
             " ".join(f"{k}={v}" for k, v in j["labels"].items()),
             _figures(j),
             j["detail"],
-            _ago(now - j["updated_at"]),
         )
-    return t
+    return g
 
 
 def _figures(j: dict[str, Any]) -> str:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.table import Table
 
 from schemas.errors import ConfigError, StokerError
 from stoker.app import app, console, examples
 from stoker.connect import QdrantUrl, RedisUrl, WarmBackend, connected
+from stoker.tables import Column, Grid, render
 
 if TYPE_CHECKING:
     from warmers.hotset.plan import Plan, PlanItem
@@ -124,23 +124,14 @@ def warm(
 
 
 def _show_plan(plan: Plan, rows: int) -> None:
-    """The plan's best items as a table that fits the terminal (hits: expected in the window;
-    p: the chance the entry is asked; send: the hour it goes out in, UTC): the reasons are a
-    column of their own when it is wide (120 columns or more), and always in --json."""
+    """The plan's best items as a table that fits the terminal, every word whole (hits:
+    expected in the window; p: the chance the entry is asked; send: the hour it goes out in,
+    UTC): the reasons are a column of their own when it is wide (120 columns or more), and
+    always in --json."""
     wide = console.width >= 120
-    t = Table(title=f"hot set for {plan.window}", show_lines=False)
-    t.add_column("#", justify="right", width=3, no_wrap=True)
-    t.add_column("tenant", overflow="ellipsis", no_wrap=True, width=10)
-    # what the other columns, their padding and the borders take (and the reasons, when wide)
-    rest = 48 + (62 if wide else 0)
-    t.add_column(
-        "query", overflow="ellipsis", no_wrap=True, max_width=max(20, console.width - rest)
-    )
-    t.add_column("hits", justify="right", width=5, no_wrap=True)
-    t.add_column("p", justify="right", width=5, no_wrap=True)
-    t.add_column("send", width=5, no_wrap=True)
-    if wide:
-        t.add_column("why chosen", max_width=60)
+    columns = [Column("#", "right"), Column("tenant"), Column("query"), Column("hits", "right"),
+               Column("p", "right"), Column("send"), *([Column("why chosen")] if wide else [])]  # fmt: skip
+    t = Grid(f"hot set for {plan.window}", columns)
     for n, i in enumerate(plan.items[:rows], 1):
         send = plan.send_at(i)
         cells = [
@@ -149,7 +140,7 @@ def _show_plan(plan: Plan, rows: int) -> None:
             "now" if send is None else f"{send:%H:%M}",
         ]  # fmt: skip
         t.add_row(*cells, *([i.reason] if wide else []))
-    console.print(t)
+    console.print(render(t, console.width))
     if len(plan.items) > rows:
         console.print(f"... and {len(plan.items) - rows} more")
     if not wide and plan.items:

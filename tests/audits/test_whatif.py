@@ -263,6 +263,27 @@ def test_cli__tables_on_the_terminal(tmp_path):
     assert "verdict:" in proc.stderr and "unlabelled" in proc.stderr
 
 
+def test_cli__at_80_columns_in_a_pipe_no_header_or_number_is_cut(tmp_path):
+    """Every default threshold and TTL, and --labels: at 80 columns the tables cut `tena…`,
+    `24,3…` and `≥0.…`; now a line fits and every word is whole, the widest table split."""
+    proc = subprocess.run(
+        [*STOKER, str(write_log(tmp_path / "log.jsonl")), "--labels", "intent"],
+        capture_output=True, text=True, timeout=240,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert not [line for line in lines if len(line) > 80], proc.stderr
+    assert "…" not in proc.stderr
+    words = proc.stderr.split()
+    for whole in ("tenant", "requests", "uncacheable", "≥0.85", "≥0.98", "overall", "GPU"):
+        assert whole in words, whole
+    for ttl in ("1h", "6h", "1d", "7d"):
+        assert ttl in words, ttl
+    # the duplicates table went on in a second one: its tenants' rows are there twice
+    assert sum(line.startswith("│ overall ") for line in lines) == 3, proc.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [["--thresholds", "1.5"], ["--thresholds", "x"], ["--ttls", "0h"], ["--ttls", "1y"],

@@ -22,7 +22,7 @@ def test_live_demo__tiny_day_on_the_real_model_keeps_its_invariants(tmp_path: Pa
     out = tmp_path / "live"
     said = io.StringIO()
     sc = LiveScenario.tiny()
-    report = run_live_demo(out, sc, Console(file=said, width=200))
+    report = run_live_demo(out, sc, Console(file=said, width=80))  # a pipe's width
 
     assert report["simulated"] is False
     c = report["correctness"]
@@ -74,4 +74,20 @@ def test_live_demo__tiny_day_on_the_real_model_keeps_its_invariants(tmp_path: Pa
         assert (out / name).stat().st_size > 0
     lines = (out / "generations.jsonl").read_bytes().splitlines()
     assert len(lines) == sum(b["calls"].values())
-    assert "no figure below rests on the simulator" in said.getvalue()
+    printed = said.getvalue()
+    assert "no figure below rests on the simulator" in " ".join(printed.split())
+    # the summary, printed and in summary.txt, and the progress lines fit 80 columns whole
+    summary = (out / "summary.txt").read_text()
+    assert summary.strip() in printed
+    lines = printed.splitlines()
+    assert f"report: {out / 'report.json'}" in lines  # a path whole on its line, however long
+    paths = [ln for ln in lines if ln.startswith(("report: /", "plot: /"))]
+    too_wide = [ln for ln in lines if len(ln) > 80 and ln not in paths]
+    assert not too_wide, too_wide
+    words = summary.split()
+    assert "SmolLM2-135M-Instruct" in words
+    # the ambiguous hits, once each, and the checks' counts said to overlap
+    assert f"ambiguous, not counted as wrong: {c['ambiguous']} of the {c['hits']} hits" in (
+        " ".join(words)
+    )
+    assert "overlapping" in words and c["ambiguous"] <= c["hits"]

@@ -120,6 +120,19 @@ def test_tally__counts_each_kind_and_keeps_examples():
     assert t["examples"]["crossed"] == ["acme: theirs"]
 
 
+def test_tally__ambiguous_counts_a_hit_once_though_several_checks_find_it_so():
+    """The summary said `mixed 13, stale_ambiguous 7, retired_ambiguous 12 (of 25 hits)`: 32
+    of 25, since each is one check's. A generic answer both tenants got from both servers is
+    ambiguous for the tenant check and the retired one: one ambiguous hit."""
+    cut = Cutover(at=15.0, old_servers=frozenset({1}))
+    gens = [gen("Sorry.", server=1), gen("Sorry.", server=3, at=16.0), gen("Sorry.", "globex"),
+            gen("Thanks.", server=3, at=16.0), gen("Thanks.", "globex", server=3, at=16.0)]  # fmt: skip
+    hits = [ServedHit("acme", "Sorry.", 20.0), ServedHit("acme", "Thanks.", 20.0)]
+    t = Attributor(gens, cutover=cut).tally(hits).as_dict()
+    assert (t["mixed"], t["retired_ambiguous"], t["stale_ambiguous"]) == (2, 1, 0)
+    assert t["ambiguous"] == 2 and t["hits"] == 2
+
+
 # -- what the ledger reads from a request and a response --
 
 

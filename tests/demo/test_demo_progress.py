@@ -61,6 +61,23 @@ def test_progress__a_blocked_main_thread_still_prints_a_line_every_interval() ->
     assert "serving week 2; hours served 12/36" in out.lines[-1][1]
 
 
+def test_progress__a_long_status_wraps_between_words_at_80_columns() -> None:
+    """Off a terminal a status line of 81+ characters was one line, soft-wrapped mid-word by
+    whatever showed it: it now wraps at the console's width, indented past the clock."""
+    out = Stamped()
+    with DemoProgress(Console(file=out, width=80), every_s=60) as bar:
+        bar.add_task("serving the day's requests through the gateway", total=1_234)
+        bar.add_task("warming the hot set for the coming window", total=56)
+        bar.phase("the live day on SmolLM2-135M-Instruct behind the embedded gateway")
+    lines = [line for _, line in out.lines]
+    assert len(lines) >= 2 and all(len(line) <= 80 for line in lines), lines
+    assert all(line.startswith(" " * 10) and line[10] != " " for line in lines[1:]), lines
+    said = " ".join(" ".join(lines).split())
+    assert (
+        "SmolLM2-135M-Instruct" in said and "warming the hot set for the coming window 0/56" in said
+    )
+
+
 def test_progress__on_a_terminal_no_heartbeat_thread_runs() -> None:
     console = Console(file=io.StringIO(), force_terminal=True)
     before = {t.name for t in threading.enumerate()}

@@ -87,7 +87,14 @@ def _ask(url: str, messages: list[dict[str, Any]] = Q, **kw: Any) -> Any:
 def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
     running: Any, sim: SimulatorThread
 ) -> None:
-    gw = running(["--port", "0", "--upstream", sim.url], {})
+    gw = running(["--port", "0", "--upstream", sim.url], {"COLUMNS": "80"})  # as in a log file
+    # the banner's URLs whole, each on its line (at 80 columns the base URL was broken in two)
+    base = ["OpenAI", "base", "URL:", f"{gw.url}/v1"]
+    wait_for(lambda: any(ln.split() == base for ln in gw.lines), 10, "the base URL's line")
+    at = next(i for i, ln in enumerate(gw.lines) if BANNER.search(ln))
+    banner = gw.lines[at : at + 3]
+    assert banner[1].split() == ["upstream:", f"{sim.url}/v1"]
+    assert all(len(ln.rstrip("\n")) <= 80 for ln in banner), banner
     assert any("embedded stack" in ln for ln in gw.lines)
     assert any("workers in this process" in ln for ln in gw.lines)
     # the workers warm the upstream it serves from (not STOKER_WARM_BACKEND_URL's default, where

@@ -1,6 +1,7 @@
 """Every verb's --help as a user reads it at 80 columns, and as a CI log holds it (no terminal):
 an example of the verb, and nothing cut. At 80 columns rich's option table cut
-`--prefill-ms-per-token` to `--prefill-ms-per-tok…` and no verb showed an example."""
+`--prefill-ms-per-token` to `--prefill-ms-per-tok…` and no verb showed an example; usage lines
+showed `{log}` and option values `<list[str]>`."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ def test_help__every_verb_at_80_columns_shows_an_example_and_cuts_nothing(
         assert "- " not in value, value  # a default broken at a hyphen by the wrapper
     cut = [line for line in _commands_listed(text) if line.rstrip().endswith("...")]
     assert not cut, cut  # a command's summary cut to fit the list
+    usage = text.splitlines()[0]
+    assert "{" not in usage and "<" not in usage, usage  # LOG, not {log}
+    spelled = re.findall(r"(?m)^  [-\w][-\w, ]* (<[^>]*>)", text)
+    assert not spelled, spelled  # --tenant TEXT, not --tenant <list[str]>
 
 
 def test_help__the_cli_itself_without_a_terminal_at_80_columns_cuts_no_option() -> None:
@@ -85,6 +90,22 @@ def test_help__the_cli_itself_without_a_terminal_at_80_columns_cuts_no_option() 
     assert res.returncode == 0, res.stderr
     assert "--prefill-ms-per-token" in res.stdout and "…" not in res.stdout
     assert "[default: 0.2" in res.stdout and "stoker sim-backend --port 8000" in res.stdout
+
+
+def test_help__values_are_named_as_a_person_writes_them() -> None:
+    res = run_stoker("worker", "--help", env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].endswith(" worker [OPTIONS] NAME")
+    flat = " ".join(res.stdout.split())
+    assert "NAME which worker to run (one of: traffic, deploy," in flat
+    assert "--broker TEXT" in flat and "--redis-url URL" in flat  # a verb's own metavar kept
+    warm = " ".join(run_stoker("warm", "--help", env={"COLUMNS": "80"}).stdout.split())
+    assert (
+        "--tenant TEXT" in warm and "--qps NUMBER" in warm and "--budget-requests INTEGER" in warm
+    )
+    missing = run_stoker("replay")
+    assert missing.returncode == 2 and " replay [OPTIONS] LOG\n" in missing.stderr
+    assert "Missing argument 'LOG'" in missing.stderr
 
 
 def test_help__a_usage_error_is_one_line_naming_the_option() -> None:

@@ -37,10 +37,11 @@ def stoker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return run_stoker(*args, env=env)
 
 
-def _jobs(r: redis.Redis) -> None:
-    """A deploy in its grace window, a purge stopped after one batch, a finished warm run."""
+def _jobs(r: redis.Redis, model: str = "llama") -> None:
+    """A deploy of `model` in its grace window, a purge stopped after one batch, a finished
+    warm run."""
     cut = Cutover(r, Purger(r), Statuses())
-    cut.accept(ModelDeployed(deploy_id="d-1", model_id="llama", version="v2",
+    cut.accept(ModelDeployed(deploy_id="d-1", model_id=model, version="v2",
                              previous_version="v1", grace_s=3600))  # fmt: skip
     cut.step("d-1", threading.Event(), lambda: True)
     c = CacheClient(r)
@@ -85,16 +86,36 @@ def test_status_json__stable_shape_with_every_kind_of_job(redis_client: redis.Re
     assert doc["running"] == 1  # the purge; the deploy is READY (in grace)
 
 
-def test_status__table_view_and_empty_and_no_redis(redis_client: redis.Redis, redis_url):
+def test_status__table_on_stdout_and_empty_and_no_redis(redis_client: redis.Redis, redis_url):
     empty = stoker("status", STOKER_REDIS_URL=redis_url)
-    assert empty.returncode == 0 and "no running or recent jobs" in empty.stderr
+    assert empty.returncode == 0 and "no running or recent jobs" in empty.stdout
     _jobs(redis_client)
-    shown = stoker("status", STOKER_REDIS_URL=redis_url, COLUMNS="300")  # no wrapping
+    shown = stoker("status", STOKER_REDIS_URL=redis_url, COLUMNS="300")  # room for a table
     assert shown.returncode == 0, shown.stderr
     for text in ("Deploy cutovers", "Purges", "Warm runs", "d-1", "gpu_seconds=3.50"):
-        assert text in shown.stderr
+        assert text in shown.stdout  # the table is the verb's output
+    assert "┃ job" in shown.stdout and "gpu_seconds" not in shown.stderr
     missing = stoker("status")
     assert missing.returncode == 2 and "STOKER_REDIS_URL" in missing.stderr  # configuration
+
+
+def test_status__at_80_columns_in_a_pipe_every_line_fits_and_no_word_is_split(
+    redis_client: redis.Redis, redis_url
+):
+    """The trial's 3 jobs took 117 lines at 80 columns, `smollm2-1 / 35m-instr / uct` among
+    them: each job is now a block of a few lines, every word whole."""
+    _jobs(redis_client, model="smollm2-135m-instruct")
+    shown = stoker("status", STOKER_REDIS_URL=redis_url, COLUMNS="80")  # stdout: a pipe
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert not [line for line in lines if len(line) > 80], shown.stdout
+    assert len(lines) <= 20, shown.stdout
+    words = shown.stdout.split()
+    assert "model_id=smollm2-135m-instruct" in words and "gpu_seconds=3.50" in words
+    assert "…" not in shown.stdout
+    for title in ("Deploy cutovers", "Purges", "Warm runs"):
+        assert title in lines
+    assert any(line.split()[:2] == ["d-1", "ready"] for line in lines), shown.stdout
 
 
 def test_job_records__recording_sink_keeps_the_newest_and_drops_expired(redis_client):

@@ -72,6 +72,28 @@ def test_warm_cli__dry_run_prints_the_plan_and_spends_nothing_then_a_run_warms(
     assert warm_jobs[1]["labels"]["by"] == "stoker warm"
 
 
+def test_warm_cli__dry_run_at_80_columns_in_a_pipe_keeps_every_word_whole(
+    redis_client: redis.Redis, redis_url: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    """A tenant name and questions longer than the old fixed columns (`initech-pa…`, a
+    question cut with `…`): each wraps between words, and no line passes 80 columns."""
+    long_q = "how do i move money from my checking account into my savings account tonight"
+    fill(
+        TrafficProfile(redis_client),
+        _week("initech-payments", {long_q: 20, "what is my balance": 12}, {}),
+    )
+    env = _env(redis_url, sim, tmp_path) | {"COLUMNS": "80"}
+    dry = _stoker(["warm", "--window", WINDOW, "--budget-requests", "2", "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stderr.splitlines()
+    assert not [line for line in lines if len(line) > 80], dry.stderr
+    assert "…" not in dry.stderr
+    words = dry.stderr.split()
+    assert "initech-payments" in words and "send" in words
+    query_column = " ".join(line.split("│")[3] for line in lines if line.startswith("│"))
+    assert long_q in " ".join(query_column.split())  # the question whole, wrapped at words
+
+
 def _warm_jobs(env: dict[str, str]) -> list[dict]:
     status = _stoker(["status", "--json"], env)
     assert status.returncode == 0, status.stderr
