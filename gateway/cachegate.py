@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +34,9 @@ import redis.asyncio as aredis
 
 from caches import keys as K
 from caches.boundary import REDIS_ERRORS
-from caches.client import CacheClient
+from caches.client import OVER_LIMIT, CacheClient
 from caches.embedders import EmbedDeadlinePassed, embed_deadline
+from caches.generations import WriteTicket
 from caches.live import scopes_of, version_for
 from caches.request import AnswerExtras, CacheRequest, LookupResult, StoreResult
 from gateway import metrics as M
@@ -135,6 +136,8 @@ class CacheGate:
             M.bypass(reason)
             log.debug("lookup bypassed (%s): %s", reason, e)
             return self._bypassed(f"{reason}: {e}", started)
+        if res.outcome == "bypass":  # the cache's own: over its limit, an empty prompt, ...
+            M.bypass("over_limit" if res.reason.startswith(OVER_LIMIT) else res.reason)
         if res.outcome == "miss" and r.read and self.cache.semantic is not None:
             res = await self._semantic(req, res, budget - (time.perf_counter() - t0))
         self.cache.observe(res, time.perf_counter() - t0)
@@ -165,7 +168,7 @@ class CacheGate:
             M.bypass("semantic_down")
             log.debug("semantic lookup skipped: %s", e)
             reason = f"semantic_down: {e}"
-        return msgspec.structs.replace(miss, reason=reason)
+        return msgspec.structs.replace(miss, reason=miss.reason or reason)  # not_stored first
 
     def _semantic_by(self, req: CacheRequest, miss: LookupResult, deadline: float) -> LookupResult:
         if time.monotonic() >= deadline:  # queued for a thread past its budget: do nothing
@@ -182,8 +185,10 @@ class CacheGate:
     def store_later(
         self, d: Decision, a: Answer, on_done: Callable[[], None] | None = None
     ) -> asyncio.Event | None:
-        """Start the write as a task; the event is set, and on_done runs, once the entry is
-        written (or refused, or failed), before it is indexed for semantic search.
+        """Start the write as a task. The event is set once it is over: the entry written and
+        indexed for semantic search, or an answer refused for itself remembered as not stored
+        (both searchable then), or the write refused or failed. on_done runs once the exact
+        entry is written (at once for a refused answer), before indexing.
         None when there is nothing to write or too many writes are in flight already (the
         cache is slow: serve on)."""
         if d.result.ticket is None:
@@ -199,21 +204,27 @@ class CacheGate:
         if isinstance(w, StoreResult):
             count_store(w)
             M.stored("refused")
-            return None
-        written = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(self._store(w, written, on_done))
+            if not w.unstored:
+                return None
+            if on_done is not None:
+                on_done()
+            return self._spawn(self._remember(d.result.ticket, w.unstored))
+        return self._spawn(self._store(w, on_done))
+
+    def _spawn(self, write: Awaitable[None]) -> asyncio.Event:
+        """Run `write` as a task the gate tracks (aclose waits for it); the event is set when
+        it ends, however it ends."""
+        over = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(_setting(over, write))
         self._stores.add(task)
         task.add_done_callback(self._stores.discard)
-        return written
+        return over
 
-    async def _store(
-        self, w: Any, written: asyncio.Event, on_done: Callable[[], None] | None
-    ) -> None:
+    async def _store(self, w: Any, on_done: Callable[[], None] | None) -> None:
         try:
             try:
                 refused_by = await self.exact.write(w)
             finally:
-                written.set()
                 if on_done is not None:
                     on_done()
             if refused_by is None and self.cache.semantic is not None:  # indexing embeds
@@ -228,6 +239,18 @@ class CacheGate:
         except StokerError as e:
             M.stored("failed")
             log.debug("answer not stored: %s", e)
+
+    async def _remember(self, t: WriteTicket | None, why: str) -> None:
+        """The not-stored mark, in Redis (the repeat's miss) and in the semantic store (its
+        look-alikes')."""
+        assert t is not None
+        try:
+            await self.exact.mark_unstored(t, why)
+            if self.cache.semantic is not None:  # indexing embeds
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self.index_pool, self.cache.index_unstored, t, why)
+        except StokerError as e:
+            log.debug("not-stored mark not written: %s", e)
 
     def store_negative_later(self, d: Decision) -> None:
         if d.result.ticket is None:
@@ -253,3 +276,10 @@ class CacheGate:
         await self.exact.aclose()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.index_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _setting(over: asyncio.Event, write: Awaitable[None]) -> None:
+    try:
+        await write
+    finally:
+        over.set()

@@ -179,6 +179,9 @@ class StokerSettings(BaseSettings):
     exact_ttl_s: int = option(CachePolicy, "exact_ttl_s")
     semantic_ttl_s: int = option(CachePolicy, "semantic_ttl_s")
     negative_ttl_s: int = option(CachePolicy, "negative_ttl_s")
+    # How long a request's (and its look-alikes') misses say why its last answer was not
+    # stored ("not_stored: finish_reason=length") instead of "no entry".
+    not_stored_ttl_s: int = option(CachePolicy, "not_stored_ttl_s")
     embedding_ttl_s: int = option(CachePolicy, "embedding_ttl_s")
     max_prompt_chars: int = option(CachePolicy, "max_prompt_chars")
     max_response_bytes: int = option(CachePolicy, "max_response_bytes")
