@@ -10,9 +10,11 @@ A lookup has one budget (default 50 ms) and two steps:
 A failure or timeout in 1 (Redis down or slow) is a bypass: the request goes straight upstream
 and the bypass is counted. In 2 only the semantic layer is skipped: the miss keeps its ticket,
 so its answer is still stored, and its reason says so (semantic_deadline, semantic_down).
-Stores are fire-and-forget tasks: the answer reaches the client before its write lands (the
-script on the loop, the semantic index on a thread), bounded in number; a failed write costs
-one miss.
+Stores are tasks (the script on the loop, the semantic index on a thread), bounded in number;
+the response waits for one, up to `index_wait_ms`, before its last byte (completions.py), so that
+a paraphrase asked the moment the answer is read finds it; a failed write costs one miss. An
+answer refused for itself (cut at max_tokens) leaves a not-stored mark instead, in Redis and in
+the semantic store, so its repeat and its look-alikes say why they missed (not_stored).
 
 The live model version (caches/live.py) is read at most once per `live_version_ttl_s` per model,
 so `stoker deploy` moves every replica to the new namespace within a second without a restart;
