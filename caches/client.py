@@ -170,8 +170,7 @@ class CacheClient:
     def probe(self, req: CacheRequest) -> Probe | LookupResult:
         """Refuse what cannot be keyed (RequestRejected: a bad tenant id, text that is not
         Unicode), bypass what must never be cached or is over the cache's limit, serve an L1
-        hit; else
-        what the Redis read needs, the key reserved in the L1."""
+        hit; else what the Redis read needs, the key reserved in the L1."""
         bypass = self._screen(req)
         if bypass:
             return LookupResult("bypass", reason=bypass)
@@ -358,7 +357,8 @@ class CacheClient:
             return SEMANTIC_NONE
         m = marks[0]
         why = str(m.payload.get("why") or "not stored")
-        return f"{NOT_STORED}: {why}: the last answer to a look-alike (score={m.score:.4f}) was not cached"
+        look_alike = f"a look-alike (score={m.score:.4f})"
+        return f"{NOT_STORED}: {why}: the last answer to {look_alike} was not cached"
 
     def _declined(self, q: Query, cands: list[Candidate]) -> LookupResult:
         """The matcher served none of `cands`: a miss with the best entry's score, the
@@ -389,9 +389,7 @@ class CacheClient:
         w = self.prepare_store(result, response, **answer)
         if isinstance(w, StoreResult):
             if w.unstored and result.ticket is not None:
-                with redis_boundary("store not-stored mark"):
-                    self.redis.set(*self.unstored_mark(result.ticket, w.unstored))
-                self.index_unstored(result.ticket, w.unstored)
+                self._remember(result.ticket, w.unstored)
             return w
         refused_by = self.generations.write(w.ticket, w.payload, self.policy.exact_ttl_s)
         return self.finish_store(w, refused_by)
@@ -455,6 +453,17 @@ class CacheClient:
                 result.ticket.key.negative(), NEGATIVE_MARK, ex=self.policy.negative_ttl_s
             )
         return True
+
+    def _remember(self, t: WriteTicket, why: str) -> None:
+        """The not-stored mark, in Redis (the repeat's miss) and in the semantic store (its
+        look-alikes'); a lost one only costs a reason."""
+        try:
+            with redis_boundary("store not-stored mark"):
+                self.redis.set(*self.unstored_mark(t, why))
+        except CacheUnavailable as e:
+            log.debug("not-stored mark not written: %s", e)
+            return
+        self.index_unstored(t, why)
 
     def unstored_mark(self, t: WriteTicket, why: str) -> tuple[str, bytes, int]:
         """The Redis SET (key, value, ex) that makes the request's next misses say `why`."""

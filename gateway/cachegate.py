@@ -193,7 +193,8 @@ class CacheGate:
         entry is written (at once for a refused answer), before indexing.
         None when there is nothing to write or too many writes are in flight already (the
         cache is slow: serve on)."""
-        if d.result.ticket is None:
+        t = d.result.ticket
+        if t is None:
             return None
         if len(self._stores) >= 4 * self.opts.lookup_threads:
             M.stored("skipped_busy")
@@ -210,7 +211,7 @@ class CacheGate:
                 return None
             if on_done is not None:
                 on_done()
-            return self._spawn(self._remember(d.result.ticket, w.unstored))
+            return self._spawn(self._remember(t, w.unstored))
         return self._spawn(self._store(w, on_done))
 
     def _spawn(self, write: Awaitable[None]) -> asyncio.Event:
@@ -242,10 +243,9 @@ class CacheGate:
             M.stored("failed")
             log.debug("answer not stored: %s", e)
 
-    async def _remember(self, t: WriteTicket | None, why: str) -> None:
+    async def _remember(self, t: WriteTicket, why: str) -> None:
         """The not-stored mark, in Redis (the repeat's miss) and in the semantic store (its
-        look-alikes')."""
-        assert t is not None
+        look-alikes'); a lost one only costs a reason."""
         try:
             await self.exact.mark_unstored(t, why)
             if self.cache.semantic is not None:  # indexing embeds
