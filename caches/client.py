@@ -31,10 +31,12 @@ from caches.generations import Generations, WriteTicket
 from caches.l1 import L1Cache
 from caches.matching.answers import AnswerJudge
 from caches.matching.base import Candidate, Matcher, Query, StaticThreshold, Vector
+from caches.matching.calibration import NEAR
 from caches.matching.error_budget import ErrorBudget
 from caches.matching.options import DEFAULT_SHADOW_SHARE
 from caches.policy import (
     CachePolicy,
+    not_stored_why,
     prompt_bypass_reason,
     request_bypass_reason,
     response_refusal_reason,
@@ -59,6 +61,11 @@ NEGATIVE_MARK = b"1"
 # A semantic miss's reason when the search found no live entry near the query (at the
 # matcher's floor: the threshold for static, 0.55 for verified).
 SEMANTIC_NONE = "semantic_none: no cached prompt is near this one"
+# A prompt longer than the policy's max_prompt_chars is neither keyed nor stored: a bypass.
+OVER_LIMIT = "bypass: prompt over the cache's limit"
+# A miss whose request's (or look-alike's) last answer was refused for itself: the code of its
+# reason, then why (policy.not_stored_why: "finish_reason=length").
+NOT_STORED = "not_stored"
 
 
 class AnswerFacts(TypedDict, total=False):
@@ -143,16 +150,17 @@ class CacheClient:
             if hit is not None:
                 return hit
             key = p.cache_key()
-            negative = self.redis.exists(key.negative())
+            negative, unstored = self.redis.mget([key.negative(), key.unstored()])  # one slot
         except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
         if negative:
             return self.negative(p)
-        why = LookupResult("miss")
+        why = LookupResult("miss", reason=not_stored(unstored))
         if use_semantic and self.semantic is not None:
-            why = self._semantic_lookup(req, key, threshold)
-            if why.hit:
-                return why
+            got = self._semantic_lookup(req, key, threshold)
+            if got.hit:
+                return got
+            why = msgspec.structs.replace(got, reason=why.reason or got.reason)
         ticket = self.generations.snapshot(key, req.docs)
         return msgspec.structs.replace(why, ticket=ticket, key=p.exact_key)
 
@@ -160,9 +168,9 @@ class CacheClient:
     # a caller with a Redis client of its own kind (the gateway's asyncio client).
 
     def probe(self, req: CacheRequest) -> Probe | LookupResult:
-        """Refuse what cannot be keyed (RequestRejected: an oversized prompt, a bad tenant id,
-        text that is not Unicode), bypass what must never be cached, serve an L1 hit; else
-        what the Redis read needs, the key reserved in the L1."""
+        """Refuse what cannot be keyed (RequestRejected: a bad tenant id, text that is not
+        Unicode), bypass what must never be cached or is over the cache's limit, serve an L1
+        hit; else what the Redis read needs, the key reserved in the L1."""
         bypass = self._screen(req)
         if bypass:
             return LookupResult("bypass", reason=bypass)
@@ -210,7 +218,9 @@ class CacheClient:
         got = self._semantic_lookup(req, miss.ticket.key, None)
         if got.hit:
             return got
-        return msgspec.structs.replace(miss, shadow=got.shadow, score=got.score, reason=got.reason)
+        # the request's own not_stored, if it has one, is the truer reason than a look-alike's
+        reason = miss.reason or got.reason
+        return msgspec.structs.replace(miss, shadow=got.shadow, score=got.score, reason=reason)
 
     @staticmethod
     def observe(res: LookupResult, seconds: float) -> None:
@@ -247,8 +257,11 @@ class CacheClient:
         if problem is not None:
             raise RequestRejected(f"bad tenant {req.tenant[:40]!r}: {problem}")
         if len(req.prompt) > self.policy.max_prompt_chars:
-            raise RequestRejected(
-                f"prompt of {len(req.prompt)} chars is over the limit of {self.policy.max_prompt_chars}"
+            # The cache's limit, not the model's: the request is still answered, uncached, and
+            # an upstream that cannot take it says so itself.
+            return (
+                f"{OVER_LIMIT} ({len(req.prompt)} chars; the cache keys prompts of up to "
+                f"{self.policy.max_prompt_chars}, max_prompt_chars)"
             )
         return request_bypass_reason(req.params) or prompt_bypass_reason(req.prompt)
 
@@ -256,10 +269,11 @@ class CacheClient:
         self, req: CacheRequest, key: K.CacheKey, threshold: float | None
     ) -> LookupResult:
         """A semantic hit, or a miss saying why (`reason`; `score`: the best candidate's)."""
-        found = self.semantic_candidates(req, key, threshold)
+        q, sq = self._queries(req, key, threshold)
+        found = self._candidates(req, q, sq)
         if found is None:
-            return LookupResult("miss", reason=SEMANTIC_NONE)
-        q, cands, alive = found
+            return LookupResult("miss", reason=self._unstored_near(sq))
+        cands, alive = found
         got = self.matcher.decide(q, cands)
         if got is None:
             return self._declined(q, cands)
@@ -273,7 +287,15 @@ class CacheClient:
         entries, and for a verified matcher the probes, with their answer vectors) and the live
         entries by key; None when no live entry is near. The monitor reads it again to judge a
         served hit against what vouched for it."""
-        assert self.semantic is not None and self.embedder is not None
+        q, sq = self._queries(req, key, threshold)
+        found = self._candidates(req, q, sq)
+        return None if found is None else (q, *found)
+
+    def _queries(
+        self, req: CacheRequest, key: K.CacheKey, threshold: float | None
+    ) -> tuple[Query, SemanticQuery]:
+        """The matcher's query and the store's search for this request (embeds the prompt)."""
+        assert self.embedder is not None
         route = req.route
         pol = self.policy
         thr = pol.threshold_for(req.tenant, route) if threshold is None else threshold
@@ -287,6 +309,12 @@ class CacheClient:
         sq = SemanticQuery(
             vec, req.ns, key.context_hash, key.params_hash, floor, time.time(), limit, answers
         )
+        return q, sq
+
+    def _candidates(
+        self, req: CacheRequest, q: Query, sq: SemanticQuery
+    ) -> tuple[list[Candidate], dict[str, CacheEntry]] | None:
+        assert self.semantic is not None and self.embedder is not None
         matches = self.semantic.search(sq)
         entries = [m for m in matches if m.kind == "entry"]
         if not entries:
@@ -304,7 +332,9 @@ class CacheClient:
             return None
         # Probes (and dead entries' answers) stay as evidence for a verified matcher; only a
         # live entry can be served.
-        live = [m for m in matches if m.entry_key in alive or (answers and m.kind == "probe")]
+        live = [
+            m for m in matches if m.entry_key in alive or (sq.with_answers and m.kind == "probe")
+        ]
         cands = [
             Candidate(m.entry_key, m.prompt, m.score, answer=m.answer_vector, kind=m.kind)
             for m in live
@@ -314,13 +344,27 @@ class CacheClient:
             # tenant and the same normalised text when its entry was indexed.
             vecs = self.embedder.embed(req.tenant, [c.prompt for c in cands])
             cands = [replace(c, vector=vecs[i]) for i, c in enumerate(cands)]
-        return q, cands, alive
+        return cands, alive
+
+    def _unstored_near(self, sq: SemanticQuery) -> str:
+        """A miss with no live entry near: not_stored when a look-alike's answer (prompt cosine
+        >= NEAR, where look-alikes mean the same, or the matcher's floor if higher) was refused
+        for itself, else semantic_none. Only a miss with nothing to serve pays this search."""
+        assert self.semantic is not None
+        bar = max(sq.threshold, NEAR)
+        marks = self.semantic.search(replace(sq, threshold=bar, limit=1, unstored=True))
+        if not marks:
+            return SEMANTIC_NONE
+        m = marks[0]
+        why = str(m.payload.get("why") or "not stored")
+        look_alike = f"a look-alike (score={m.score:.4f})"
+        return f"{NOT_STORED}: {why}: the last answer to {look_alike} was not cached"
 
     def _declined(self, q: Query, cands: list[Candidate]) -> LookupResult:
         """The matcher served none of `cands`: a miss with the best entry's score, the
         matcher's reason, and for a verified matcher the candidate to shadow-check."""
         score = max((c.score for c in cands if c.kind == "entry"), default=None)
-        reason = f"semantic_unsure: {self.matcher.why_not(q, cands)}"
+        reason = self.matcher.miss_reason(q, cands)
         miss = LookupResult("miss", score=score, reason=reason)
         shadow_of = getattr(self.matcher, "shadow_of", None)
         if shadow_of is None or self.budget is None:
@@ -344,6 +388,8 @@ class CacheClient:
         The keywords and their defaults are prepare_store's."""
         w = self.prepare_store(result, response, **answer)
         if isinstance(w, StoreResult):
+            if w.unstored and result.ticket is not None:
+                self._remember(result.ticket, w.unstored)
             return w
         refused_by = self.generations.write(w.ticket, w.payload, self.policy.exact_ttl_s)
         return self.finish_store(w, refused_by)
@@ -375,7 +421,7 @@ class CacheClient:
             has_tool_calls=bool(extras.tool_calls),
         )
         if refusal:
-            return StoreResult(False, refusal)
+            return StoreResult(False, refusal, unstored=not_stored_why(finish_reason, refusal))
         if t.retired:
             return StoreResult(False, "retired namespace")
         entry = self._entry(t, response, source, tokens_in, tokens_out, gpu_ms, generated_at)
@@ -406,6 +452,47 @@ class CacheClient:
             self.redis.set(
                 result.ticket.key.negative(), NEGATIVE_MARK, ex=self.policy.negative_ttl_s
             )
+        return True
+
+    def _remember(self, t: WriteTicket, why: str) -> None:
+        """The not-stored mark, in Redis (the repeat's miss) and in the semantic store (its
+        look-alikes'); a lost one only costs a reason."""
+        try:
+            with redis_boundary("store not-stored mark"):
+                self.redis.set(*self.unstored_mark(t, why))
+        except CacheUnavailable as e:
+            log.debug("not-stored mark not written: %s", e)
+            return
+        self.index_unstored(t, why)
+
+    def unstored_mark(self, t: WriteTicket, why: str) -> tuple[str, bytes, int]:
+        """The Redis SET (key, value, ex) that makes the request's next misses say `why`."""
+        return t.key.unstored(), why.encode(), self.policy.not_stored_ttl_s
+
+    def index_unstored(self, t: WriteTicket, why: str) -> bool:
+        """Mark the prompt in the semantic store as not stored, and why, for its look-alikes'
+        misses (embeds the prompt, usually from the embedding cache: not on an event loop).
+        Its own point (never an entry's): a later stored answer does not replace it, and no
+        search for entries returns it."""
+        if self.semantic is None or self.embedder is None:
+            return False
+        key = t.key
+        try:
+            point = SemanticPoint(
+                entry_key=f"{NOT_STORED}:{key.exact()}",
+                vector=self.embedder.embed_one(key.ns.tenant, key.prompt_norm),
+                ns=key.ns,
+                context_hash=key.context_hash,
+                params_hash=key.params_hash,
+                expires_at=time.time() + self.policy.not_stored_ttl_s,
+                prompt=key.prompt_norm,
+                kind="unstored",
+                why=why,
+            )
+            self.semantic.upsert([point])
+        except CacheUnavailable as e:  # only a reason is lost
+            log.debug("not-stored mark not indexed: %s", e)
+            return False
         return True
 
     def _entry(
@@ -506,3 +593,11 @@ def _same_namespace(entry: CacheEntry, req: CacheRequest) -> bool:
         and p.model_version == req.model_version
         and p.template_version == req.template_version
     )
+
+
+def not_stored(mark: bytes | str | None) -> str:
+    """A miss's reason from its request's not-stored mark (unstored_mark); "" without one."""
+    if mark is None:
+        return ""
+    why = as_bytes(mark).decode(errors="replace")
+    return f"{NOT_STORED}: {why}: the last answer to this request was not cached"

@@ -6,6 +6,7 @@ nothing keyed for one tenant can ever be read through another tenant's key):
 
     stk:{t:<tenant>}:e:<model>@<version>:<template>:<digest>   exact entry (CacheEntry bytes)
     stk:{t:<tenant>}:n:<model>@<version>:<template>:<digest>   negative entry (short TTL)
+    stk:{t:<tenant>}:u:<model>@<version>:<template>:<digest>   why the last answer was not stored
     stk:{t:<tenant>}:v:<embedder>:<sha256(text)>               embedding (float32 bytes)
     stk:{t:<tenant>}:g:m:<model>@<version>                     model-version generation / "retired"
     stk:{t:<tenant>}:g:t:<model>:<template>                    template generation / "retired"
@@ -44,6 +45,9 @@ TENANT_REGISTRY: Final = f"{KEY_ROOT}:tenants"
 
 KIND_EXACT: Final = "e"
 KIND_NEGATIVE: Final = "n"
+# An answer refused for itself (cut at max_tokens, empty, too long): why, so that the next
+# miss of the same request says so rather than "no entry" (caches/client.py, not_stored).
+KIND_UNSTORED: Final = "u"
 KIND_EMBEDDING: Final = "v"
 KIND_GEN_MODEL: Final = "g:m"
 KIND_GEN_TEMPLATE: Final = "g:t"
@@ -105,6 +109,10 @@ RETIRED: Final = b"retired"
 DEFAULT_EXACT_TTL_S: Final = 86_400
 # Negative entries (errors, empty answers) only damp retry storms: 30 s.
 DEFAULT_NEGATIVE_TTL_S: Final = 30
+# Why an answer was not stored: an hour. Only a reason in a header rides on it (the request is
+# asked upstream either way), so it need not last as long as an entry, only across a user's
+# retries and rewordings of one question.
+DEFAULT_NOT_STORED_TTL_S: Final = 3_600
 # Embeddings never go stale for a fixed embedder id; 30 days bounds memory for one-off prompts.
 DEFAULT_EMBEDDING_TTL_S: Final = 30 * 86_400
 

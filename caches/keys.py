@@ -154,6 +154,10 @@ class Namespace:
     def negative_prefix(self) -> str:
         return f"{self.tag}:{C.KIND_NEGATIVE}:{self.path}:"
 
+    @functools.cached_property
+    def unstored_prefix(self) -> str:
+        return f"{self.tag}:{C.KIND_UNSTORED}:{self.path}:"
+
     def entry_pattern(self, kind: str = C.KIND_EXACT) -> str:
         """SCAN MATCH pattern for every entry of this namespace (safe: components are encoded)."""
         return f"{self.tag}:{kind}:{self.path}:*"
@@ -188,6 +192,9 @@ class CacheKey:
 
     def negative(self) -> str:
         return self.ns.negative_prefix + self.digest
+
+    def unstored(self) -> str:
+        return self.ns.unstored_prefix + self.digest
 
 
 @functools.lru_cache(maxsize=4096)

@@ -23,6 +23,9 @@ class CachePolicy(BaseModel):
     exact_ttl_s: int = Field(default=C.DEFAULT_EXACT_TTL_S, gt=0)
     semantic_ttl_s: int = Field(default=C.DEFAULT_EXACT_TTL_S, gt=0)
     negative_ttl_s: int = Field(default=C.DEFAULT_NEGATIVE_TTL_S, gt=0)
+    # How long the cache remembers why an answer was not stored (cut at max_tokens, ...): the
+    # repeat of the request and its look-alikes say so (not_stored) meanwhile.
+    not_stored_ttl_s: int = Field(default=C.DEFAULT_NOT_STORED_TTL_S, gt=0)
     embedding_ttl_s: int = Field(default=C.DEFAULT_EMBEDDING_TTL_S, gt=0)
     max_prompt_chars: int = Field(default=32_000, gt=0)
     max_response_bytes: int = Field(default=256_000, gt=0)
@@ -107,3 +110,11 @@ def response_refusal_reason(
     if size > max_bytes:
         return f"response over {max_bytes} bytes"
     return None
+
+
+def not_stored_why(finish_reason: str, refusal: str) -> str:
+    """What a later miss says about an answer refused for `refusal` (response_refusal_reason):
+    how it ended when it did not end on its own ("finish_reason=length"), else the refusal."""
+    if finish_reason not in COMPLETE_FINISHES:
+        return f"finish_reason={finish_reason}"
+    return refusal

@@ -130,3 +130,6 @@ class StoreResult:
     landed: bool
     reason: str
     semantic_indexed: bool = False
+    # An answer refused for itself (not for its ticket): why, as later misses of the request
+    # and of its look-alikes say it ("finish_reason=length"); "" for any other outcome.
+    unstored: str = ""

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import redis.asyncio as aredis
 
 from caches import constants as C
 from caches import metrics as CM
 from caches import slots
 from caches.boundary import REDIS_ERRORS
-from caches.client import CacheClient
+from caches.client import CacheClient, not_stored
 from caches.generations import (
     WRITE_LUA,
+    WriteTicket,
     gen_keys,
     ticket_of,
     write_call,
@@ -50,9 +52,12 @@ class AsyncExact:
             hit = self.cache.found(p, await self.ar.get(p.exact_key))
             if hit is not None:
                 return hit
-            if await self.ar.exists(p.cache_key().negative()):
+            key = p.cache_key()
+            negative, unstored = await self.ar.mget([key.negative(), key.unstored()])  # one slot
+            if negative:
                 return self.cache.negative(p)
-            return await self._snapshot(p.req, p.exact_key)
+            miss = await self._snapshot(p.req, p.exact_key)
+            return msgspec.structs.replace(miss, reason=not_stored(unstored))
         except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis lookup failed: {type(e).__name__}: {e}") from e
 
@@ -99,6 +104,14 @@ class AsyncExact:
             await self.ar.set(res.ticket.key.negative(), b"1", ex=self.cache.policy.negative_ttl_s)
         except REDIS_ERRORS as e:
             raise CacheUnavailable(f"redis negative write failed: {e}") from e
+
+    async def mark_unstored(self, t: WriteTicket, why: str) -> None:
+        """CacheClient.unstored_mark, set: the request's next misses say `why`."""
+        key, value, ttl_s = self.cache.unstored_mark(t, why)
+        try:
+            await self.ar.set(key, value, ex=ttl_s)
+        except REDIS_ERRORS as e:
+            raise CacheUnavailable(f"redis not-stored mark failed: {e}") from e
 
     async def ping(self) -> bool:
         try:

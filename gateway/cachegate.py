@@ -10,9 +10,11 @@ A lookup has one budget (default 50 ms) and two steps:
 A failure or timeout in 1 (Redis down or slow) is a bypass: the request goes straight upstream
 and the bypass is counted. In 2 only the semantic layer is skipped: the miss keeps its ticket,
 so its answer is still stored, and its reason says so (semantic_deadline, semantic_down).
-Stores are fire-and-forget tasks: the answer reaches the client before its write lands (the
-script on the loop, the semantic index on a thread), bounded in number; a failed write costs
-one miss.
+Stores are tasks (the script on the loop, the semantic index on a thread), bounded in number;
+the response waits for one, up to `index_wait_ms`, before its last byte (completions.py), so that
+a paraphrase asked the moment the answer is read finds it; a failed write costs one miss. An
+answer refused for itself (cut at max_tokens) leaves a not-stored mark instead, in Redis and in
+the semantic store, so its repeat and its look-alikes say why they missed (not_stored).
 
 The live model version (caches/live.py) is read at most once per `live_version_ttl_s` per model,
 so `stoker deploy` moves every replica to the new namespace within a second without a restart;
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +36,9 @@ import redis.asyncio as aredis
 
 from caches import keys as K
 from caches.boundary import REDIS_ERRORS
-from caches.client import CacheClient
+from caches.client import OVER_LIMIT, CacheClient
 from caches.embedders import EmbedDeadlinePassed, embed_deadline
+from caches.generations import WriteTicket
 from caches.live import scopes_of, version_for
 from caches.request import AnswerExtras, CacheRequest, LookupResult, StoreResult
 from gateway import metrics as M
@@ -135,6 +138,8 @@ class CacheGate:
             M.bypass(reason)
             log.debug("lookup bypassed (%s): %s", reason, e)
             return self._bypassed(f"{reason}: {e}", started)
+        if res.outcome == "bypass":  # the cache's own: over its limit, an empty prompt, ...
+            M.bypass("over_limit" if res.reason.startswith(OVER_LIMIT) else res.reason)
         if res.outcome == "miss" and r.read and self.cache.semantic is not None:
             res = await self._semantic(req, res, budget - (time.perf_counter() - t0))
         self.cache.observe(res, time.perf_counter() - t0)
@@ -165,7 +170,7 @@ class CacheGate:
             M.bypass("semantic_down")
             log.debug("semantic lookup skipped: %s", e)
             reason = f"semantic_down: {e}"
-        return msgspec.structs.replace(miss, reason=reason)
+        return msgspec.structs.replace(miss, reason=miss.reason or reason)  # not_stored first
 
     def _semantic_by(self, req: CacheRequest, miss: LookupResult, deadline: float) -> LookupResult:
         if time.monotonic() >= deadline:  # queued for a thread past its budget: do nothing
@@ -182,11 +187,14 @@ class CacheGate:
     def store_later(
         self, d: Decision, a: Answer, on_done: Callable[[], None] | None = None
     ) -> asyncio.Event | None:
-        """Start the write as a task; the event is set, and on_done runs, once the entry is
-        written (or refused, or failed), before it is indexed for semantic search.
+        """Start the write as a task. The event is set once it is over: the entry written and
+        indexed for semantic search, or an answer refused for itself remembered as not stored
+        (both searchable then), or the write refused or failed. on_done runs once the exact
+        entry is written (at once for a refused answer), before indexing.
         None when there is nothing to write or too many writes are in flight already (the
         cache is slow: serve on)."""
-        if d.result.ticket is None:
+        t = d.result.ticket
+        if t is None:
             return None
         if len(self._stores) >= 4 * self.opts.lookup_threads:
             M.stored("skipped_busy")
@@ -199,21 +207,27 @@ class CacheGate:
         if isinstance(w, StoreResult):
             count_store(w)
             M.stored("refused")
-            return None
-        written = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(self._store(w, written, on_done))
+            if not w.unstored:
+                return None
+            if on_done is not None:
+                on_done()
+            return self._spawn(self._remember(t, w.unstored))
+        return self._spawn(self._store(w, on_done))
+
+    def _spawn(self, write: Awaitable[None]) -> asyncio.Event:
+        """Run `write` as a task the gate tracks (aclose waits for it); the event is set when
+        it ends, however it ends."""
+        over = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(_setting(over, write))
         self._stores.add(task)
         task.add_done_callback(self._stores.discard)
-        return written
+        return over
 
-    async def _store(
-        self, w: Any, written: asyncio.Event, on_done: Callable[[], None] | None
-    ) -> None:
+    async def _store(self, w: Any, on_done: Callable[[], None] | None) -> None:
         try:
             try:
                 refused_by = await self.exact.write(w)
             finally:
-                written.set()
                 if on_done is not None:
                     on_done()
             if refused_by is None and self.cache.semantic is not None:  # indexing embeds
@@ -228,6 +242,17 @@ class CacheGate:
         except StokerError as e:
             M.stored("failed")
             log.debug("answer not stored: %s", e)
+
+    async def _remember(self, t: WriteTicket, why: str) -> None:
+        """The not-stored mark, in Redis (the repeat's miss) and in the semantic store (its
+        look-alikes'); a lost one only costs a reason."""
+        try:
+            await self.exact.mark_unstored(t, why)
+            if self.cache.semantic is not None:  # indexing embeds
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self.index_pool, self.cache.index_unstored, t, why)
+        except StokerError as e:
+            log.debug("not-stored mark not written: %s", e)
 
     def store_negative_later(self, d: Decision) -> None:
         if d.result.ticket is None:
@@ -253,3 +278,10 @@ class CacheGate:
         await self.exact.aclose()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.index_pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _setting(over: asyncio.Event, write: Awaitable[None]) -> None:
+    try:
+        await write
+    finally:
+        over.set()

@@ -206,9 +206,9 @@ class Completions:
                 a = answer_of(r.api, orjson.loads(reply.content), reply.elapsed_ms)
             except orjson.JSONDecodeError:
                 raise UpstreamFailed("the upstream answered something that is not JSON") from None
-            written = self._settle(r, d, a, flight)
-            if written is not None:  # read your writes: the next identical request hits
-                await _wait(written, self.opts.lookup_budget_s)
+            stored = self._settle(r, d, a, flight)
+            if stored is not None:  # read your writes: the next request, or paraphrase, finds it
+                await _wait(stored, self.opts.index_wait_s)
         elif reply.status >= 500:
             self.gate.store_negative_later(d)
         self._done(r, d, Served(d.outcome, a, (time.perf_counter() - t0) * 1000))
@@ -221,10 +221,10 @@ class Completions:
     ) -> asyncio.Event | None:
         """Store a complete answer (a miss, unless no-store) and hand it to the flight's
         followers, also when the cache was bypassed for being slow or down: the request was
-        cacheable (else it would have no flight), so its answer is theirs too. The event
-        (set once the entry is written) when a store started; with a flight, the flight then
-        ends with the store (flight.keep), so requests arriving before the entry lands still
-        get this answer, not another upstream call."""
+        cacheable (else it would have no flight), so its answer is theirs too. The event (set
+        once the entry, or the answer's not-stored mark, is searchable) when a store started;
+        with a flight, the flight then ends with the exact write (flight.keep), so requests
+        arriving before the entry lands still get this answer, not another upstream call."""
         if a is None:
             return None
         shared = flight is not None and a.finish_reason in _SHAREABLE
@@ -289,15 +289,18 @@ class Completions:
         with an OpenAI-shaped error event, which the SDKs raise: an early end alone reads as
         an answer."""
         asm, reader = Assembler(r.api), SSEReader()
+        settled: list[asyncio.Event | None] = []  # once settled at [DONE]: the store's event
         try:
-            async for raw in up.chunks():
-                out = _forwarded(r, asm, reader.events(raw))
-                if out:
-                    yield out
-            # The end: a last event the read held back, then any unterminated tail, as it came.
-            out = _forwarded(r, asm, reader.events(b"", last=True)) + reader.rest()
-            if out:
-                yield out
+            async for events, rest in _reads(up, reader):
+                head, tail = _forwarded(r, asm, events)
+                if head:
+                    yield head
+                if tail:  # [DONE]: the answer is whole; its last byte waits for the store
+                    settled.append(self._settle(r, d, asm.answer(_ms_since(t0)), flight))
+                    if settled[0] is not None:
+                        await _wait(settled[0], self.opts.index_wait_s)
+                if tail + rest:
+                    yield tail + rest
         except UpstreamFailed as e:
             if not asm.done:
                 why = f"the upstream stopped mid-answer ({e.message}); nothing was cached, retry"
@@ -305,10 +308,12 @@ class Completions:
         finally:
             with anyio.CancelScope(shield=True):  # a client that left cancels us: close anyway
                 await cm.__aexit__(None, None, None)
-            elapsed = (time.perf_counter() - t0) * 1000
+            elapsed = _ms_since(t0)
             M.UPSTREAM_SECONDS.observe(elapsed / 1000)
             a = asm.answer(elapsed)
-            if self._settle(r, d, a, flight) is None and flight is not None:
+            if not settled:  # no [DONE] came in a read: whatever the end holds, settle it now
+                settled.append(self._settle(r, d, a, flight))
+            if settled[0] is None and flight is not None:
                 self.flights.end(flight.key, flight)
             self._done(r, d, Served(d.outcome, a, elapsed))
 
@@ -343,17 +348,38 @@ _NOT_CACHED = "not_cached: no entry for this request"
 _SHAREABLE = frozenset({"stop", "tool_calls"})
 
 
-def _forwarded(r: Resolved, asm: Assembler, events: list[tuple[bytes, bytes | None]]) -> bytes:
+def _forwarded(
+    r: Resolved, asm: Assembler, events: list[tuple[bytes, bytes | None]]
+) -> tuple[bytes, bytes]:
     """The events of one read, kept by `asm`, as the client gets them: all of them, but the
-    usage chunk it did not ask for (_asking_usage)."""
-    out = []
+    usage chunk it did not ask for (_asking_usage); split at [DONE] (the events before it,
+    then [DONE] and any after it: b"" when this read holds none)."""
+    out: list[bytes] = []
+    head = None
     for event, payload in events:
         if payload is not None:
+            was_done = asm.done
             asm.add(payload)
-            if not r.include_usage and usage_only(payload):
+            if asm.done and not was_done:
+                head, out = b"".join(out), []
+            elif not r.include_usage and usage_only(payload):
                 continue
         out.append(event)
-    return b"".join(out)
+    return (b"".join(out), b"") if head is None else (head, b"".join(out))
+
+
+async def _reads(
+    up: Stream, reader: SSEReader
+) -> AsyncIterator[tuple[list[tuple[bytes, bytes | None]], bytes]]:
+    """The upstream's events read by read; at the end, a last event the reads held back and
+    any unterminated tail, as it came."""
+    async for raw in up.chunks():
+        yield reader.events(raw), b""
+    yield reader.events(b"", last=True), reader.rest()
+
+
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
 
 
 def _asking_usage(r: Resolved) -> bytes:

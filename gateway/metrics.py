@@ -2,9 +2,10 @@
 
 Labels are bounded: outcome (5 values), bypass reason (a fixed set: deadline, cache_down,
 rejected, temperature>0, temperature_unset, no-cache, n>1, logprobs, non-text content, several
-prompts, empty prompt; and semantic_deadline / semantic_down, where only the semantic layer was
-skipped and the miss was still stored), route (the 4 API paths), HTTP status class, upstream (the
-gateway's one base URL). No tenant, no prompt.
+prompts, empty prompt, over_limit (a prompt over the cache's max_prompt_chars); and
+semantic_deadline / semantic_down, where only the semantic layer was skipped and the miss was
+still stored), route (the 4 API paths), HTTP status class, upstream (the gateway's one base
+URL). No tenant, no prompt.
 """
 
 from __future__ import annotations

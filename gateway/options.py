@@ -28,6 +28,11 @@ class GatewayOptions(BaseModel):
     # Lookups give up after this and the request goes upstream: the seeds' practitioners bypass
     # their cache at 50 ms, about a tenth of a short generation. In ms, the setting's unit.
     lookup_budget_ms: float = Field(default=50.0, gt=0)
+    # A miss's response holds its last byte until its answer is searchable (written and
+    # indexed; or its not-stored mark), at most this long: a paraphrase asked the moment the
+    # client has the answer then finds it. Indexing embeds the answer (~10-30 ms for 1,000
+    # characters on a CPU), behind the lookups' embeds; past this, the response goes on.
+    index_wait_ms: float = Field(default=500.0, ge=0)
     # the cache client is synchronous: lookups and stores run here
     lookup_threads: int = Field(default=16, ge=1, le=256)
     # Identical misses in flight wait this long for the first one's answer, then go upstream.
@@ -57,3 +62,7 @@ class GatewayOptions(BaseModel):
     def lookup_budget_s(self) -> float:
         """The lookup budget in the seconds asyncio's timeouts take."""
         return self.lookup_budget_ms / 1000.0
+
+    @property
+    def index_wait_s(self) -> float:
+        return self.index_wait_ms / 1000.0

@@ -180,6 +180,9 @@ class StokerSettings(BaseSettings):
     exact_ttl_s: int = option(CachePolicy, "exact_ttl_s")
     semantic_ttl_s: int = option(CachePolicy, "semantic_ttl_s")
     negative_ttl_s: int = option(CachePolicy, "negative_ttl_s")
+    # How long a request's (and its look-alikes') misses say why its last answer was not
+    # stored ("not_stored: finish_reason=length") instead of "no entry".
+    not_stored_ttl_s: int = option(CachePolicy, "not_stored_ttl_s")
     embedding_ttl_s: int = option(CachePolicy, "embedding_ttl_s")
     max_prompt_chars: int = option(CachePolicy, "max_prompt_chars")
     max_response_bytes: int = option(CachePolicy, "max_response_bytes")
@@ -386,6 +389,9 @@ class StokerSettings(BaseSettings):
     # The namespace's version before any deploy went READY for a model.
     gateway_default_model_version: str = option(GatewayOptions, "default_model_version")
     gateway_lookup_budget_ms: float = option(GatewayOptions, "lookup_budget_ms")
+    # How long a miss's response holds its last byte for its answer to become searchable
+    # (a paraphrase asked at once then finds it); 0: the response never waits.
+    gateway_index_wait_ms: float = option(GatewayOptions, "index_wait_ms")
     gateway_lookup_threads: int = option(GatewayOptions, "lookup_threads")
     gateway_herd_wait_s: float = option(GatewayOptions, "herd_wait_s")
     # A request without a temperature samples at the upstream's default: 1 in OpenAI's API, so

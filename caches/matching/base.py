@@ -120,6 +120,11 @@ class Matcher(ABC):
         starts with the best entry's score, "score=0.9412"."""
         return best_score(cands)
 
+    def miss_reason(self, q: Query, cands: Sequence[Candidate]) -> str:
+        """The whole reason of a miss none of `cands` served, its code first (the part before
+        the first colon, which logs and reports count by)."""
+        return f"semantic_unsure: {self.why_not(q, cands)}"
+
     def decide(self, q: Query, cands: Sequence[Candidate]) -> Accepted | None:
         self.stats.looked()
         floor = self.floor_for(q)

@@ -75,6 +75,13 @@ LADDER: tuple[Level, ...] = (
 )
 
 
+# A miss's reason while the answer checks have nothing to go on (calibration.py: "unknown").
+NO_EVIDENCE_YET = (
+    "no_evidence_yet: the cache has not yet seen enough answers to tell whether look-alikes "
+    "mean the same"
+)
+
+
 @dataclass(frozen=True)
 class Shadowed:
     """A miss's candidate to check the live answer against: at `strength` (a ladder level, or
@@ -226,10 +233,9 @@ class VerifiedMatcher(Matcher):
     def why_not(self, q: Query, cands: Sequence[Candidate]) -> str:
         sig = self.falling_back(q)
         if sig is not None:
-            return (
-                f"{best_score(cands)}; prompt-only fallback ({self.fallback}) found none: "
-                f"{sig.describe()}"
-            )
+            guard = self._guarded(q, cands)
+            why = f"the prompts differ ({guard})" if guard else sig.describe()
+            return f"{best_score(cands)}; prompt-only fallback ({self.fallback}) found none: {why}"
         a = self.assess(q, cands)
         level = self._level(q)
         got = "no candidate vouched" if a.index < 0 else f"best vouched to L{a.strength}"
@@ -237,6 +243,29 @@ class VerifiedMatcher(Matcher):
         if self.cold is not None:
             cold = "; cold rule " + ("open" if self.cold_open(q) else "closed")
         return f"{best_score(cands)}; verified serves L{level} ({self.ladder[level]}), {got}{cold}"
+
+    def miss_reason(self, q: Query, cands: Sequence[Candidate]) -> str:
+        """no_evidence_yet while the answer checks have shown nothing either way and no guard
+        told the nearest look-alike apart: the miss is the young cache's caution, not a verdict
+        on the look-alike (a person reads this in X-Stoker-Reason)."""
+        sig = self.falling_back(q)
+        if sig is None or sig.state != "unknown" or self._guarded(q, cands):
+            return super().miss_reason(q, cands)
+        return (
+            f"{NO_EVIDENCE_YET}; until it has, it serves only prompts at {self.fallback} "
+            f"({best_score(cands)})"
+        )
+
+    def _guarded(self, q: Query, cands: Sequence[Candidate]) -> str | None:
+        """The guard that told the fallback's best-scoring entry apart from the query, if one
+        did (an entry the rule would otherwise have served)."""
+        assert self.fallback is not None
+        for c in cands:
+            if c.kind == "entry" and c.score >= self.fallback.score:
+                guard = first_violation(q.prompt, c.prompt)
+                if guard is not None:
+                    return guard
+        return None
 
     def shadow_of(self, q: Query, cands: Sequence[Candidate]) -> Shadowed | None:
         """What a miss's live answer is judged against, as budget evidence: the ladder's best

@@ -30,7 +30,7 @@ FILTER_FIELDS = (
 
 # The point's second named vector; the prompt's is the default (unnamed) one.
 ANSWER_VECTOR = "answer"
-Kind = Literal["entry", "probe"]
+Kind = Literal["entry", "probe", "unstored"]
 
 
 def point_id(entry_key: str) -> str:
@@ -63,9 +63,11 @@ class SemanticPoint:
     docs: tuple[str, ...] = ()
     # What the backend answered, embedded: the evidence a verified matcher weighs. An "entry"
     # point indexes a cached answer (in Redis under entry_key); a "probe" point only records
-    # what the backend answered to a prompt (a monitor re-ask), with no entry behind it.
+    # what the backend answered to a prompt (a monitor re-ask), with no entry behind it; an
+    # "unstored" point marks a prompt whose answer was not stored, and `why` says why.
     answer_vector: npt.NDArray[np.float32] | None = None
     kind: Kind = "entry"
+    why: str = ""
 
     def named_vectors(self) -> dict[str, Any]:
         """The point's vectors as both Qdrant clients take them (the prompt's is unnamed)."""
@@ -82,6 +84,7 @@ class SemanticPoint:
             "prompt": self.prompt,
             "docs": list(self.docs),
             "kind": self.kind,
+            **({"why": self.why} if self.why else {}),
         }
 
 
@@ -97,9 +100,17 @@ class SemanticQuery:
     # False: entries only, without answer vectors (what a static matcher reads). True: entries
     # and probes, each with its answer vector when it has one (what a verified matcher reads).
     with_answers: bool = False
+    # True: the "unstored" marks only (what a miss's reason looks for), never otherwise.
+    unstored: bool = False
 
     def must(self) -> dict[str, str]:
         return namespace_fields(self.ns, self.context_hash, self.params_hash)
+
+    def kinds(self) -> tuple[str | None, tuple[str, ...]]:
+        """(the kind every match must be, or None; the kinds no match may be)."""
+        if self.unstored:
+            return "unstored", ()
+        return None, ("unstored",) if self.with_answers else ("probe", "unstored")
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,8 @@ class SemanticMatch:
 
     @property
     def kind(self) -> Kind:
-        return "probe" if self.payload.get("kind") == "probe" else "entry"  # older points: entries
+        kind = self.payload.get("kind")
+        return kind if kind in ("probe", "unstored") else "entry"  # older points: entries
 
     @classmethod
     def of(cls, payload: dict[str, Any] | None, score: float, vectors: Any = None) -> SemanticMatch:

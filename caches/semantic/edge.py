@@ -62,12 +62,13 @@ class EdgeSemanticStore(SemanticStore):
             self._shard.update(qe.UpdateOperation.upsert_points(pts))
 
     def search(self, q: SemanticQuery) -> list[SemanticMatch]:
+        kind, not_kinds = q.kinds()
         flt = qe.Filter(
             must=[
-                *_must(q.must()),
+                *_must(q.must() | ({"kind": kind} if kind else {})),
                 qe.FieldCondition(key="expires_at", range=qe.RangeFloat(gt=q.now)),
             ],
-            must_not=None if q.with_answers else _must({"kind": "probe"}),
+            must_not=[c for k in not_kinds for c in _must({"kind": k})] or None,
         )
         req = qe.SearchRequest(
             query=qe.Query.Nearest(q.vector.tolist()),

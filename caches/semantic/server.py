@@ -84,9 +84,11 @@ class ServerSemanticStore(SemanticStore):
             self._c.upsert(self._col, points=pts, wait=True)
 
     def search(self, q: SemanticQuery) -> list[SemanticMatch]:
+        kind, not_kinds = q.kinds()
+        fields = q.must() | ({"kind": kind} if kind else {})
         flt = qm.Filter(
-            must=[*_must(q.must()), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))],
-            must_not=None if q.with_answers else _must({"kind": "probe"}),
+            must=[*_must(fields), qm.FieldCondition(key="expires_at", range=qm.Range(gt=q.now))],
+            must_not=[c for k in not_kinds for c in _must({"kind": k})] or None,
         )
         with self._calling("search"):
             res = self._c.query_points(

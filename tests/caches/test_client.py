@@ -8,7 +8,6 @@ from caches import keys as K
 from caches.client import CacheClient
 from caches.request import CacheRequest
 from schemas.common import DocRef, RequestParams
-from schemas.errors import RequestRejected
 
 pytestmark = pytest.mark.topologies  # and standalone: see tests/conftest.py
 
@@ -115,9 +114,35 @@ def test_store__refuses_a_truncated_or_altered_answer(cache_client: CacheClient,
     assert cache_client.store(res, "a whole answer", finish_reason="stop").landed
 
 
-def test_lookup__oversized_prompt_is_rejected_clearly(cache_client: CacheClient):
-    with pytest.raises(RequestRejected, match="over the limit"):
-        cache_client.lookup(req("x" * 40_000))
+def test_lookup__an_answer_cut_at_max_tokens_makes_its_repeat_and_paraphrase_say_not_stored(
+    cache_client: CacheClient,
+):
+    res = cache_client.lookup(req())
+    assert res.reason == "semantic_none: no cached prompt is near this one"
+    out = cache_client.store(res, "multiply by", finish_reason="length")
+    assert not out.landed and out.unstored == "finish_reason=length"
+    again = cache_client.lookup(req())
+    assert again.outcome == "miss" and again.ticket is not None
+    assert again.reason.startswith("not_stored: finish_reason=length: the last answer to this ")
+    para = cache_client.lookup(req("how can I convert celsius into fahrenheit"))
+    assert para.outcome == "miss"
+    assert para.reason.startswith("not_stored: finish_reason=length: the last answer to a look")
+    # another tenant never reads the mark; an unrelated prompt is not its look-alike
+    assert cache_client.lookup(req(tenant="globex")).reason.startswith("semantic_none")
+    assert cache_client.lookup(req("what is the capital of peru")).reason.startswith(
+        "semantic_none"
+    )
+    # the answer in full, stored, serves the repeat and the paraphrase as before
+    assert cache_client.store(again, "multiply by 9/5, add 32").landed
+    assert cache_client.lookup(req()).outcome == "exact"
+    assert cache_client.lookup(req("how can I convert celsius into fahrenheit")).hit
+
+
+def test_lookup__a_prompt_over_the_cache_limit_bypasses_it(cache_client: CacheClient):
+    """The limit is the cache's, not the model's: the request is answered, uncached."""
+    res = cache_client.lookup(req("x" * 40_000))
+    assert res.outcome == "bypass" and res.ticket is None
+    assert res.reason.startswith("bypass: prompt over the cache's limit (40000 chars; ")
 
 
 def test_store_negative__short_lived_negative_outcome(cache_client: CacheClient):

@@ -21,7 +21,7 @@ from schemas.common import DocRef
 # key layout itself (a model named "ns" made the prefix counts the profile's namespace set),
 # alone or joined as a forger would join them.
 SEGMENTS = [
-    "e", "n", "v", "g", "m", "t", "c", "d", "dg", "i", "b", "a", "ch", "dt", "cl", "cd", "p",
+    "e", "n", "u", "v", "g", "m", "t", "c", "d", "dg", "i", "b", "a", "ch", "dt", "cl", "cd", "p",
     "pc", "pm", "pi", "h", "s", "k", "r", "w", "ns", "wm", "tenants", "retired", "live", "stk",
     "{t:acme}", "{deploy}", "{prefixes}", "0", "1", "",
 ]  # fmt: skip
@@ -75,6 +75,7 @@ Builder = Callable[[dict[str, Any]], str]
 TENANT_KEYS: dict[str, Builder] = {
     "exact": lambda c: _entry(c).exact(),
     "negative": lambda c: _entry(c).negative(),
+    "unstored": lambda c: _entry(c).unstored(),
     "embedding": lambda c: K.embedding_key(c["tenant"], c["embedder"], c["text"]),
     "model generation": lambda c: K.model_gen_key(_ns(c)),
     "template generation": lambda c: K.template_gen_key(_ns(c)),

@@ -211,6 +211,12 @@ def test_real_model__an_answer_cut_by_length_streamed_is_never_stored(
     again, how2 = stream_of(c, RAMBLES, max_tokens=8)
     assert how2 == "miss" and finish_of(again) == ["length"]
     assert redis_client.keys(ENTRIES) == []
+    # and the misses say why, the repeat's and a paraphrase's (the response ended: no wait)
+    for prompt in (RAMBLES, "Tell me a long story about dragons."):
+        rep = c.chat.completions.with_raw_response.create(
+            model=MODEL, messages=ask(prompt), temperature=0, max_tokens=8
+        )
+        assert rep.headers["x-stoker-reason"].startswith("not_stored: finish_reason=length: ")
 
 
 def test_real_model__a_prompt_over_the_context_is_the_servers_400_and_not_cached(

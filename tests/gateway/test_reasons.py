@@ -1,6 +1,8 @@
 """Why a response did not hit, in X-Stoker-Reason, through the real gateway with the openai SDK:
 a semantic lookup over its budget (semantic_deadline), a look-alike the matcher would not serve
-(semantic_unsure, with the best candidate's score), nothing near (semantic_none), and a request
+(semantic_unsure, with the best candidate's score), nothing near (semantic_none), a look-alike
+with no answer evidence yet (no_evidence_yet), an answer cut at max_tokens (not_stored, on its
+repeat and its paraphrases), a prompt over the cache's limit (forwarded, bypass), and a request
 that sent no temperature (temperature_unset, with what to set) apart from one that sent > 0.
 And the cold start: a young cache serves the user's four paraphrases of a cached question."""
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from caches.embedders import BatchingEmbedder, embed_deadline
@@ -20,6 +23,7 @@ from caches.matching.cold import DEFAULT_COLD
 from caches.matching.fallback import DEFAULT_FALLBACK
 from simulation.backend.http import SimulatorThread
 from tests.gateway.conftest import FAST_SIM, GatewayFactory, client
+from tests.gateway.upstreams import Script, Served
 from tests.waiting import wait_for
 
 CACHED = "how do i reset my password"
@@ -141,7 +145,26 @@ def test_reasons__answers_not_shown_to_separate_put_it_on_the_prompt_only_fallba
     assert other.headers["x-stoker-cache"] == "miss"
     reason = other.headers["x-stoker-reason"]
     assert reason.startswith("semantic_unsure: score=0.9"), reason
-    assert f"prompt-only fallback ({DEFAULT_FALLBACK}) found none: answers unknown" in reason
+    assert f"prompt-only fallback ({DEFAULT_FALLBACK}) found none: the prompts differ (number)" in (
+        reason
+    )
+
+
+def test_reasons__a_look_alike_with_no_answer_evidence_yet_is_no_evidence_yet(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    # As shipped, on a young cache: "how do i recover my account" is a look-alike of CACHED
+    # (cosine 0.68) that only evidence of the backend's answers could vouch for, and none is in.
+    gw = make_gateway(model_sim.url, budget_refresh_s=0)
+    store(gw, CACHED, tenant="umbrella")
+    miss = ask(gw, "how do i recover my account", tenant="umbrella", temperature=0)
+    assert miss.headers["x-stoker-cache"] == "miss"
+    reason = miss.headers["x-stoker-reason"]
+    assert reason.startswith(
+        "no_evidence_yet: the cache has not yet seen enough answers to tell whether look-alikes "
+        "mean the same; "
+    ), reason
+    assert "near pairs" not in reason and "score=0.6" in reason
 
 
 def test_reasons__a_semantic_lookup_past_its_budget_is_semantic_deadline(
@@ -173,3 +196,55 @@ def test_reasons__a_semantic_lookup_past_its_budget_is_semantic_deadline(
     # the embedder free again: the next lookup fits its budget and says what it found
     again = ask(gw, "which river runs through the old town", temperature=0)
     assert again.headers["x-stoker-reason"].startswith(("semantic_none", "semantic_unsure"))
+
+
+def test_reasons__an_answer_cut_at_max_tokens_makes_its_repeat_and_paraphrases_say_not_stored(
+    make_gateway: GatewayFactory, model_sim: SimulatorThread
+) -> None:
+    # No wait between the requests: the not-stored mark is searchable when the response ends.
+    gw = make_gateway(model_sim.url)
+    cut = ask(gw, CACHED, tenant="wonka", temperature=0, max_tokens=2)
+    assert cut.parse().choices[0].finish_reason == "length"
+    assert cut.headers["x-stoker-reason"].startswith("semantic_none: ")
+    again = ask(gw, CACHED, tenant="wonka", temperature=0, max_tokens=2)
+    assert again.headers["x-stoker-cache"] == "miss"
+    assert again.headers["x-stoker-reason"] == (
+        "not_stored: finish_reason=length: the last answer to this request was not cached"
+    )
+    for p in PARAPHRASES:
+        miss = ask(gw, p, tenant="wonka", temperature=0, max_tokens=2)
+        assert miss.headers["x-stoker-cache"] == "miss"
+        reason = miss.headers["x-stoker-reason"]
+        assert reason.startswith("not_stored: finish_reason=length: the last answer to a "), p
+    # streamed, the same
+    streamed = client(gw, "wonka").chat.completions.with_raw_response.create(
+        model="sim-model", messages=[{"role": "user", "content": CACHED}], temperature=0,
+        max_tokens=2, stream=True,
+    )  # fmt: skip
+    assert streamed.headers["x-stoker-reason"].startswith("not_stored: finish_reason=length")
+    assert [c.choices[0].finish_reason for c in streamed.parse() if c.choices][-1] == "length"
+    # never across tenants
+    other = ask(gw, PARAPHRASES[0], tenant="slate", temperature=0, max_tokens=2)
+    assert other.headers["x-stoker-reason"].startswith("semantic_none: ")
+
+
+def test_reasons__a_prompt_over_the_cache_limit_is_forwarded_and_says_so(
+    make_gateway: GatewayFactory, scripted: Served, script: Script
+) -> None:
+    gw = make_gateway(scripted.url)
+    series = 'stoker_gateway_bypass_total{reason="over_limit"}'
+    before = metric(gw, series)
+    long = "tell me about this log: " + "x" * 40_000
+    got = ask(gw, long, temperature=0)
+    assert got.headers["x-stoker-cache"] == "bypass"
+    reason = got.headers["x-stoker-reason"]
+    assert reason.startswith("bypass: prompt over the cache's limit (40024 chars; "), reason
+    assert script.seen[-1]["messages"][-1]["content"] == long  # forwarded whole
+    assert got.parse().choices[0].message.content == script.text
+    assert metric(gw, series) == before + 1
+    # the model's own limit is the upstream's to state: its error passes through unchanged
+    script.status = 400
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(gw, long, temperature=0)
+    assert e.value.body == {"message": "scripted failure", "type": "server_error"}
+    assert e.value.response.headers["x-stoker-reason"].startswith("bypass: prompt over the ")
