@@ -206,6 +206,11 @@ class StokerSettings(BaseSettings):
     worker_batch_size: int | None = Field(default=None, ge=1, le=100_000)
     # How long consume() waits for a batch to fill; also how fast stop() is noticed.
     worker_poll_s: float = option(WorkerConfig, "poll_s")
+    # On the embedded broker (Tansu answers each fetch after its full wait, never sooner), an
+    # idle worker pauses its partitions between fetches: half the time its topics have been
+    # quiet, up to this. The first record after a quiet spell waits up to this long; 0 never
+    # pauses (an idle stack then keeps Tansu at ~24% of a core). Real Kafka: no effect.
+    worker_idle_fetch_max_s: float = option(WorkerConfig, "idle_fetch_max_s")
     # Outage back-off: doubles from base to max, re-reading the same offsets every time.
     worker_backoff_base_s: float = option(WorkerConfig, "backoff_base_s")
     worker_backoff_max_s: float = option(WorkerConfig, "backoff_max_s")

@@ -61,7 +61,10 @@ FETCH_QUEUE_BACKOFF_MS: Final = 10
 
 # Embedded-broker (Tansu 0.6) consumer settings, measured here: with librdkafka's defaults
 # (45 s session, 3 s heartbeat) a consumer takes seconds to join; with these it joins in ~1.5 s,
-# and a 10 ms fetch wait gives ~4 ms end-to-end latency. Real Kafka keeps its defaults.
+# and a 10 ms fetch wait gives ~4 ms end-to-end latency. Tansu holds every fetch for the whole
+# wait, data or not (it does not long-poll), so a longer wait would delay every batch by as
+# much: idle consumers rest between fetches instead (streams/idle.py). Real Kafka keeps its
+# defaults.
 _EMBEDDED_CONSUMER: Final[Mapping[str, Any]] = MappingProxyType(
     {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 10}
 )

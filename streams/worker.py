@@ -8,6 +8,10 @@ One batch, in order (numbered as in the code):
    truncated when it is too big to copy whole) and the producer is flushed; done after apply
    so an outage's retries do not dead-letter the same record twice;
 5. offsets (last + 1 per partition) are committed synchronously.
+On the embedded broker, a worker whose topics have been quiet rests before step 1: it pauses
+its partitions for up to half the quiet time (WorkerConfig.idle_fetch_max_s at most; see
+streams/idle.py for why), then resumes them and consumes for one short probe. A record ends the
+rest at once; the offsets read are those a fetch without the rest would have read.
 A RetriableError in 3-5 commits nothing: the worker seeks every partition of the batch back to
 the batch's first offset, backs off (doubling, bounded) and reads the same records again; it
 never skips. stop() (SIGTERM) lets the current batch finish and commit, then leaves the group.
@@ -42,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.errors import BrokerUnavailable, RetriableError
 from streams.base import Decoded, Handler, Poison
 from streams.deadletter import DEFAULT_MAX_RECORD_BYTES, DeadLetters, producer_limit
+from streams.idle import IdleRest
 from streams.metrics import WorkerMetrics
 from streams.topics import TOPICS, consumer_config, ensure_topics, producer_config, topic_name
 
@@ -53,6 +58,17 @@ DLQ_TOPIC = "stoker.dlq"
 _DLQ_FLUSH_S = 10.0
 # How long close() may take to commit nothing further and leave the group.
 _CLOSE_S = 10.0
+# After a rest: long enough for one fetch of the resumed partitions to come back (measured on
+# Tansu, resume to record: 6-16 ms on a loaded 2-core machine), short enough
+# that a resting consumer fetches ~5% of the time.
+_PROBE_S = 0.05
+# resume() alone leaves librdkafka's fetcher asleep for up to 1 s: it waits on its connection
+# and notices resumed partitions at its next wake-up (0.7 s measured), by when the next rest has
+# paused them again (a record then waited 6 s). A request on that connection wakes it: the
+# embedded broker is one broker, so a metadata request goes there (Tansu spends less on it than
+# on ListOffsets: an idle stack's Tansu 1.8% against 3.0% of a core). Bounded, for a broker
+# that has gone away.
+_WAKE_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -67,6 +83,7 @@ class WorkerStats:
     retries: int = 0
     commits: int = 0
     last_batch_at: float | None = None  # time.time() of the last committed batch
+    rests: int = 0  # pauses of an idle consumer between fetches (the embedded broker only)
     last_error: str = ""
     # Partitions this member owns now, as "topic:partition" (rebalance callbacks keep it).
     assigned: frozenset[str] = frozenset()
@@ -97,6 +114,10 @@ class WorkerConfig(BaseModel):
     backoff_base_s: float = Field(default=0.1, gt=0)
     backoff_max_s: float = Field(default=10.0, gt=0)
     create_topics: bool = True
+    # The embedded broker only: the longest an idle consumer rests between fetches (it rests
+    # half the time its topics have been quiet, streams/idle.py); 0 fetches without rest. The
+    # first record after a quiet spell waits up to this long; records that follow do not.
+    idle_fetch_max_s: float = Field(default=1.0, ge=0, le=60)
     # The largest dead letter copied whole; a bigger one is truncated (streams/deadletter.py).
     # At least 128 KiB: a truncated copy keeps 64 KiB of the value and its headers.
     dlq_max_record_bytes: int = Field(default=DEFAULT_MAX_RECORD_BYTES, ge=131_072, le=100_000_000)
@@ -121,6 +142,7 @@ class Worker:
         self._backoff_s = 0.0
         self._pool: ThreadPoolExecutor | None = None
         self._inflight: _InFlight | None = None
+        self._idle = IdleRest(config.idle_fetch_max_s) if config.embedded else None
         self.topics = [topic_name(t, config.topic_prefix) for t in handler.topics]
         self.dlq_topic = topic_name(DLQ_TOPIC, config.topic_prefix)
 
@@ -162,6 +184,8 @@ class Worker:
         log.info("worker %s joined group %s on %s", self.handler.name, c.group_id, self.topics)
 
     def _on_assign(self, _c: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._idle is not None:
+            self._idle.reset()
         self.stats.assigned = self.stats.assigned | {f"{p.topic}:{p.partition}" for p in partitions}
 
     def _on_revoke(self, _c: Consumer, partitions: list[TopicPartition]) -> None:
@@ -198,9 +222,7 @@ class Worker:
     def _step(self) -> None:
         assert self._consumer is not None
         self.metrics.maybe_update_lag(self._consumer)
-        batch = self._good_messages(
-            self._consumer.consume(num_messages=self.config.batch_size, timeout=self.config.poll_s)
-        )
+        batch = self._good_messages(self._consume(self._consumer))
         if self._pool is not None:
             self._step_pipelined(batch)
             return
@@ -212,6 +234,34 @@ class Worker:
             self._retry(batch, exc)
         else:
             self._backoff_s = 0.0
+
+    def _consume(self, consumer: Consumer) -> list[Message]:
+        """Step 1, after a rest when the topics have been quiet (the embedded broker only)."""
+        timeout = self.config.poll_s
+        rest_s = self._idle.rest_s() if self._idle is not None and self._inflight is None else 0
+        if rest_s and (partitions := consumer.assignment()):
+            self._rest(consumer, partitions, rest_s)
+            timeout = _PROBE_S
+        messages = consumer.consume(num_messages=self.config.batch_size, timeout=timeout)
+        if self._idle is not None:
+            self._idle.saw(len(messages))
+        return messages
+
+    def _rest(self, consumer: Consumer, partitions: list[TopicPartition], rest_s: float) -> None:
+        """Pause the partitions for rest_s (stop() cuts it short), resume them, wake the fetcher.
+
+        The assignment cannot change meanwhile: rebalances are served inside consume() only.
+        """
+        consumer.pause(partitions)
+        try:
+            self._stop.wait(rest_s)
+        finally:
+            consumer.resume(partitions)
+        self.stats.rests += 1
+        try:
+            consumer.list_topics(self.topics[0], timeout=_WAKE_TIMEOUT_S)
+        except KafkaException as exc:  # the broker is down: the consume says so
+            log.debug("worker %s: waking the fetcher failed: %s", self.handler.name, exc)
 
     def _process(self, batch: list[Message]) -> None:
         decoded = self.handler.decode_batch(batch)  # 2

@@ -16,8 +16,9 @@ STOKER = [sys.executable, "-m", "stoker.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# Where the CLIs a test runs write embedded.json (stoker/embedded_state.py): this run's own
-# folder, never the developer's ~/.cache/stoker, where a stack of theirs may be running.
+# Where the CLIs a test runs, in-process (tests/conftest.py sets STOKER_STATE_DIR to it) or
+# not, write and read embedded.json (stoker/embedded_state.py): this run's own folder (one per
+# xdist worker), never the developer's ~/.cache/stoker, where a stack of theirs may be running.
 STATE_DIR = Path(tempfile.gettempdir()) / f"stoker-test-state-{os.getpid()}"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,14 @@ _ROOT = str(Path(__file__).resolve().parent.parent)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from tests.cli import STATE_DIR  # noqa: E402
+
+# Before anything reads settings: the embedded stack's addresses file (stoker/embedded_state.py)
+# of this run alone, for the verbs run in-process too. With the default, ~/.cache/stoker, a test
+# of `stoker replay` with no broker found a user's running `stoker gateway`, replayed into it
+# and exited 0.
+os.environ["STOKER_STATE_DIR"] = str(STATE_DIR)
+
 import pytest  # noqa: E402
 import redis  # noqa: E402
 
@@ -29,6 +38,13 @@ from simulation.backend.simulator import SimConfig  # noqa: E402
 from stoker.embedded import EmbeddedStack, LlamaServer  # noqa: E402
 from stoker.embedded_cluster import EmbeddedCluster  # noqa: E402
 from stoker.redisconn import connect  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir_removed() -> Iterator[None]:
+    """The run's state folder goes with the run (every stack it started has stopped by then)."""
+    yield
+    shutil.rmtree(STATE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

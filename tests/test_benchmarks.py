@@ -76,6 +76,7 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         {"gateway_semantic_load"},
     ),
     "bench_profile_memory.py": (["--scale", "0.005"], {"profile_memory"}),
+    "bench_idle_cpu.py": (["--seconds", "2", "--settle-s", "0"], {"idle_cpu"}),
     "bench_hot_set_bounded.py": (
         ["--distinct", "5000", "--week-capacity", "500", "--hour-capacity", "50"],
         {"hot_set_bounded"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -183,3 +184,33 @@ def test_worker__two_members_split_partitions_and_totals_are_exact(
     # watermark still counts it once.
     assert sum(w.stats.events for w in members) >= 3000
     assert _profile_total(redis_client, tenants) == 3000
+
+
+def test_worker__idle_on_the_embedded_broker_rests_and_still_applies_each_record_at_once(
+    settings: StokerSettings, workers: list[tuple[Worker, threading.Thread]]
+) -> None:
+    """Tansu answers a fetch only after its full wait, so an idle consumer pauses its partitions
+    between fetches. A record produced during a rest is read when it ends (at most 0.3 s here),
+    not at librdkafka's next wake-up (up to 1 s later) and not never; a stream of records
+    takes no rest at all."""
+    s = settings.model_copy(update={"worker_idle_fetch_max_s": 0.3})
+    bootstrap = s.kafka_bootstrap or ""
+    ensure_topics(bootstrap, {_topic(s): 2})
+    handler = Recorder()
+    worker = _start(Worker(handler, worker_config(s, handler)), workers)
+    wait_for(lambda: worker.stats.assigned and worker.stats.rests >= 3, TIMEOUT_S, "rests")
+    waits = []
+    for i in range(5):
+        time.sleep(0.7)  # quiet: the rest is at its longest
+        t0 = time.monotonic()
+        produce(bootstrap, _topic(s), [encode(request(i))])
+        wait_for(lambda n=i + 1: len(handler.applied) == n, TIMEOUT_S, f"record {i}")
+        waits.append(time.monotonic() - t0)
+    assert sorted(waits)[2] < 0.6, waits  # the median: a rest, a probe, a batch
+    rests = worker.stats.rests
+    for i in range(5, 45):  # a record every 20 ms: never quiet for a rest's minimum
+        produce(bootstrap, _topic(s), [encode(request(i))])
+        time.sleep(0.02)
+    wait_for(lambda: len(handler.applied) == 45, TIMEOUT_S, "45 records")
+    assert worker.stats.rests - rests <= 1, worker.stats.rests - rests
+    assert sorted(handler.applied) == sorted(f"r{i}" for i in range(45))  # each once, none lost
