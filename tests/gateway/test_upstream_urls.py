@@ -135,6 +135,6 @@ def test_upstream_url__stoker_gateway_with_a_v1_upstream_serves_models_and_chat(
         answer: Any = c.chat.completions.create(model="m", messages=Q, temperature=0)
         assert answer.choices[0].message.content == script.text
         wait_for(lambda: any("serves 1 model" in ln for ln in gw.lines), 10, "the probe's line")
-        assert any(f"-> {scripted.url}/v1;" in ln for ln in gw.lines), gw.lines
+        assert any(f"upstream:        {scripted.url}/v1\n" in ln for ln in gw.lines), gw.lines
     finally:
         assert gw.stop() == 0, "".join(gw.lines)
