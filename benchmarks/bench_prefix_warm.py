@@ -366,9 +366,12 @@ class Restarts:
 async def in_order(
     root: str, seq: list[list[dict[str, str]]], deadline: float, timeout_s: float
 ) -> list[float | None]:
-    """Each request's TTFT in order, one at a time (None: failed, or past the deadline)."""
+    """Each request's TTFT in order, one at a time (None: failed, or past the deadline). Each
+    on a connection of its own: llama-server closes a kept-alive one after 5 s idle, and on a
+    loaded box a request sent as it closed failed with "Server disconnected" (23 of 180)."""
     out: list[float | None] = []
-    async with httpx.AsyncClient(base_url=root, timeout=timeout_s) as client:
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=root, timeout=timeout_s, limits=fresh) as client:
         for msgs in seq:
             t = None
             if time.monotonic() < deadline:
@@ -443,6 +446,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
             runs.append({
                 "with": firsts(drawn, with_s), "without": firsts(drawn, without),
                 "first": len(set(drawn)), "failed": sum(t is None for t in with_s + without),
+                "with_all": with_s, "without_all": without,
                 "held_with": _held(url, before), "held_without": held_without,
                 "seen_busy": seen_busy, "found": found, "restart_s": restart_s,
                 "detect_warm_s": detect_warm_s, "warm": warms[-1] if warms else None,
@@ -479,6 +483,9 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         first_requests=[len(with_s), len(without)],
         distinct_prompts_per_run=[r["first"] for r in runs],
         failed=sum(r["failed"] for r in runs),
+        failed_with_without=[
+            sum(t is None for r in runs for t in r[arm]) for arm in ("with_all", "without_all")
+        ],
         template_tokens=[t for _, t in templates],
         prompt_tokens_held_with=[r["held_with"] for r in runs],
         prompt_tokens_held_without=[r["held_without"] for r in runs],
