@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -149,11 +150,20 @@ def test_dockerfile__slim_python_the_lock_with_hashes_then_the_package():
 
 def test_packaging__the_wheel_takes_every_subpackage():
     """A bare list of top-level names built a wheel without caches.matching, stoker.commands
-    and the rest: an installed stoker that could run no verb."""
-    from setuptools import find_packages
-
+    and the rest: an installed stoker that could run no verb. setuptools is asked in a process of
+    its own: once another test in this worker has imported the stdlib distutils, importing
+    setuptools here fails on its distutils shim, whatever the packages say."""
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    found = set(find_packages(str(ROOT), include=find["find"]["include"]))
+    script = (
+        "import json, sys\n"
+        "from setuptools import find_packages\n"
+        "print(json.dumps(find_packages(sys.argv[1], include=json.loads(sys.argv[2]))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT), json.dumps(find["find"]["include"])],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    found = set(json.loads(out.stdout))
     top = {p.removesuffix("*") for p in find["find"]["include"]}
     on_disk = {
         ".".join(init.parent.relative_to(ROOT).parts)
