@@ -326,6 +326,8 @@ class Completions:
             h["x-stoker-key"] = res.key.rsplit(":", 1)[-1]
         if res.hit:
             h["x-stoker-rule"] = res.rule
+            if res.entry is not None:  # who filled it: a warm, or a live miss before
+                h["x-stoker-source"] = res.entry.provenance.source
         if res.score is not None:  # a hit's, or on a miss the best candidate's
             h["x-stoker-score"] = f"{res.score:.4f}"
         # Why it did not hit: a bypass's reason, or a miss's (semantic_deadline, semantic_unsure

@@ -47,6 +47,8 @@ _NOT_KEYED = frozenset(
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _RESERVED = ("api", "history")  # RequestParams fields the gateway sets itself
 _DIGEST_HEX = 32
+# The template version of a request that sends no system message and no template header.
+NO_SYSTEM_TEMPLATE = "sys-none"
 
 
 class Extension(BaseModel):
@@ -291,7 +293,7 @@ def _template_digest(systems: list[str]) -> str:
     """A template version for clients that send none: the system prompt's digest. When the
     system message inlines retrieved documents, send X-Stoker-Template-Version instead: else
     every edit of a document is a new template (safe, but answers are never reused)."""
-    return f"sys-{_digest(systems)[:16]}" if systems else "sys-none"
+    return f"sys-{_digest(systems)[:16]}" if systems else NO_SYSTEM_TEMPLATE
 
 
 def _digest(obj: Any) -> str:

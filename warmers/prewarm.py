@@ -146,7 +146,12 @@ class HotSetPrewarm:
     @property
     def figures(self) -> str:
         if self.expected_requests <= 0:
-            return "no traffic expected in the window (nothing learned to warm with)"
+            return (
+                "no traffic expected in the window: the profile holds no request of these hours "
+                "on the days before today (it forecasts by hour of the week, so today's traffic "
+                "counts from tomorrow); the cache fills from live traffic, or replay a log of "
+                "past days (stoker replay) to warm from it"
+            )
         if self.held:
             return (
                 f"held to the hour's headroom ({self.room_gpu_s or 0.0:.1f} GPU-s left under "

@@ -112,8 +112,10 @@ def outcome(s: WarmSummary) -> tuple[JobState, str]:
         return "failed", f"{s.unreachable} (sent {s.sent}, landed {s.cached})"
     if s.sent and not s.cached and s.failed == s.sent:
         return "failed", f"all {s.failed} sends failed"
+    unstored = f", not stored {s.not_stored} ({s.not_stored_reason})" if s.not_stored else ""
     return "done", (
         f"sent {s.sent}, landed {s.cached}, skipped {s.skipped_cached} cached, failed {s.failed}"
+        f"{unstored}"
     )
 
 
@@ -141,6 +143,7 @@ def warm_record(
         "failed": s.failed,
         "overloaded": s.overloaded,
         "refused_stale": s.refused_stale,
+        "not_stored": s.not_stored,
         "backoffs": s.backoffs,
     }
     figures = {

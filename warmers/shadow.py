@@ -129,6 +129,10 @@ class WarmSummary:
     failed: int = 0
     overloaded: int = 0  # of the failed, how many were 429s
     refused_stale: int = 0  # generation moved or namespace retired while computing
+    # answered, but not an answer the cache keeps (cut by max_tokens: finish_reason=length),
+    # and the first such reason: the backend did not fail, the answer was not cacheable
+    not_stored: int = 0
+    not_stored_reason: str = ""
     unreachable: str = ""  # why the run stopped sending: the backend refuses connections
     gpu_seconds: float = 0.0
     achieved_qps: float = 0.0
@@ -450,5 +454,6 @@ class _Run:
             M.STORED.labels("stale").inc()
         else:
             M.STORED.labels("refused").inc()
-            self.s.failed += 1
+            self.s.not_stored += 1
+            self.s.not_stored_reason = self.s.not_stored_reason or res.reason
             log.info("warm answer not stored: %s", res.reason)

@@ -24,8 +24,8 @@ no other column (an id, a text) carries it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,7 @@ from simulation.logs.articles import HelpCenter, help_center
 # The checkout's data/ folder; the shell passes the data_dir setting (stoker/data.py) where set.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday, so day 0..4 are weekdays
+MAX_TOKENS = 512  # every request's; a client asking for the warmed answers sends the same
 
 # Relative traffic per hour of day: trough at 03-05, plateau 09-17, evening shoulder.
 DIURNAL = np.array(
@@ -65,6 +66,8 @@ class SampleSpec:
     model_version: str = "2026-11-01"
     template_version: str = "t1"
     seed: int = 150
+    start: datetime = START  # day 0's midnight, UTC
+    api: str | None = None  # the params' `api`, as a gateway logs it (None: as a v1 log, none)
 
 
 def clinc_path(data_dir: Path | None = None) -> Path:
@@ -176,14 +179,14 @@ def generate(spec: SampleSpec = SampleSpec(), data_dir: Path | None = None) -> p
     per_hour = spec.requests_per_day / DIURNAL.sum()
     rows: list[dict[str, object]] = []
     for day in range(spec.days):
-        weekend = (START + timedelta(days=day)).weekday() >= 5
+        weekend = (spec.start + timedelta(days=day)).weekday() >= 5
         for hour in range(24):
             lam = per_hour * DIURNAL[hour] * (spec.weekend_factor if weekend else 1.0)
             for t, tenant in enumerate(spec.tenants):
                 n = int(rng.poisson(lam / len(spec.tenants)))
                 if n:
                     p = _hour_weights(world, t, hour, weekend)
-                    start = START + timedelta(days=day, hours=hour)
+                    start = spec.start + timedelta(days=day, hours=hour)
                     rows += _hour_rows(spec, world, phrasings, rng, tenant, start, p, n)
     df = pd.DataFrame(rows).sort_values("ts", kind="stable").reset_index(drop=True)
     df["request_id"] = [f"req-{i:07d}" for i in range(len(df))]
@@ -228,7 +231,7 @@ def _hour_rows(
                 "model_version": spec.model_version,
                 "template_version": spec.template_version,
                 "prompt": text,
-                "params": _params_json(temperature, bool(no_cache)),
+                "params": _params_json(temperature, bool(no_cache), spec.api),
                 "context_docs": world.kb.docs_json(intent),
                 "cache_outcome": "miss",
                 "latency_ms": round(gpu_ms + 20.0, 1),
@@ -241,11 +244,28 @@ def _hour_rows(
     return out
 
 
-def _params_json(temperature: float, no_cache: bool) -> str:
-    p: dict[str, object] = {"temperature": temperature, "max_tokens": 512}
+def _params_json(temperature: float, no_cache: bool, api: str | None) -> str:
+    p: dict[str, object] = {"temperature": temperature, "max_tokens": MAX_TOKENS}
+    if api is not None:
+        p["api"] = api
     if no_cache:
         p["no_cache"] = True
     return orjson.dumps(p).decode()
+
+
+def as_gateway_logs(
+    spec: SampleSpec, model_id: str, model_version: str, template_version: str, end: date
+) -> SampleSpec:
+    """The same traffic as `stoker gateway` logs it, so a warm learned from it lands where the
+    gateway reads: chat requests to `model_id` (a model the gateway's upstream serves) in
+    the version it serves before any deploy, under the template version of a request with no
+    system prompt, retrieving no documents (a plain SDK call sends none), the last `spec.days`
+    days before `end` (the planner forecasts a window from the days before it)."""
+    start = datetime.combine(end, time(), UTC) - timedelta(days=spec.days)
+    return replace(
+        spec, model_id=model_id, model_version=model_version, template_version=template_version,
+        api="chat", rag_topic_share=0.0, start=start,
+    )  # fmt: skip
 
 
 def write(df: pd.DataFrame, path: Path, spec: SampleSpec | None = None) -> Path:

@@ -102,10 +102,7 @@ def warm(
     )
     plan_s = time.perf_counter() - t0
     console.print(f"planned in {plan_s:.1f} s")
-    if not json_out:
-        _show_plan(plan, rows=_MAX_ROWS if dry_run else 10)
-    elif plan.unused_reason():
-        console.print(f"budget: {plan.unused_reason()}")
+    _report(plan, table=not json_out, rows=_MAX_ROWS if dry_run else 10)
     out = plan_json(plan) | {"plan_s": round(plan_s, 3)}
     if dry_run:
         console.print("dry run: nothing sent, nothing written")
@@ -115,12 +112,23 @@ def warm(
     summary = runner.warm(plan, labels={"by": "stoker warm"})
     _show_summary(summary)
     if json_out:
-        out["run"] = {k: v for k, v in dataclasses.asdict(summary).items() if k != "send_times"}
+        out = _with_run(out, plan, summary)
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     if summary.unreachable:
         raise StokerError(f"warm failed: {summary.unreachable}")
     if summary.sent and not summary.cached and summary.failed:
         raise StokerError(f"warm failed: all {summary.failed} sends failed")
+
+
+def _report(plan: Plan, *, table: bool, rows: int) -> None:
+    """The plan on stderr: its table (else, under --json, why budget is unused), and why it
+    holds nothing, with what to do next, when it does."""
+    if table:
+        _show_plan(plan, rows)
+    elif plan.unused_reason():
+        console.print(f"budget: {plan.unused_reason()}")
+    if not plan.items and not plan.deferred:
+        console.print(nothing_to_warm(plan))
 
 
 def _show_plan(plan: Plan, rows: int) -> None:
@@ -140,7 +148,8 @@ def _show_plan(plan: Plan, rows: int) -> None:
             "now" if send is None else f"{send:%H:%M}",
         ]  # fmt: skip
         t.add_row(*cells, *([i.reason] if wide else []))
-    console.print(render(t, console.width))
+    if plan.items:  # an empty table says nothing; the lines below say why
+        console.print(render(t, console.width))
     if len(plan.items) > rows:
         console.print(f"... and {len(plan.items) - rows} more")
     if not wide and plan.items:
@@ -172,6 +181,25 @@ def _show_plan(plan: Plan, rows: int) -> None:
         console.print(f"  {ns}: draws on {note}")
     for tenant, note in plan.calibration.items():
         console.print(f"  {tenant}: {note}")
+
+
+def nothing_to_warm(plan: Plan) -> str:
+    """Why a plan holds nothing, and what to do next, in one line (the counts of what was left
+    out are on the budget's line above it)."""
+    if plan.expected_volume <= 0:
+        return (
+            "nothing to warm: the traffic profile holds no request of the window's hours on the "
+            "days before today (it forecasts by hour of the week); replay a log of past days "
+            "(stoker replay LOG; stoker sample-log --gateway writes one), or let a day of "
+            "traffic pass"
+        )
+    if plan.named or "below" not in plan.left_out():
+        return "nothing to warm: --json lists every candidate with why it was left out"
+    return (
+        "nothing to warm now: a warm pays only where it is sent cheaper than the hours it "
+        "serves, and none does in this window; name a budget to warm the most asked anyway "
+        "(--budget-requests 10), or plan a busier window (--window START..END)"
+    )
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -217,6 +245,16 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _with_run(out: dict[str, Any], plan: Plan, summary: WarmSummary) -> dict[str, Any]:
+    """The plan's JSON with the run's counts, and each item marked `landed` when its answer
+    is cached now (an answer cut by max_tokens is not)."""
+    landed = set(summary.landed_keys)
+    for i, o in zip(plan.items, out["items"], strict=True):
+        o["landed"] = i.item.identity.key().exact() in landed
+    run = {k: v for k, v in dataclasses.asdict(summary).items() if k != "send_times"}
+    return out | {"run": run}
+
+
 def _show_summary(s: WarmSummary) -> None:
     console.print(
         f"sent {s.sent}, cached {s.cached}, skipped {s.skipped_cached} cached + "
@@ -225,6 +263,12 @@ def _show_summary(s: WarmSummary) -> None:
         f"failed {s.failed} ({s.overloaded} overloaded), refused as stale {s.refused_stale}, "
         f"GPU-seconds {s.gpu_seconds:.1f}, {s.achieved_qps:.1f} QPS over {s.elapsed_s:.1f} s"
     )
+    if s.not_stored:
+        cut = "length" in s.not_stored_reason
+        hint = "; a larger max_tokens lets a long answer end on its own" if cut else ""
+        console.print(
+            f"answered but not stored: {s.not_stored} (first: {s.not_stored_reason}){hint}"
+        )
 
 
 def _round(x: float | None, digits: int) -> float | None:

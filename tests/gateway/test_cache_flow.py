@@ -46,6 +46,7 @@ def test_gateway__miss_then_exact_hit_with_the_same_answer_and_headers(
         second.headers["x-stoker-rule"] == "exact" and float(second.headers["x-stoker-score"]) == 1
     )
     assert second.headers["x-stoker-key"] == first.headers["x-stoker-key"]
+    assert second.headers["x-stoker-source"] == "live" and "x-stoker-source" not in first.headers
     assert int(second.headers["age"]) >= 0
     assert sim.stats().served == 1
 

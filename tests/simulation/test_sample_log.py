@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import date
 
 import orjson
 import pandas as pd
@@ -11,7 +12,7 @@ import pytest
 
 from schemas.codec import decode_event
 from schemas.events import RequestLogged
-from simulation.logs.sample import SampleSpec, articles_path, generate, write
+from simulation.logs.sample import SampleSpec, articles_path, as_gateway_logs, generate, write
 
 SMALL = SampleSpec(days=7, requests_per_day=1_500)
 
@@ -90,3 +91,26 @@ def test_generate__rows_decode_as_request_logged(week: pd.DataFrame):
         )
         ev = decode_event(orjson.dumps(row))
         assert isinstance(ev, RequestLogged) and ev.gpu_ms > 0 and ev.tokens_out >= 8
+
+
+def test_as_gateway_logs__the_same_traffic_in_the_identity_the_gateway_reads(
+    week: pd.DataFrame,
+) -> None:
+    """What `stoker sample-log --gateway` writes: a warm learned from it lands under the key a
+    plain SDK call to the gateway looks up (model, version, no system prompt, chat params, no
+    documents), in the days just before `end`; the questions and their times of day are the
+    committed shape's."""
+    end = date(2026, 12, 7)
+    spec = as_gateway_logs(SMALL, "smollm2-135m-instruct", "default", "sys-none", end)
+    df = generate(spec)
+    assert (df.prompt == week.prompt).all() and (df.ts.dt.hour == week.ts.dt.hour).all()
+    assert df.ts.min() >= pd.Timestamp("2026-11-30", tz="UTC")
+    assert df.ts.max() < pd.Timestamp(end, tz="UTC")
+    assert {*df.model_id, *df.model_version, *df.template_version} == {
+        "smollm2-135m-instruct",
+        "default",
+        "sys-none",
+    }
+    params = [orjson.loads(p) for p in df.params]
+    assert {p["api"] for p in params} == {"chat"} and {p["max_tokens"] for p in params} == {512}
+    assert set(df.context_docs) == {"[]"}

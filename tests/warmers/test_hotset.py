@@ -389,6 +389,12 @@ def test_hotset__before_a_ramp_up_the_hot_query_pays_and_a_one_off_does_not(
     (sent,) = plan.warm_items()
     assert sent.worth == Worth(hot.prevented_ms, hot.warm_cost_ms)
     assert sent.worth.value_at(hot.price_send) == pytest.approx(hot.value_ms)
+    # a named budget's sends are not: a person chose to spend it past break-even
+    named = _selector(profile, value_model="prevented").plan(
+        NEXT_MONDAY_10, Budget(requests=10), named=True
+    )
+    assert named.items and all(i.prevented_ms is not None for i in named.items)
+    assert all(s.worth is None for s in named.warm_items())
     (one,) = [s for s in plan.skipped if s.query == "a one-off question"]
     assert one.reason.startswith("below break-even") and one.value_ms is not None
     assert one.value_ms < 0

@@ -60,6 +60,18 @@ def _entry(cache: CacheClient, item: WarmItem) -> Entry | None:
     return res.entry
 
 
+def test_shadow__an_answer_cut_by_max_tokens_is_not_stored_and_is_not_a_failure(
+    sim: SimulatorThread, cache: CacheClient
+) -> None:
+    """The backend answered; the cache keeps no truncated answer. Counted as failed, a warm of
+    a model that rambles past max_tokens read "all sends failed" and exited 1."""
+    cut, whole = _item(0, max_tokens=1), _item(1)
+    s = _warm(sim.url, cache, [cut, whole])
+    assert (s.sent, s.cached, s.failed, s.not_stored) == (2, 1, 0, 1)
+    assert "length" in s.not_stored_reason
+    assert _entry(cache, cut) is None and _entry(cache, whole) is not None
+
+
 def test_shadow__warm_entries_land_with_warm_provenance(
     sim: SimulatorThread, cache: CacheClient
 ) -> None:

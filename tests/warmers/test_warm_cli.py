@@ -12,8 +12,12 @@ import pytest
 import redis
 
 from simulation.backend.http import SimulatorThread
+from stoker.commands.warm import nothing_to_warm
 from tests.warmers.hotset_helpers import fill
 from tests.warmers.test_hotset import _week
+from warmers.hotset.plan import Plan, Skipped
+from warmers.hotset.warm_budget import Budget
+from warmers.hotset.window import Window
 from warmers.traffic.profile import TrafficProfile
 
 WINDOW = "2026-11-09T10:00..2026-11-09T11:00"  # a Monday, after a week of history
@@ -176,3 +180,30 @@ def test_warm_cli__json_prints_every_item_and_every_candidate_left_out_with_its_
     assert plan["spent"] == n and plan["unused"] == 50 - n
     if n < 50:  # what the budget could not buy is said, with the rule that left it out
         assert floor and f"{len(floor)} below the floor" in plan["unused_reason"]
+
+
+def test_warm_cli__nothing_learned_says_why_and_what_to_do_next_in_one_line(
+    redis_client: redis.Redis, redis_url: str, sim: SimulatorThread, tmp_path: Path
+) -> None:
+    """A newcomer's first `stoker warm --dry-run`, before any log was replayed: no empty
+    table, but the cause and the verb that fixes it, on one line."""
+    env = _env(redis_url, sim, tmp_path) | {"COLUMNS": "300"}
+    dry = _stoker(["warm", "--dry-run"], env)
+    assert dry.returncode == 0, dry.stderr
+    (line,) = [x for x in dry.stderr.splitlines() if x.startswith("nothing to warm")]
+    assert "holds no request of the window's hours on the days before today" in line
+    assert "stoker replay LOG" in line
+    assert "┏" not in dry.stderr
+
+
+def test_warm_cli__an_empty_plan_below_break_even_names_a_budget_or_a_window() -> None:
+    window = Window.parse(WINDOW)
+    below = Skipped("acme", "q:1", "below break-even (asked with p 0.10 at most)")
+    own = nothing_to_warm(Plan(window, Budget(requests=500), skipped=[below], volume={"acme": 40}))
+    assert "none does in this window" in own
+    assert "--budget-requests 10" in own and "--window START..END" in own
+    cached = Skipped("acme", "q:1", "cached (60 s left)")
+    named = Plan(window, Budget(requests=5), skipped=[cached], volume={"acme": 40}, named=True)
+    assert nothing_to_warm(named) == (
+        "nothing to warm: --json lists every candidate with why it was left out"
+    )

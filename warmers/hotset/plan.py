@@ -191,7 +191,10 @@ class Plan:
 
     def warm_items(self) -> list[WarmItem]:
         """The sends, in plan order; valued by the miss prevented, each carries its worth so
-        the warmer can price it again at the load the backend shows when it is sent."""
+        the warmer can price it again at the load the backend shows when it is sent. A named
+        budget's do not: a person chose to spend it past break-even, and priced again every
+        send of it was left out on a busy backend (the engine's room for live traffic still
+        holds them)."""
         refresh = (
             None
             if self.made_at is None
@@ -201,7 +204,9 @@ class Plan:
             i.item
             if i.prevented_ms is None
             else replace(
-                i.item, worth=Worth(i.prevented_ms, i.warm_cost_ms), refresh_under_s=refresh
+                i.item,
+                worth=None if self.named else Worth(i.prevented_ms, i.warm_cost_ms),
+                refresh_under_s=refresh,
             )
             for i in self.items
         ]
