@@ -22,6 +22,10 @@ SKIP = ["--skip"]
 FAST: dict[str, tuple[list[str], str]] = {
     "bench_analyze_1m.py": (SKIP, "analyze_1m (a million-row log: 10-12 min of its own)"),
     "bench_backend_protection.py": (["--no-real"], "backend_protection_real"),
+    "bench_hot_set.py": (
+        ["--seeds", "1"],
+        "hot_set_* over 3 sample logs (the default run: the committed one, ~5 min a log)",
+    ),
     "bench_prefix_warm.py": (["--no-real"], "prefix_warm_real"),
     "bench_semantic_quality.py": (
         ["--only", "simulated", "--long-history", "-1", "--coverage-seeds", "0"],
