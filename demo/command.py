@@ -42,7 +42,7 @@ def demo(
     hot set). It writes report.json, summary.txt and plots to --out: hit rates, false semantic
     hits, stale and cross-tenant hits scored from the text served, TTFT after the deploy with
     and without prefix warming, and the model's seconds from its own timings. Its time is the
-    model's: on 2 cores about 6 min, three times that when other work holds them.
+    model's: on 2 quiet cores about 2-3 min, 6 when other work shares them, more under load.
 
     --simulated: week 2 of the sample log replayed through `stoker analyze --warming` with the
     shipped warming and without, in two TTL regimes (a day, three hours), with a deploy on
