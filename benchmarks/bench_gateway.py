@@ -191,7 +191,9 @@ def bench_miss_overhead(gw: str, exact_gw: str, sim: str, args: argparse.Namespa
         exact_only_p50_ms=pct(lat["exact"], 50),
         direct_p50_ms=direct,
         misses=len(lat["semantic"]),
-        goal_p50_ms_max=3,
+        # the goal is the exact path's: the semantic layer adds a new prompt's embedding and the
+        # wait for its entry to be searchable (STOKER_GATEWAY_INDEX_WAIT_MS)
+        goal_p50_ms_exact_only_max=3,
     )
 
 
