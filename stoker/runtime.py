@@ -81,12 +81,16 @@ def embedded_settings(
             addresses["model_url"] = s.warm_url()
         path = embedded_state.state_path(settings.state_dir)
         with embedded_state.published(path, addresses, what):
-            model_note = "" if llama is None else f", the model server at {llama.base_url}"
+            # one address a line, each whole: in a log file (80 columns to rich) the one long
+            # line ran on, and a wrapped one would break an address in two
+            model_line = "" if llama is None else f"\n  model server: {llama.base_url}"
             console.print(
-                "no STOKER_KAFKA_BOOTSTRAP: running on an embedded stack "
-                f"(Kafka at {s.kafka_bootstrap}, Redis at {s.redis_url}{model_note}; "
-                f"all in {path}); it lives as long as {what}",
+                f"no STOKER_KAFKA_BOOTSTRAP: an embedded stack, for as long as {what} runs\n"
+                f"  Kafka:        {s.kafka_bootstrap}\n"
+                f"  Redis:        {s.redis_url}{model_line}\n"
+                f"  addresses in: {path}",
                 soft_wrap=True,
+                highlight=False,
             )
             yield s
 

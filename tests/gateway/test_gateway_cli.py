@@ -95,7 +95,13 @@ def test_cli__one_command_on_the_embedded_stack_serves_and_drains_on_sigterm(
     banner = gw.lines[at : at + 3]
     assert banner[1].split() == ["upstream:", f"{sim.url}/v1"]
     assert all(len(ln.rstrip("\n")) <= 80 for ln in banner), banner
-    assert any("embedded stack" in ln for ln in gw.lines)
+    # the embedded stack's addresses, each whole on a line of its own (one long line ran on)
+    at = next(i for i, ln in enumerate(gw.lines) if "an embedded stack" in ln)
+    stack = [ln.split() for ln in gw.lines[at + 1 : at + 4]]
+    assert stack[0][0] == "Kafka:" and stack[0][1].startswith("127.0.0.1:"), stack
+    assert stack[1][0] == "Redis:" and stack[1][1].startswith("redis://127.0.0.1:"), stack
+    assert stack[2][:2] == ["addresses", "in:"] and Path(stack[2][2]).is_file(), stack
+    assert all(len(ln.rstrip("\n")) <= 80 for ln in gw.lines[at : at + 3]), gw.lines[at : at + 3]
     assert any("workers in this process" in ln for ln in gw.lines)
     # the workers warm the upstream it serves from (not STOKER_WARM_BACKEND_URL's default, where
     # nothing listens): their start-up check finds nothing that does not answer
@@ -112,7 +118,7 @@ def test_cli__with_nothing_set_it_serves_the_embedded_real_model(running: Any) -
     (llama-server, SmolLM2) behind the gateway, and stops them all on SIGTERM."""
     gw = running(["--port", "0"], {})
     said = "".join(gw.lines)
-    model_url = re.search(r"the model server at (http://127\.0\.0\.1:\d+/v1)", said)
+    model_url = re.search(r"^  model server: (http://127\.0\.0\.1:\d+/v1)$", said, re.M)
     assert model_url, said
     listed = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0).models.list()
     assert [m.id for m in listed] == ["smollm2-135m-instruct"]  # the upstream's own list
