@@ -84,6 +84,7 @@ class WorkerStats:
     commits: int = 0
     last_batch_at: float | None = None  # time.time() of the last committed batch
     rests: int = 0  # pauses of an idle consumer between fetches (the embedded broker only)
+    last_rest_s: float = 0.0  # how long the last of them was
     last_error: str = ""
     # Partitions this member owns now, as "topic:partition" (rebalance callbacks keep it).
     assigned: frozenset[str] = frozenset()
@@ -258,6 +259,7 @@ class Worker:
         finally:
             consumer.resume(partitions)
         self.stats.rests += 1
+        self.stats.last_rest_s = rest_s
         try:
             consumer.list_topics(self.topics[0], timeout=_WAKE_TIMEOUT_S)
         except KafkaException as exc:  # the broker is down: the consume says so

@@ -201,16 +201,18 @@ def test_worker__idle_on_the_embedded_broker_rests_and_still_applies_each_record
     wait_for(lambda: worker.stats.assigned and worker.stats.rests >= 3, TIMEOUT_S, "rests")
     waits = []
     for i in range(5):
-        time.sleep(0.7)  # quiet: the rest is at its longest
+        # quiet until a rest at its longest has ended since the last record
+        done = worker.stats.rests
+        wait_for(lambda d=done: worker.stats.rests > d and worker.stats.last_rest_s == 0.3,
+                 TIMEOUT_S, "a rest at its longest")  # fmt: skip
         t0 = time.monotonic()
         produce(bootstrap, _topic(s), [encode(request(i))])
         wait_for(lambda n=i + 1: len(handler.applied) == n, TIMEOUT_S, f"record {i}")
         waits.append(time.monotonic() - t0)
     assert sorted(waits)[2] < 0.6, waits  # the median: a rest, a probe, a batch
     rests = worker.stats.rests
-    for i in range(5, 45):  # a record every 20 ms: never quiet for a rest's minimum
+    for i in range(5, 45):  # each record as soon as the last is applied: never quiet for long
         produce(bootstrap, _topic(s), [encode(request(i))])
-        time.sleep(0.02)
-    wait_for(lambda: len(handler.applied) == 45, TIMEOUT_S, "45 records")
+        wait_for(lambda n=i + 1: len(handler.applied) == n, TIMEOUT_S, f"record {i}")
     assert worker.stats.rests - rests <= 1, worker.stats.rests - rests
     assert sorted(handler.applied) == sorted(f"r{i}" for i in range(45))  # each once, none lost
