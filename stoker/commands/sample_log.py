@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -64,7 +65,7 @@ def sample_log(
         today = datetime.now(UTC).date()
         spec = as_gateway_logs(spec, model or MODEL_ALIAS, version, NO_SYSTEM_TEMPLATE, today)
     elif model is not None:
-        spec = SampleSpec(days=days, requests_per_day=per_day, seed=seed, model_id=model)
+        spec = replace(spec, model_id=model)
     with console.status(f"generating {days} days of traffic ..."):
         df = generate(spec, data)
     write(df, out, None if gateway else spec)  # --gateway's requests retrieve no articles

@@ -193,7 +193,7 @@ def nothing_to_warm(plan: Plan) -> str:
             "(stoker replay LOG; stoker sample-log --gateway writes one), or let a day of "
             "traffic pass"
         )
-    if plan.named or "below" not in plan.left_out():
+    if plan.named or not any(sk.reason.startswith("below break-even") for sk in plan.skipped):
         return "nothing to warm: --json lists every candidate with why it was left out"
     return (
         "nothing to warm now: a warm pays only where it is sent cheaper than the hours it "
