@@ -18,6 +18,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def shipped_embedder(*, bulk: bool = False) -> Any:
+    """The local embedder as every stoker process builds it: the default options (ONNX Runtime
+    on an export kept in the model cache, one thread), so a figure measures the vectors and the
+    speed that ship. The export is made once per machine; when ONNX cannot serve, one warning
+    says why and torch serves the same vectors.
+
+    `bulk`: a benchmark that embeds a whole data set up front, where the embedding's speed is
+    no figure (a quality or coverage row), runs the engine on every core (1.8x on 2 idle cores);
+    the vectors are the same within the engine's tolerance, checked at load."""
+    from caches.embedders import EmbedderOptions, SentenceTransformerEmbedder
+    from stoker.modelserver import cache_root
+
+    opts = EmbedderOptions(threads=os.cpu_count() or 1) if bulk else EmbedderOptions()
+    return SentenceTransformerEmbedder.from_options(opts, cache_root())
+
+
 def pct(samples_s: Sequence[float], q: float) -> float:
     """Percentile in milliseconds."""
     return float(np.percentile(np.asarray(samples_s) * 1000.0, q))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import emit, pct
+from _common import emit, pct, shipped_embedder
 
 from caches.keys import Namespace
 from caches.semantic.base import SemanticPoint, SemanticQuery
@@ -96,9 +96,7 @@ def main() -> None:
 
 def embed_times() -> float:
     """p50 of embedding one fresh prompt with the default model (what a miss adds)."""
-    from caches.embedders import SentenceTransformerEmbedder
-
-    e = SentenceTransformerEmbedder()
+    e = shipped_embedder()
     e.embed_one("warm up the model")
     times = []
     for i in range(50):

@@ -48,9 +48,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from _common import emit
+from _common import emit, shipped_embedder
 
-from caches.embedders import SentenceTransformerEmbedder
 from caches.matching.verified import LADDER
 from evals.report import BASELINE
 from evals.semantic import STATIC_CURVE, coverage, evaluate
@@ -64,7 +63,7 @@ def simulated(args: argparse.Namespace) -> None:
         f"verified_L{k}" for k in range(len(LADDER))
     ]
     ev = evaluate(
-        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None,
+        shipped_embedder(bulk=True), seed=args.seed, limit=args.limit or None,
         names=[*names, "stoker"],
     )  # fmt: skip
     base = ev.row(f"static_{BASELINE:.2f}").as_dict()
@@ -111,7 +110,7 @@ def long_history(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     earlier = history_stream(load_clinc(), args.seed, "train+val")[: args.long_history or None]
     ev = evaluate(
-        SentenceTransformerEmbedder(), seed=args.seed, limit=args.limit or None,
+        shipped_embedder(bulk=True), seed=args.seed, limit=args.limit or None,
         names=[f"static_{BASELINE:.2f}", "stoker"], history=earlier,
     )  # fmt: skip
     s = ev.summary()
@@ -155,7 +154,7 @@ def real(args: argparse.Namespace) -> None:
     side = None
     try:
         with backend_answers(args.backend, None, AskParams, cache, s) as answers:
-            embedder = SentenceTransformerEmbedder()
+            embedder = shipped_embedder(bulk=True)
             ev, report, got = evaluate_real(
                 embedder, answers, s, seed=args.seed, budget_s=args.ask_budget or None,
             )  # fmt: skip

@@ -40,11 +40,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
-from _common import SeedRows
+from _common import SeedRows, shipped_embedder
 from _coverage import Scorer
 from bench_hot_set import DiskCachedEmbedder
 
-from caches.embedders import SentenceTransformerEmbedder
 from caches.keys import normalise_prompt
 from simulation.logs import sample, shapes
 from stoker.embedded import EmbeddedStack
@@ -215,7 +214,7 @@ def main() -> None:
     unknown = set(args.datasets.split(",")) - set(DATASETS)
     if unknown:
         ap.error(f"--datasets: unknown {', '.join(sorted(unknown))}; one of {', '.join(DATASETS)}")
-    emb = DiskCachedEmbedder(SentenceTransformerEmbedder(), args.embed_cache)
+    emb = DiskCachedEmbedder(shipped_embedder(bulk=True), args.embed_cache)
     ks = [int(x) for x in args.ks.split(",")]
     datasets = tuple(DRIFT_WINDOWS) if args.drift else args.datasets.split(",")
     for dataset in datasets:

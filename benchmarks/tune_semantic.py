@@ -15,9 +15,8 @@ import argparse
 import sys
 import time
 
-from _common import emit
+from _common import emit, shipped_embedder
 
-from caches.embedders import SentenceTransformerEmbedder
 from caches.matching.answers import DEFAULT_ANSWER_BAR, DEFAULT_CENTROID_BAR
 from caches.matching.cold import DEFAULT_COLD
 from caches.matching.fallback import DEFAULT_FALLBACK
@@ -46,7 +45,7 @@ def main() -> None:
         print(f"tune: {msg}", file=sys.stderr, flush=True)
 
     say("embedding CLINC150 val + oos_val and the simulated answers")
-    st = val_stream(SentenceTransformerEmbedder(), args.seed, args.limit or None)
+    st = val_stream(shipped_embedder(bulk=True), args.seed, args.limit or None)
     picked = tune(st, args.seed, say)
     ship = shipped()
     emit(
