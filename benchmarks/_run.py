@@ -22,11 +22,21 @@ SKIP = ["--skip"]
 FAST: dict[str, tuple[list[str], str]] = {
     "bench_analyze_1m.py": (SKIP, "analyze_1m (a million-row log: 10-12 min of its own)"),
     "bench_backend_protection.py": (["--no-real"], "backend_protection_real"),
+    "bench_gateway_semantic.py": (
+        ["--batcher-turns", "1"],
+        "embed_batcher_passes over 3 turns of each policy (the default run: 1, ~1 min less)",
+    ),
     "bench_hot_set.py": (
-        ["--seeds", "1"],
-        "hot_set_* over 3 sample logs (the default run: the committed one, ~5 min a log)",
+        ["--seeds", "1", "--verified-levels", "none"],
+        "hot_set_* over 3 sample logs (the default run: the committed one, ~3 min a log), and"
+        " hot_set_k<K>_verified_l3/_l7 (the matcher held at a level: ~3 min more a log)",
     ),
     "bench_prefix_warm.py": (["--no-real"], "prefix_warm_real"),
+    "bench_profile_memory.py": (
+        ["--sizes", "100k,1m"],
+        "profile_memory at 5M distinct queries a week (~4 min; 100k and 1M already past the"
+        " budget)",
+    ),
     "bench_semantic_quality.py": (
         ["--only", "simulated", "--long-history", "-1", "--coverage-seeds", "0"],
         "semantic_quality_clinc_real, semantic_candidates_real (a real model server), "

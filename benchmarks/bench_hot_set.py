@@ -58,11 +58,11 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pandas as pd
-from _common import ROOT, SeedRows
+from _common import ROOT, SeedRows, shipped_embedder
 from _coverage import Scorer
 from _verified import SimAnswers, VerifiedScorer
 
-from caches.embedders import Embedder, SentenceTransformerEmbedder
+from caches.embedders import Embedder
 from caches.keys import normalise_prompt
 from caches.policy import CachePolicy
 from simulation.logs.sample import SampleSpec, generate
@@ -233,7 +233,7 @@ def main() -> None:
     ap.add_argument("--embed-cache", type=Path, default=None, help=".npz reused between runs")
     ap.add_argument(
         "--verified-levels", default="3,7",
-        help="ladder levels the verified matcher is held at for the _verified rows; empty: none",
+        help="ladder levels the verified matcher is held at for the _verified rows; none: no row",
     )  # fmt: skip
     ap.add_argument(
         "--seeds", type=int, default=3, metavar="N",
@@ -243,7 +243,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.seeds < 1:
         ap.error("--seeds: at least 1")
-    emb = DiskCachedEmbedder(SentenceTransformerEmbedder(), args.embed_cache)
+    emb = DiskCachedEmbedder(shipped_embedder(bulk=True), args.embed_cache)
     rows = SeedRows()
     seeds = list(range(SAMPLE_SEED, SAMPLE_SEED + args.seeds))
     for seed in seeds:
@@ -262,7 +262,7 @@ def run_seed(
     meanings = {n: n if i == "oos" else f"label:{i}" for n, i in labelled}
     answers = SimAnswers(emb, meanings)
     verified = {int(x): VerifiedScorer(emb, answers, int(x))
-                for x in args.verified_levels.split(",") if x}  # fmt: skip
+                for x in args.verified_levels.split(",") if x and x != "none"}  # fmt: skip
     with EmbeddedStack(kafka=False) as stack:
         profile = TrafficProfile(build_redis(stack.settings()))
         fill_profile(profile, df[df["day"] < 7])
