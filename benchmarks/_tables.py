@@ -1,11 +1,12 @@
-"""docs/benchmarks.md's recorded-run table, generated from a `make bench` results file.
+"""docs/benchmarks.md's recorded-run table, generated from `make bench` results files.
 
-Usage: .venv/bin/python benchmarks/_tables.py docs/results/<run>.jsonl [--check]
+Usage: .venv/bin/python benchmarks/_tables.py docs/results/*.jsonl [--check]
 
-The file (benchmarks/_provenance.py opens it; every line after carries the script and the
-arguments that printed it) becomes the block between the two markers below in
-docs/benchmarks.md: the run's commit, dates, machine and load, then one row per line with the
-command that reproduces it, its measured figures and its goals. `--check` exits 1 when the
+The files (benchmarks/_provenance.py opens each; every line after carries the script and the
+arguments that printed it) become the block between the two markers below in
+docs/benchmarks.md: each run's file, commit, dates and load, then one row per line with the
+command that reproduces it, its figures as the mean over the runs with their range, its goals,
+and in how many runs it met them. `--check` exits 1 when the
 block on disk is not what the file gives (tests/test_docs.py runs it), so the table is never
 edited by hand and never outlives its file.
 """
@@ -27,6 +28,9 @@ END = "<!-- bench-results:end -->"
 PLAIN = ("ratio", "p99_ms", "hit_rate", "seconds")
 
 
+Run = tuple[Path, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
+
+
 def _num(v: Any) -> str:
     if isinstance(v, bool):
         return str(v).lower()
@@ -35,59 +39,112 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _figures(row: dict[str, Any]) -> tuple[str, str]:
-    """(measured, goal) cells: each goal_<x>[_max|_min] with <x> beside it."""
-    got, goals = [], []
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _over_runs(values: list[Any]) -> str:
+    """One figure over the runs: the value of one run; over several, the mean and its range."""
+    if len(values) == 1 or not all(_is_number(v) for v in values):
+        return (
+            _num(values[0]) if len(set(map(_num, values))) == 1 else " / ".join(map(_num, values))
+        )
+    mean = sum(values) / len(values)
+    if min(values) == max(values):
+        return _num(values[0])
+    return f"{_num(float(mean))} ({_num(min(values))}-{_num(max(values))})"
+
+
+def _goals(row: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(figure, sign, bound) for each goal_<x>[_max|_min] of a line."""
+    out = []
     for key, goal in row.items():
         if not key.startswith("goal_") or isinstance(goal, (dict, list)):
             continue
         figure = key.removeprefix("goal_")
         sign = "<=" if figure.endswith("_max") else ">=" if figure.endswith("_min") else "="
-        figure = figure.removesuffix("_max").removesuffix("_min")
-        goals.append(f"{figure} {sign} {_num(goal)}")
-        if figure in row and not isinstance(row[figure], (dict, list)):
-            got.append(f"{figure} {_num(row[figure])}")
-    if not got:
-        got = [f"{k} {_num(row[k])}" for k in PLAIN if k in row][:1]
-    return ", ".join(got) or "(see the line)", ", ".join(goals) or "none stated"
+        out.append((figure.removesuffix("_max").removesuffix("_min"), sign, goal))
+    return out
 
 
-def _header(path: Path, head: dict[str, Any], end: dict[str, Any]) -> str:
+def _met(row: dict[str, Any]) -> bool | None:
+    """Whether a run's line meets every goal it states (None: no goal, or a figure missing)."""
+    goals = _goals(row)
+    if not goals or any(not _is_number(row.get(f)) for f, _, _ in goals):
+        return None
+    ok = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "=": lambda a, b: a == b}
+    return all(ok[sign](row[f], bound) for f, sign, bound in goals)
+
+
+def _figures(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(measured, goal, met) cells for one line over the runs that printed it."""
+    first = rows[0]
+    goals = _goals(first)
+    shown = [f for f, _, _ in goals if f in first and not isinstance(first[f], (dict, list))]
+    if not shown:
+        shown = [k for k in PLAIN if k in first][:1]
+    got = ", ".join(f"{f} {_over_runs([r.get(f) for r in rows])}" for f in shown)
+    goal = ", ".join(f"{f} {sign} {_num(bound)}" for f, sign, bound in goals)
+    verdicts = [_met(r) for r in rows]
+    met = "" if None in verdicts else f"{sum(map(bool, verdicts))} of {len(rows)}"
+    return got or "(see the line)", goal or "none stated", met
+
+
+def _header(runs: list[Run]) -> list[str]:
+    head = runs[0][1]
     m = head["machine"]
-    commit = (head.get("commit") or "unknown")[:10] + (" with changes" if head.get("dirty") else "")
-    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
-    return (
-        f"From `{where}`: commit {commit}, {head['date']} to {end.get('date', '?')}; "
-        f"{m['cpus']} x {m['cpu']}, {m['memory_gb']} GB, Python {m['python']}; load average "
-        f"{head['load_avg'][0]} at the start, {end.get('load_avg', ['?'])[0]} at the end."
-    )
+    out = [
+        f"From {len(runs)} run{'s' * (len(runs) > 1)} of `make bench` on {m['cpus']} x "
+        f"{m['cpu']}, {m['memory_gb']} GB, Python {m['python']}"
+        + (": each figure is the mean over the runs, with its range." if len(runs) > 1 else ".")
+    ]
+    out.append("")
+    for path, head, end, _ in runs:
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+        commit = (head.get("commit") or "unknown")[:10]
+        commit += " with changes" if head.get("dirty") else ""
+        out.append(
+            f"- `{where}`: commit {commit}, {head['date']} to {end.get('date', '?')}; load "
+            f"average {head['load_avg'][0]} at the start, {end.get('load_avg', ['?'])[0]} at "
+            "the end."
+        )
+    return out
 
 
-def block(path: Path) -> str:
-    """The generated block: a header and a table for each run in the file (a run opens with a
-    provenance line and closes with provenance_end; a file may hold several, a `make bench`
-    and the slow rows run on their own)."""
+def runs_of(path: Path) -> list[Run]:
+    """The runs in a results file (a run opens with a provenance line and closes with
+    provenance_end; a file may hold several, a `make bench` and the slow rows on their own)."""
     lines = [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
     if not lines or lines[0].get("name") != "provenance":
         raise SystemExit(f"{path}: no provenance line first (make bench writes it first)")
-    runs: list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]] = []
+    runs: list[Run] = []
     for row in lines:
         if row.get("name") == "provenance":
-            runs.append((row, {}, []))
+            runs.append((path, row, {}, []))
         elif row.get("name") == "provenance_end":
-            runs[-1] = (runs[-1][0], row, runs[-1][2])
+            runs[-1] = (path, runs[-1][1], row, runs[-1][3])
         elif "script" in row:
-            runs[-1][2].append(row)
-    out = [BEGIN]
-    for head, end, rows in runs:
-        out += [_header(path, head, end), "", "| line | command | measured | goal |"]
-        out.append("|---|---|---|---|")
+            runs[-1][3].append(row)
+    return runs
+
+
+def block(paths: list[Path]) -> str:
+    """The generated block: the runs' provenance, then one row per line with the command that
+    printed it, its figures over the runs (the mean and range), its goals and how many runs met
+    them."""
+    runs = [run for path in paths for run in runs_of(path)]
+    by_line: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _, _, _, rows in runs:
         for row in rows:
             cmd = " ".join([f"benchmarks/{row['script']}", *row.get("args", [])])
-            got, goal = _figures(row)
-            out.append(f"| `{row['name']}` | `{cmd}` | {got} | {goal} |")
-        out.append("")
-    out[-1] = END
+            by_line.setdefault((row["name"], cmd), []).append(row)
+    out = [BEGIN, *_header(runs), "", "| line | command | measured | goal | met |"]
+    out.append("|---|---|---|---|---|")
+    for (name, cmd), rows in by_line.items():
+        got, goal, met = _figures(rows)
+        note = "" if len(rows) == len(runs) else f" (in {len(rows)} of {len(runs)} runs)"
+        out.append(f"| `{name}` | `{cmd}` | {got}{note} | {goal} | {met} |")
+    out.append(END)
     return "\n".join(out)
 
 
@@ -100,19 +157,22 @@ def splice(doc: str, new: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="a results file of make bench")
+    ap.add_argument("results", type=Path, nargs="+", help="results files of make bench")
     ap.add_argument("--check", action="store_true", help="exit 1 if the doc's block differs")
     args = ap.parse_args()
-    if not args.results.is_file():
-        raise SystemExit(f"{args.results}: no such file")
+    for path in args.results:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file")
     doc = DOC.read_text()
-    want = splice(doc, block(args.results.resolve()))
+    want = splice(doc, block([p.resolve() for p in args.results]))
     if args.check:
         if want != doc:
-            sys.exit(f"{DOC}: the recorded-run table is not {args.results}'s: run {sys.argv[0]}")
+            sys.exit(
+                f"{DOC}: the recorded-run table is not that of {len(args.results)} file(s): run {sys.argv[0]}"
+            )
         return
     DOC.write_text(want)
-    print(f"wrote {DOC.relative_to(ROOT)} from {args.results}")
+    print(f"wrote {DOC.relative_to(ROOT)} from {len(args.results)} results file(s)")
 
 
 if __name__ == "__main__":
