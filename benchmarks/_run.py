@@ -31,6 +31,7 @@ FAST: dict[str, tuple[list[str], str]] = {
         "hot_set_* over 3 sample logs (the default run: the committed one, ~3 min a log), and"
         " hot_set_k<K>_verified_l3/_l7 (the matcher held at a level: ~3 min more a log)",
     ),
+    "bench_miss_cost.py": (SKIP, "miss_cost_real (the real model, 3 fresh stacks: ~3 min)"),
     "bench_prefix_warm.py": (["--no-real"], "prefix_warm_real"),
     "bench_profile_memory.py": (
         ["--sizes", "100k,1m"],

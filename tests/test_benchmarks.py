@@ -76,6 +76,11 @@ TINY: dict[str, tuple[list[str], set[str]]] = {
         {"gateway_semantic_load"},
     ),
     "bench_profile_memory.py": (["--scale", "0.005"], {"profile_memory"}),
+    # the embedded llama-server: 3 misses and their repeats, once
+    "bench_miss_cost.py": (
+        ["--questions", "3", "--runs", "1", "--max-tokens", "16"],
+        {"miss_cost_real"},
+    ),
     "bench_idle_cpu.py": (["--seconds", "2", "--settle-s", "0"], {"idle_cpu"}),
     "bench_hot_set_bounded.py": (
         ["--distinct", "5000", "--week-capacity", "500", "--hour-capacity", "50"],
