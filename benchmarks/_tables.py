@@ -35,7 +35,7 @@ def _num(v: Any) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return str(v)
 
 
