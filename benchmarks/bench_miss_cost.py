@@ -33,16 +33,10 @@ from _common import emit, pct
 from bench_gateway import _BANNER, _env, _process
 from openai import OpenAI
 
+from backends.client import backend_ms
 from evals.semantic import load_clinc
 
 STOKER = [sys.executable, "-m", "stoker.cli"]
-
-
-def _cost_ms(extra: dict[str, Any] | None) -> float | None:
-    t = (extra or {}).get("timings")
-    if not isinstance(t, dict):
-        return None
-    return float(t.get("prompt_ms", 0.0)) + float(t.get("predicted_ms", 0.0))
 
 
 def one_run(questions: list[str], max_tokens: int, run: int) -> dict[str, Any]:
@@ -68,9 +62,10 @@ def one_run(questions: list[str], max_tokens: int, run: int) -> dict[str, Any]:
                 if raw.headers.get("x-stoker-cache") != "miss":
                     raise SystemExit(f"miss_cost_real: question {i} was not a miss")
                 body = raw.parse()
-                cost = _cost_ms(body.model_extra)
-                if cost is None:
+                timings = (body.model_extra or {}).get("timings")
+                if not isinstance(timings, dict):
                     raise SystemExit("miss_cost_real: the upstream sent no timings (llama-server)")
+                cost = backend_ms({}, timings, 0.0)  # the request log's gpu_ms, as it is logged
                 tokens = body.usage.completion_tokens if body.usage else 0
                 if i == 0:
                     cold = cost
