@@ -71,7 +71,7 @@ class SeedRows:
         from demo.seeds import spread
 
         for name, runs in self.runs.items():
-            numbers = [k for k, v in runs[0].items() if _is_number(v)]
+            numbers = [k for k, v in runs[0].items() if is_number(v)]
             spreads = {k: spread([run.get(k) for run in runs]) for k in numbers}
             means = {
                 k: s["mean"]
@@ -81,5 +81,5 @@ class SeedRows:
             emit(name, **(runs[0] | means), seeds=list(seeds), over_seeds=spreads)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return isinstance(v, int | float | np.number) and not isinstance(v, bool)
