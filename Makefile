@@ -43,7 +43,7 @@ BENCH_RESULTS ?= out/bench/results-$(BENCH_STAMP).jsonl
 
 bench: setup  ## run benchmarks/ (BENCH_SLOW=1: the slow rows too), one JSON line each, also into out/bench/results-*.jsonl
 	@mkdir -p $(dir $(BENCH_RESULTS))
-	@$(BIN)/python benchmarks/_provenance.py > $(BENCH_RESULTS)
+	@$(BIN)/python benchmarks/_provenance.py $(if $(BENCH_SLOW),--slow) $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) > $(BENCH_RESULTS)
 	@BENCH_RESULTS_FILE=$(BENCH_RESULTS) $(BIN)/python benchmarks/_run.py $(if $(BENCH_SLOW),--slow) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 	@$(BIN)/python benchmarks/_provenance.py --end >> $(BENCH_RESULTS)
 	@echo "bench: results in $(BENCH_RESULTS)"

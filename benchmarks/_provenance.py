@@ -4,7 +4,8 @@
 beside it), the date, the machine (CPU model and count, memory, Python, OS) and its load, so a
 figure in docs/benchmarks.md can name the run it came from. Printed as one JSON line named
 `provenance`; with `--end`, the line named `provenance_end` (the date and load when the run
-finished)."""
+finished). `--slow` and `--only` say which run it opens: the default one, whose lines make the
+recorded-run table, or one with the slow rows (BENCH_SLOW=1), perhaps of a few scripts."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _memory_gb() -> float | None:
         return None
 
 
-def provenance(end: bool = False) -> dict[str, Any]:
+def provenance(end: bool = False, slow: bool = False, only: str = "") -> dict[str, Any]:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     load = [round(x, 2) for x in os.getloadavg()]
     if end:
@@ -62,13 +63,19 @@ def provenance(end: bool = False) -> dict[str, Any]:
             "python": platform.python_version(), "os": platform.platform(),
         },
         "load_avg": load,  # 1, 5 and 15 minutes: other work on the cores moves every figure
+        # which run: the default one (the recorded-run table) or one with the slow rows
+        "slow": slow,
+        "only": [name for name in only.split(",") if name],
     }  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--end", action="store_true", help="the closing line: date and load")
-    print(orjson.dumps(provenance(ap.parse_args().end)).decode(), flush=True)
+    ap.add_argument("--slow", action="store_true", help="the run makes the slow rows too")
+    ap.add_argument("--only", default="", help="the run's scripts, if not all (comma-separated)")
+    args = ap.parse_args()
+    print(orjson.dumps(provenance(args.end, args.slow, args.only)).decode(), flush=True)
 
 
 if __name__ == "__main__":

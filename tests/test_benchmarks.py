@@ -294,3 +294,46 @@ def test_benchmark__make_bench_runs_every_script_and_keeps_the_slow_rows_behind_
         timeout=60, check=True,
     ).stdout.splitlines()  # fmt: skip
     assert out == ["benchmarks/" + " ".join(c) for c in fast]
+
+
+def _results(path: Path, slow: bool, lines: list[dict[str, object]]) -> Path:
+    """A results file as make bench writes it: provenance, the lines, provenance_end."""
+    args = ["--slow", "--only", "bench_prefix_warm.py"] if slow else []
+    head = subprocess.run(
+        [sys.executable, "_provenance.py", *args], cwd=BENCH, capture_output=True, text=True,
+        timeout=60, check=True,
+    ).stdout  # fmt: skip
+    end = '{"name": "provenance_end", "date": "2026-12-07T00:00:00+00:00", "load_avg": [1, 1, 1]}'
+    path.write_text(head + "".join(orjson.dumps(x).decode() + "\n" for x in lines) + end + "\n")
+    return path
+
+
+def test_tables__slow_runs_fill_their_own_block_with_the_lines_no_default_run_prints(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _tables
+    finally:
+        sys.path.remove(str(BENCH))
+    sim = {"script": "bench_prefix_warm.py", "name": "prefix_warm", "ttft_p50_ratio": 0.45,
+           "goal_ttft_p50_ratio_max": 0.5}  # fmt: skip
+    real = {"script": "bench_prefix_warm.py", "name": "prefix_warm_real", "ttft_p50_ratio": 0.3,
+            "ttft_p50_ratio_per_run": [0.2, 0.4], "with_p50_ms": 900.0, "seconds": 61.0,
+            "goal_ttft_p50_ratio_max": 0.2}  # fmt: skip
+    default = _results(tmp_path / "a.jsonl", False, [{**sim, "args": ["--no-real"]}])
+    slow = _results(tmp_path / "b.jsonl", True, [{**sim, "args": []}, {**real, "args": []}])
+    assert orjson.loads(slow.read_text().splitlines()[0])["only"] == ["bench_prefix_warm.py"]
+    doc = "\n".join(["x", _tables.BEGIN, _tables.END, "y", _tables.SLOW_BEGIN, _tables.SLOW_END])
+    got = _tables.filled(doc, [default, slow])
+    first, second = got.split(_tables.SLOW_BEGIN)
+    # the default table: the default run's line alone; the slow one: what no default run prints
+    assert "`prefix_warm`" in first and "prefix_warm_real" not in first
+    assert "`prefix_warm_real`" in second and "`prefix_warm`" not in second
+    row = next(x for x in second.splitlines() if x.startswith("| `prefix_warm_real`"))
+    # its goal's figure, then the figures the docs discuss, then the run's own seconds
+    assert "ttft_p50_ratio 0.3, ttft_p50_ratio_per_run [0.2, 0.4], with_p50_ms 900" in row
+    assert row.endswith("| ttft_p50_ratio <= 0.2 | 0 of 1 |") and "seconds 61" in row
+    assert "Scripts: bench_prefix_warm.py." in second
+    # no slow run given: the block says so, and it is regenerated (not left as it was)
+    assert "No run with the slow rows is recorded." in _tables.filled(got, [default])
+    with pytest.raises(SystemExit, match="no default run"):
+        _tables.filled(doc, [slow])
