@@ -72,6 +72,17 @@ def _over_runs(values: list[Any]) -> str:
     return f"{_num(s['mean'])} ({_num(s['min'])}-{_num(s['max'])})"
 
 
+def _cell(rows: list[dict[str, Any]], figure: str) -> str:
+    """A figure over the results' runs; a line of one run that is itself a mean over its own
+    runs or seeds (`over_runs`, `over_seeds`: demo.seeds.spread) shows that mean's range."""
+    inner = [r.get("over_runs", r.get("over_seeds", {})).get(figure) for r in rows]
+    if len(rows) == 1 and isinstance(inner[0], dict) and inner[0].get("runs", 1) > 1:
+        s = inner[0]
+        if s["min"] != s["max"]:
+            return f"{_num(s['mean'])} ({_num(s['min'])}-{_num(s['max'])}, {s['runs']} runs)"
+    return _over_runs([r.get(figure) for r in rows])
+
+
 def _goals(row: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """(figure, sign, bound) for each goal_<x>[_max|_min] of a line."""
     out = []
@@ -102,7 +113,7 @@ def _figures(rows: list[dict[str, Any]], more: tuple[str, ...] = ()) -> tuple[st
     if not shown:
         shown = [k for k in PLAIN if k in first][:1]
     shown += [k for k in more if k in first and k not in shown]
-    got = ", ".join(f"{f} {_over_runs([r.get(f) for r in rows])}" for f in shown)
+    got = ", ".join(f"{f} {_cell(rows, f)}" for f in shown)
     goal = ", ".join(f"{f} {sign} {_num(bound)}" for f, sign, bound in goals)
     verdicts = [_met(r) for r in rows]
     met = "" if None in verdicts else f"{sum(map(bool, verdicts))} of {len(rows)}"
@@ -198,11 +209,26 @@ def block(runs: list[Run]) -> str:
     return "\n".join(out)
 
 
+def _newest(runs: list[Run]) -> list[Run]:
+    """Each line from the runs of the newest commit that printed it (the latest run's): a slow
+    row measured again after a change supersedes the older runs' figures, and runs of one
+    commit make its mean."""
+    newest: dict[str, str | None] = {}
+    for _, head, _, rows in sorted(runs, key=lambda r: str(r[1].get("date"))):
+        for row in rows:
+            newest[row["name"]] = head.get("commit")
+    return [
+        (path, head, end, [r for r in rows if newest[r["name"]] == head.get("commit")])
+        for path, head, end, rows in runs
+    ]
+
+
 def slow_block(runs: list[Run], default: list[Run]) -> str:
     """The slow rows' block: the slow runs' provenance, then a row per line that no default run
-    prints, with its DETAIL figures and each run's load and seconds."""
+    prints (from its newest commit's runs), with its DETAIL figures and each run's load and
+    seconds."""
     plain = {row["name"] for _, _, _, rows in default for row in rows}
-    lines = {k: v for k, v in _by_line(runs).items() if k[0] not in plain}
+    lines = {k: v for k, v in _by_line(_newest(runs)).items() if k[0] not in plain}
     if not lines:
         return "\n".join([SLOW_BEGIN, "No run with the slow rows is recorded.", SLOW_END])
     what = "`BENCH_SLOW=1 make bench`"

@@ -318,7 +318,9 @@ def test_tables__slow_runs_fill_their_own_block_with_the_lines_no_default_run_pr
            "goal_ttft_p50_ratio_max": 0.5}  # fmt: skip
     real = {"script": "bench_prefix_warm.py", "name": "prefix_warm_real", "ttft_p50_ratio": 0.3,
             "ttft_p50_ratio_per_run": [0.2, 0.4], "with_p50_ms": 900.0, "seconds": 61.0,
-            "goal_ttft_p50_ratio_max": 0.2}  # fmt: skip
+            "goal_ttft_p50_ratio_max": 0.2,
+            "over_runs": {"with_p50_ms": {"mean": 900.0, "min": 800.0, "max": 1000.0,
+                                          "runs": 3}}}  # fmt: skip
     default = _results(tmp_path / "a.jsonl", False, [{**sim, "args": ["--no-real"]}])
     slow = _results(tmp_path / "b.jsonl", True, [{**sim, "args": []}, {**real, "args": []}])
     assert orjson.loads(slow.read_text().splitlines()[0])["only"] == ["bench_prefix_warm.py"]
@@ -330,9 +332,24 @@ def test_tables__slow_runs_fill_their_own_block_with_the_lines_no_default_run_pr
     assert "`prefix_warm_real`" in second and "`prefix_warm`" not in second
     row = next(x for x in second.splitlines() if x.startswith("| `prefix_warm_real`"))
     # its goal's figure, then the figures the docs discuss, then the run's own seconds
-    assert "ttft_p50_ratio 0.3, ttft_p50_ratio_per_run [0.2, 0.4], with_p50_ms 900" in row
+    # (a figure that is a mean over the line's own runs shows their range)
+    assert (
+        "ttft_p50_ratio 0.3, ttft_p50_ratio_per_run [0.2, 0.4], with_p50_ms 900 (800-1000, 3 runs),"
+        in row
+    )
     assert row.endswith("| ttft_p50_ratio <= 0.2 | 0 of 1 |") and "seconds 61" in row
     assert "Scripts: bench_prefix_warm.py." in second
+    # measured again at a newer commit: the newer figure replaces the older, and is no mean
+    head, *body = slow.read_text().splitlines()
+    newer = orjson.loads(head) | {"commit": "f" * 40, "date": "2099-01-01T00:00:00+00:00"}
+    again = tmp_path / "c.jsonl"
+    again.write_text("\n".join([orjson.dumps(newer).decode(), *body]).replace("0.3", "0.1"))
+    row = next(
+        x
+        for x in _tables.filled(doc, [default, slow, again]).splitlines()
+        if x.startswith("| `prefix_warm_real`")
+    )
+    assert "ttft_p50_ratio 0.1, " in row and "(in 1 of 2 runs)" in row
     # no slow run given: the block says so, and it is regenerated (not left as it was)
     assert "No run with the slow rows is recorded." in _tables.filled(got, [default])
     with pytest.raises(SystemExit, match="no default run"):
