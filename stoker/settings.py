@@ -345,12 +345,13 @@ class StokerSettings(BaseSettings):
     # a running request needs room, so they never hold one back; the rest is room for the live
     # traffic's own prefixes. 0: always the fixed token budget.
     prefix_warm_kv_share: float = option(PrefixWarmOptions, "kv_share")
-    # llama.cpp reports what its slots hold (-np x -c), not the prompts its --cache-ram keeps
-    # in host memory beside them, which a warm fills too: their tokens. Default: the embedded
+    # llama.cpp reports its slots (-np x -c), a prompt each, not the prompts its --cache-ram
+    # keeps in host memory beside them, which a warm fills too: their tokens (the warm sends a
+    # prompt a slot and prompts within prefix_warm_kv_share of these). Default: the embedded
     # server's (256 MiB of SmolLM2-135M's 23,040-byte cells). Yours: --cache-ram (llama.cpp's
     # default is 8,192 MiB) x 1,048,576 / the KV bytes a token: 4 x n_layer x n_head_kv x
     # n_embd_head_k for an f16 cache, which llama-server prints at start with -lv 4. 0: the
-    # slots only.
+    # slots' prompts only.
     prefix_warm_host_cache_tokens: int = Field(default=DEFAULT_SERVE.host_cache_tokens, ge=0)
     # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
     prefix_warm_qps: float = option(PrefixWarmOptions, "qps")

@@ -52,15 +52,17 @@ def warm_prefixes(
     # the process's one Stack; its Redis client is released when the verb's process ends
     warmer = Stack(s).prefix_warmer(backend_url=backend, qps=qps, top_n=top, dry_run=dry_run)
     if dry_run:
-        budget, source = warmer.budget()
-        plan = warmer.plan(model, tenant or None, budget=budget)
+        room, source = warmer.budget()
+        plan = warmer.plan(model, tenant or None, budget=room)
+        budget = room.tokens
         if as_json:
             rows = [
                 {"tenant": h.tenant, "digest": h.prefix.digest, "count": h.count,
                  "tokens": h.prefix.tokens, "model": h.prefix.model}
                 for h in plan
             ]  # fmt: skip
-            out = {"model_id": model, "plan": rows, "budget_tokens": budget, "budget_from": source}
+            out = {"model_id": model, "plan": rows, "budget_tokens": budget,
+                   "budget_slots": room.slots, "budget_from": source}  # fmt: skip
             print(orjson.dumps(out).decode())
             return
         t = Table(title=f"hot prefixes of {model}")
@@ -71,7 +73,9 @@ def warm_prefixes(
             t.add_row(str(n), h.tenant, f"{h.count:.0f}", str(h.prefix.tokens), head)
         console.print(t)
         console.print(
-            f"{len(plan)} prefixes within {budget:,} tokens ({source}); dry run: nothing sent"
+            f"{len(plan)} prefixes within {budget:,} tokens"
+            + (f" and {room.slots} slots" if room.slots else "")
+            + f" ({source}); dry run: nothing sent"
         )
         return
     report = warmer.warm(model, tenant or None)

@@ -28,7 +28,7 @@ from tests.cli import run_stoker
 from tests.events import UNUSED_BACKEND, encode, request
 from tests.streams.conftest import produce
 from warmers.prefix.hot import HotPrefixes, Prefix
-from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions
+from warmers.prefix.warm import PrefixWarmer, PrefixWarmingPrewarmer, PrefixWarmOptions, Room
 from warmers.prefix.worker import PrefixLogHandler
 
 # 2 ms a prompt token, 1 ms a decoded one: a 300-token system prompt costs 0.6 s of prefill.
@@ -124,8 +124,8 @@ def test_prefix_warmer__sends_the_hottest_last_so_live_traffic_evicts_the_coldes
 def test_prefix_warmer__counts_llama_cpp_host_cache_beside_its_slots(
     redis_client: redis.Redis, llama: LlamaServer
 ) -> None:
-    """llama-server reports its slots (-np x -c), not what --cache-ram keeps in host memory:
-    the setting's tokens count on top, so the warm may send more than the slots hold."""
+    """llama-server reports its slots (-np, and -c over them), not what --cache-ram keeps in
+    host memory: a prompt a slot, and the setting's share of tokens for the rest."""
     store = _store(redis_client, 1)
     budgets = [
         PrefixWarmer(
@@ -133,13 +133,27 @@ def test_prefix_warmer__counts_llama_cpp_host_cache_beside_its_slots(
         ).budget()
         for n in (0, 10_000)
     ]
-    slots = DEFAULT_SERVE.ctx
+    n, each = DEFAULT_SERVE.parallel, DEFAULT_SERVE.ctx // DEFAULT_SERVE.parallel
     assert budgets[0] == (
-        int(0.8 * slots),
-        f"0.8 of the {slots:,} tokens the backend holds: "
-        f"{slots:,} in its slots, 0 in host memory (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)",
+        Room(0, n, each),
+        f"a prompt in each of its {n} slots (up to {each:,} tokens), and 0.8 of the 0 tokens "
+        "of its host-memory cache (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)",
     )
-    assert budgets[1][0] == int(0.8 * (slots + 10_000))
+    assert budgets[1][0] == Room(8_000, n, each)
+
+
+def test_prefix_warmer__plan_gives_llama_cpp_slots_a_prompt_each(redis_client: redis.Redis) -> None:
+    """A slot holds one prompt, whatever its context: the hottest that fit one take the slots,
+    and the rest share the host cache's tokens (the room the old plan counted as slots x
+    context overfilled the host cache, which then dropped the coldest it had just warmed)."""
+    store = _store(redis_client, *range(6))  # 300 tokens each, hottest first
+    warmer = PrefixWarmer(store, PrefixWarmOptions(backend_url="http://x"))
+    firsts = [h.prefix.messages[0][1] for h in warmer.plan("llama", budget=Room(700, 2, 4096))]
+    assert firsts == [system(i) for i in range(4)]  # 2 slots, then 600 of 700 tokens
+    # a prefix longer than a slot's context takes no slot; nor does any when there are none
+    assert len(warmer.plan("llama", budget=Room(700, 2, 299))) == 2
+    assert len(warmer.plan("llama", budget=Room(0, 2, 4096))) == 2
+    assert warmer.plan("llama", budget=Room(0)) == []
 
 
 def test_prefix_warmer__rate_is_capped_and_the_deadline_holds(redis_client: redis.Redis) -> None:

@@ -7,10 +7,13 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    (summed prefix tokens: warming more than the backend's cache holds evicts the hottest):
    `kv_share` of the cache the backend's engine reports (backends/engine.py: vLLM's
    `vllm:cache_config_info`, num_gpu_blocks x block_size, nothing at all when it says prefix
-   caching is off; llama.cpp's slots x their context, what its slots hold, its --cache-ram on
-   top being unreported), else the fixed `token_budget`. Blocks a warm fills are free blocks
-   vLLM evicts least recently used when a running request needs room, so they never stop a
-   live request from being admitted; the share leaves room for the live traffic's own prefixes;
+   caching is off), else the fixed `token_budget`. Blocks a warm fills are free blocks vLLM
+   evicts least recently used when a running request needs room, so they never stop a live
+   request from being admitted; the share leaves room for the live traffic's own prefixes.
+   llama.cpp is no pool of blocks (Room): each slot holds one prompt, whatever its context,
+   and a prompt a slot lets go is saved to its host-memory cache (--cache-ram, which it does
+   not report: `host_cache_tokens`), so the hottest prompts, one a slot, go to the slots and
+   the rest within `kv_share` of the host cache; without one, the slots' prompts alone;
 2. send them coldest first, so that the hottest are the most recently used when the warm ends:
    vLLM evicts the least recently used free blocks, and llama.cpp's host cache drops the prompt
    saved longest ago, so the first live prompts of other templates push out the coldest;
@@ -61,6 +64,17 @@ PROBE_TIMEOUT_S = 5.0  # the /metrics read that sizes the budget
 _ONCE = RetryPolicy(attempts=1)
 
 
+@dataclass(frozen=True)
+class Room:
+    """What a warm may fill: `tokens` of prefixes in a shared cache, and `slots` prefixes more
+    of at most `slot_tokens` each (llama.cpp: a slot holds one prompt, so its context is no
+    room for a second one; the hottest go there, being sent last)."""
+
+    tokens: int
+    slots: int = 0
+    slot_tokens: int = 0
+
+
 def warm_request(h: HotPrefix, model: str | None = None) -> GenerationRequest:
     """A prefix warm as a generation: the prefix, a one-token user turn, one token back."""
     body = {
@@ -109,16 +123,20 @@ class PrefixWarmReport:
     tokens: int = 0  # prefix tokens of the warmed prefixes
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first few, for the report
-    budget_tokens: int = 0  # the plan's token budget, and where it came from
+    budget_tokens: int = 0  # the plan's token budget (beside any slots'), and where it came from
     budget_from: str = ""
+    budget_slots: int = 0  # llama.cpp: the slots' prompts, beside budget_tokens
     unreachable: str = ""  # the backend refused the connection: the run stopped sending
 
     def __str__(self) -> str:
         late = f", {self.left_by_deadline} left at the deadline" if self.left_by_deadline else ""
         why = f" ({self.unreachable or self.errors[0]})" if self.errors else ""
+        room = f"{self.budget_tokens:,}" + (
+            f" and {self.budget_slots} slots" if self.budget_slots else ""
+        )
         return (
             f"prefix warm of {self.model_id}: planned {self.planned}, warmed {self.warmed} "
-            f"({self.tokens:,} tokens of {self.budget_tokens:,}: {self.budget_from}), "
+            f"({self.tokens:,} tokens of {room}: {self.budget_from}), "
             f"failed {self.failed}{why}{late} in {self.seconds:.1f} s"
         )
 
@@ -132,16 +150,16 @@ class PrefixWarmer:
         self.options = options
         self.base = BaseURL.parse(options.backend_url) if options.backend_url else None
 
-    def budget(self) -> tuple[int, str]:
+    def budget(self) -> tuple[Room, str]:
         """budget_async, from code that runs no event loop (the CLI's dry run)."""
         return asyncio.run(self.budget_async())
 
-    async def budget_async(self) -> tuple[int, str]:
+    async def budget_async(self) -> tuple[Room, str]:
         """Step 1's token budget, and where it came from: a share of the cache the backend's
         engine reports, else the fixed budget (one read of at most PROBE_TIMEOUT_S: a backend
         that does not answer it in time gets the fixed budget, not a stalled run)."""
         o = self.options
-        fixed = (o.token_budget, f"the fixed budget of {o.token_budget:,} tokens")
+        fixed = (Room(o.token_budget), f"the fixed budget of {o.token_budget:,} tokens")
         if o.kv_share <= 0 or o.backend_url is None:
             return fixed
         reader = EngineReader(o.backend_url, timeout_s=min(o.timeout_s, PROBE_TIMEOUT_S))
@@ -153,13 +171,16 @@ class PrefixWarmer:
         if state is None or kv is None:
             return fixed
         if kv == 0:
-            return 0, "the backend says its prefix caching is off"
-        if state.engine != "llama.cpp":
-            return int(o.kv_share * kv), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
-        held = kv + o.host_cache_tokens
-        return int(o.kv_share * held), (
-            f"{o.kv_share:g} of the {held:,} tokens the backend holds: {kv:,} in its slots, "
-            f"{o.host_cache_tokens:,} in host memory (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)"
+            return Room(0), "the backend says its prefix caching is off"
+        if state.engine != "llama.cpp" or not state.slots:
+            share = int(o.kv_share * kv)
+            return Room(share), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
+        n, each = state.slots, kv // state.slots
+        host = int(o.kv_share * o.host_cache_tokens)
+        return Room(host, n, each), (
+            f"a prompt in each of its {n} slots (up to {each:,} tokens), and {o.kv_share:g} of "
+            f"the {o.host_cache_tokens:,} tokens of its host-memory cache "
+            "(STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)"
         )
 
     def plan(
@@ -167,23 +188,31 @@ class PrefixWarmer:
         model_id: str,
         tenants: Sequence[str] | None = None,
         now: float | None = None,
-        budget: int | None = None,
+        budget: Room | int | None = None,
     ) -> list[HotPrefix]:
-        """Step 1: the prefixes to send, hottest first, within `budget` tokens (default: the
-        fixed token budget)."""
+        """Step 1: the prefixes to send, hottest first, within `budget` (tokens, or a Room:
+        the first that fit a slot take the slots; default: the fixed token budget)."""
         o = self.options
         now = time.time() if now is None else now
         ranked = self.store.top(model_id, o.top_n, tenants, not_before=now - o.max_age_s)
         seen: set[tuple[Any, ...]] = set()
         out: list[HotPrefix] = []
-        budget = o.token_budget if budget is None else budget
+        room = budget if isinstance(budget, Room) else Room(budget or 0)
+        if budget is None:
+            room = Room(o.token_budget)
+        slots, left = room.slots, room.tokens
         for h in ranked:
             ident = (o.model or h.prefix.model, h.prefix.messages)
-            if ident in seen or h.prefix.tokens > budget:
+            if ident in seen:
+                continue
+            if slots and h.prefix.tokens <= room.slot_tokens:
+                slots -= 1
+            elif h.prefix.tokens <= left:
+                left -= h.prefix.tokens
+            else:
                 continue
             seen.add(ident)
             out.append(h)
-            budget -= h.prefix.tokens
             if len(out) == o.top_n:
                 break
         return out
@@ -198,11 +227,12 @@ class PrefixWarmer:
         if o.backend_url is None:
             raise ConfigError("prefix warming needs the backend's URL; without one it only plans")
         t0 = time.monotonic()
-        budget, source = await self.budget_async()
-        plan = self.plan(model_id, tenants, budget=budget)
+        room, source = await self.budget_async()
+        plan = self.plan(model_id, tenants, budget=room)
         report = PrefixWarmReport(
-            model_id, planned=len(plan), budget_tokens=budget, budget_from=source
-        )
+            model_id, planned=len(plan), budget_tokens=room.tokens, budget_from=source,
+            budget_slots=room.slots,
+        )  # fmt: skip
         bucket = TokenBucket(o.qps, MonotonicClock())
         gate = asyncio.Semaphore(o.concurrency)
         backend = OpenAIBackend(
