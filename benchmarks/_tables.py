@@ -161,8 +161,9 @@ def runs_of(path: Path) -> list[Run]:
 def _table(
     lines: dict[tuple[str, str], list[dict[str, Any]]], runs: int, extra: str, detail: bool = False
 ) -> list[str]:
-    """One table: a row per line over the runs that printed it (`extra`: a field shown in a
-    column of its own; `detail`: each line's DETAIL figures shown too)."""
+    """One table: a row per line over the runs that printed it (`runs`: of how many, 0 when
+    runs make different lines; `extra`: a field shown in a column of its own; `detail`: each
+    line's DETAIL figures shown too)."""
     more = f" {extra} |" if extra else ""
     out = [
         f"| line | command | measured | goal | met |{more}",
@@ -170,7 +171,7 @@ def _table(
     ]
     for (name, cmd), rows in lines.items():
         got, goal, met = _figures(rows, (*DETAIL.get(name, ()), *RUN) if detail else ())
-        note = "" if len(rows) == runs else f" (in {len(rows)} of {runs} runs)"
+        note = "" if not runs or len(rows) == runs else f" (in {len(rows)} of {runs} runs)"
         cell = f" {rows[0].get(extra, '')} |" if extra else ""
         out.append(f"| `{name}` | `{cmd}` | {got}{note} | {goal} | {met} |{cell}")
     return out
@@ -232,9 +233,7 @@ def slow_block(runs: list[Run], default: list[Run]) -> str:
     if not lines:
         return "\n".join([SLOW_BEGIN, "No run with the slow rows is recorded.", SLOW_END])
     what = "`BENCH_SLOW=1 make bench`"
-    return "\n".join(
-        [SLOW_BEGIN, *_header(runs, what), "", *_table(lines, len(runs), "", True), SLOW_END]
-    )
+    return "\n".join([SLOW_BEGIN, *_header(runs, what), "", *_table(lines, 0, "", True), SLOW_END])
 
 
 def splice(doc: str, new: str, begin: str = BEGIN, end: str = END) -> str:
