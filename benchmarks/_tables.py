@@ -43,6 +43,22 @@ DETAIL: dict[str, tuple[str, ...]] = {
         "p50_ratio_ci95", "live_p99_ms_warm", "live_p99_ms_no_warm", "warm_sent",
         "warm_yielded", "below_one",
     ),
+    "semantic_quality_clinc_real": (
+        "hit_rate", "static092_hit_rate", "static092_wrong_share", "never_below_static",
+        "queries", "history_queries", "answers_asked", "answers_cached", "monitor_bound",
+        "tuned_on", "reported_on",
+    ),
+    "semantic_quality_clinc_long_history": (
+        "ratio", "wrong_share", "hit_rate", "static092_hit_rate", "static092_wrong_share",
+        "wrong_share_ok", "history_queries", "queries", "start_level", "start_audits",
+        "start_audits_wrong", "final_level", "tuned_on", "reported_on",
+    ),
+    "semantic_monitor_coverage": ("covered", "share"),
+    "semantic_candidates_real": (
+        "best", "best_hits", "best_ratio", "goal_met", "best_at_scale", "best_at_scale_ratio",
+        "goal_met_at_scale", "queries", "static092_hits", "full_static092_wrong_share",
+        "candidates_asked",
+    ),
     "miss_cost_real": (
         "miss_ms_per_token", "miss_ms_p50", "miss_tokens_p50", "cold_miss_ms", "hit_ms_p50",
         "hit_ms_p99", "hits", "repeats", "runs", "max_tokens",
@@ -87,7 +103,8 @@ def _goals(row: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """(figure, sign, bound) for each goal_<x>[_max|_min] of a line."""
     out = []
     for key, goal in row.items():
-        if not key.startswith("goal_") or isinstance(goal, (dict, list)):
+        # (a goal_ field that is a bool is a verdict the line gives, not a bound)
+        if not key.startswith("goal_") or isinstance(goal, (dict, list, bool)):
             continue
         figure = key.removeprefix("goal_")
         sign = "<=" if figure.endswith("_max") else ">=" if figure.endswith("_min") else "="

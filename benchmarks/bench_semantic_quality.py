@@ -135,6 +135,7 @@ def long_history(args: argparse.Namespace) -> None:
         history_budget_strata=hist["budget_strata"],
         cold_ratio=s["cold_ratio"], cold_wrong_share=s["cold_wrong_share"],
         seconds=round(time.perf_counter() - t0, 1),
+        goal_ratio_min=2.0, goal_wrong_share_max=0.01,
     )  # fmt: skip
 
 
