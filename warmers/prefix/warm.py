@@ -200,9 +200,8 @@ class PrefixWarmer:
         ranked = self.store.top(model_id, o.top_n, tenants, not_before=now - o.max_age_s)
         seen: set[tuple[Any, ...]] = set()
         out: list[HotPrefix] = []
-        room = budget if isinstance(budget, Room) else Room(budget or 0)
-        if budget is None:
-            room = Room(o.token_budget)
+        budget = o.token_budget if budget is None else budget
+        room = budget if isinstance(budget, Room) else Room(budget)
         slots, left = room.slots, room.tokens
         for h in ranked:
             ident = (o.model or h.prefix.model, h.prefix.messages)
