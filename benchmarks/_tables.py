@@ -9,14 +9,17 @@ command that reproduces it, its figures as the mean over the runs with their ran
 and in how many runs it met them. The runs with the slow rows (`BENCH_SLOW=1 make bench`, perhaps
 with BENCH_ONLY: their provenance says `slow`) fill a second pair of markers: one row per line
 that no default run prints, with the figures the docs discuss beside its goals. `--check` exits
-1 when a block on disk is not what the files give (tests/test_docs.py runs it), so no table is
+1 when a block on disk is not what the files give (`PIVOTS`: tables further down the page, each
+the lines of one command from the newest run that printed them, laid out as the page needs) (tests/test_docs.py runs it), so no table is
 edited by hand and none outlives its files.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ DETAIL: dict[str, tuple[str, ...]] = {
     "prefix_warm_real": (
         "ttft_p50_ratio_per_run", "with_p50_ms", "without_p50_ms", "ttft_p99_ratio", "prompts",
         "prompt_tokens_total", "first_requests", "failed", "warmed", "warm_budget",
+        "prompt_tokens_held_with", "prompt_tokens_held_without", "detect_and_warm_s",
     ),
     "backend_protection_real": (
         "p99_ratio_ci95", "p99_ratio_per_run", "p95_ratio", "p95_ratio_ci95", "p50_ratio",
@@ -65,6 +69,77 @@ DETAIL: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 RUN = ("load_avg_1m", "seconds")
+
+
+@dataclass(frozen=True)
+class Pivot:
+    """A table of its own further down the page, between `<!-- bench-table:<id>:begin ... -->`
+    and `<!-- bench-table:<id>:end -->`: the lines of one command whose names match `pattern`,
+    from the newest run that printed them. A row per value of `rows` (fields of a line, or named
+    groups of its name); with `cols`, a column per value of that field and `figures[0]` in each
+    cell, else a column per figure. `extra`: figures of a row's first line, in columns after."""
+
+    script: str
+    args: tuple[str, ...]
+    pattern: str
+    rows: tuple[str, ...]
+    figures: tuple[str, ...]
+    cols: str | None = None
+    extra: tuple[str, ...] = ()
+
+    @property
+    def command(self) -> str:
+        return " ".join([f"benchmarks/{self.script}", *self.args])
+
+    def key(self, line: dict[str, Any], field: str) -> Any:
+        got = re.fullmatch(self.pattern, line["name"])
+        if field in line:
+            return line[field]
+        return got.groupdict().get(field) if got else None
+
+    def takes(self, line: dict[str, Any]) -> bool:
+        return (
+            line.get("script") == self.script
+            and tuple(line.get("args", ())) == self.args
+            and re.fullmatch(self.pattern, line["name"]) is not None
+        )
+
+
+PIVOTS: dict[str, Pivot] = {
+    "warm-vs-naive": Pivot(
+        "bench_warm_vs_naive.py", (), r"warm_vs_naive_k\d+", ("dataset",), ("ratio_vs_naive",),
+        cols="k", extra=("requests", "items_per_plan", "plan_s_max"),
+    ),
+    "warm-vs-naive-7d": Pivot(
+        "bench_warm_vs_naive.py", ("--history-days", "7", "--seeds", "1"),
+        r"warm_vs_naive_7d_k\d+", ("dataset",), ("ratio_vs_naive",), cols="k",
+        extra=("requests", "items_per_plan"),
+    ),
+    "warm-drift": Pivot(
+        "bench_warm_vs_naive.py", ("--drift",), r"hot_set_drift_k\d+", ("dataset",),
+        ("ratio_vs_oracle",), cols="k", extra=("surge_requests", "history_bound"),
+    ),
+    "hot-set": Pivot(
+        "bench_hot_set.py", (), r"hot_set_k\d+_t092", ("k",),
+        ("coverage", "ratio_vs_rates", "ratio_logged", "ratio_vs_naive", "ratio",
+         "ratio_vs_history"),
+    ),
+    "hot-set-verified": Pivot(
+        "bench_hot_set.py", (), r"hot_set_k\d+_verified_l(?P<level>\d+)", ("k", "level"),
+        ("coverage", "clustered_at_092", "naive", "oracle_logged_choice", "x_static"),
+    ),
+    "analyze-warming": Pivot(
+        "bench_analyze_warming.py", (), r"analyze_warming_(?P<regime>ttl_\w+)", ("regime",),
+        ("peak_gpu_ratio", "peak_gpu_ratio_bound", "total_gpu_ratio", "warm_efficiency",
+         "warm_sends", "hit_rate", "hit_rate_baseline"),
+    ),
+    "semantic-quality": Pivot(
+        "bench_semantic_quality.py", (),
+        r"semantic_quality_(?P<configuration>static_0\.\d+|verified_L\d|prompt_rule|stoker"
+        r"|stoker_cold|clinc_long_history)", ("configuration",),
+        ("hit_rate", "wrong_share", "ratio", "queries"),
+    ),
+}  # fmt: skip
 
 
 Run = tuple[Path, dict[str, Any], dict[str, Any], list[dict[str, Any]]]
@@ -246,11 +321,69 @@ def slow_block(runs: list[Run], default: list[Run]) -> str:
     prints (from its newest commit's runs), with its DETAIL figures and each run's load and
     seconds."""
     plain = {row["name"] for _, _, _, rows in default for row in rows}
-    lines = {k: v for k, v in _by_line(_newest(runs)).items() if k[0] not in plain}
-    if not lines:
+    lines = {
+        k: v
+        for k, v in _by_line(_newest(runs)).items()
+        if k[0] not in plain and (k[0] in DETAIL or not any(p.takes(v[0]) for p in PIVOTS.values()))
+    }
+    if not runs:
         return "\n".join([SLOW_BEGIN, "No run with the slow rows is recorded.", SLOW_END])
     what = "`BENCH_SLOW=1 make bench`"
-    return "\n".join([SLOW_BEGIN, *_header(runs, what), "", *_table(lines, 0, "", True), SLOW_END])
+    table = _table(lines, 0, "", True) if lines else ["Each of their lines is in a table below."]
+    return "\n".join([SLOW_BEGIN, *_header(runs, what), "", *table, SLOW_END])
+
+
+def _seeded(line: dict[str, Any], figure: str) -> str:
+    """One cell: a line's figure; when the line is a mean over its seeds or runs, with their
+    range."""
+    inner = line.get("over_seeds", line.get("over_runs", {})).get(figure)
+    if isinstance(inner, dict) and inner.get("runs", 1) > 1 and inner["min"] != inner["max"]:
+        return f"{_num(inner['mean'])} ({_num(inner['min'])}-{_num(inner['max'])})"
+    return _num(line[figure]) if figure in line else ""
+
+
+def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
+    """A pivot's table, from the newest run (by its date) that printed the pivot's lines."""
+    begin = f"<!-- bench-table:{name}:begin (generated: do not edit) -->"
+    end = f"<!-- bench-table:{name}:end -->"
+    mine = [(r, [x for x in r[3] if pivot.takes(x)]) for r in runs]
+    mine = [(r, lines) for r, lines in mine if lines]
+    if not mine:
+        return "\n".join([begin, f"No recorded run of `{pivot.command}` yet.", end])
+    (path, head, stop, _), lines = max(mine, key=lambda m: str(m[0][1].get("date")))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    seeds = lines[0].get("seeds")
+    each = f" over seeds {seeds}, with their range" if seeds and len(seeds) > 1 else ""
+    out = [
+        begin,
+        f"`.venv/bin/python {pivot.command}`, recorded in `{where}` (commit "
+        f"{(head.get('commit') or 'unknown')[:10]}{' with changes' * bool(head.get('dirty'))}, "
+        f"{head['date'][:10]}, load average {head['load_avg'][0]} at the start, "
+        f"{stop.get('load_avg', ['?'])[0]} at the end): each cell the line's mean{each}.",
+        "",
+    ]
+    table: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for line in lines:
+        table.setdefault(tuple(pivot.key(line, f) for f in pivot.rows), []).append(line)
+    if pivot.cols:
+        cols = list(dict.fromkeys(pivot.key(x, pivot.cols) for x in lines))
+        heads = [f"{pivot.cols}={c}" for c in cols]
+    else:
+        cols, heads = list(pivot.figures), list(pivot.figures)
+    out.append("| " + " | ".join([*pivot.rows, *heads, *pivot.extra]) + " |")
+    out.append("|" + "---|" * (len(pivot.rows) + len(heads) + len(pivot.extra)))
+    for key, group in table.items():
+        if pivot.cols:
+            by = {pivot.key(x, pivot.cols): x for x in group}
+            cells = [_seeded(by[c], pivot.figures[0]) if c in by else "" for c in cols]
+        else:
+            cells = [_seeded(group[0], f) for f in cols]
+        cells += [_seeded(group[0], f) for f in pivot.extra]
+        out.append("| " + " | ".join([*map(str, key), *cells]) + " |")
+    if pivot.cols:
+        out += ["", f"Each cell: `{pivot.figures[0]}`."]
+    out.append(end)
+    return "\n".join(out)
 
 
 def splice(doc: str, new: str, begin: str = BEGIN, end: str = END) -> str:
@@ -266,7 +399,13 @@ def filled(doc: str, paths: list[Path]) -> str:
     default = [r for r in runs if not r[1].get("slow")]
     slow = [r for r in runs if r[1].get("slow")]
     doc = splice(doc, block(default))
-    return splice(doc, slow_block(slow, default), SLOW_BEGIN, SLOW_END)
+    doc = splice(doc, slow_block(slow, default), SLOW_BEGIN, SLOW_END)
+    for name, pivot in PIVOTS.items():
+        begin = f"<!-- bench-table:{name}:begin"
+        if begin in doc:
+            new = pivot_block(name, pivot, runs)
+            doc = splice(doc, new, new.split("\n", 1)[0], f"<!-- bench-table:{name}:end -->")
+    return doc
 
 
 def main() -> None:

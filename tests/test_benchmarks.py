@@ -354,3 +354,45 @@ def test_tables__slow_runs_fill_their_own_block_with_the_lines_no_default_run_pr
     assert "No run with the slow rows is recorded." in _tables.filled(got, [default])
     with pytest.raises(SystemExit, match="no default run"):
         _tables.filled(doc, [slow])
+
+
+def test_tables__a_pivot_table_comes_from_the_newest_run_of_its_own_command(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _tables
+    finally:
+        sys.path.remove(str(BENCH))
+
+    def line(k: int, dataset: str, ratio: float, args: list[str]) -> dict[str, object]:
+        return {"script": "bench_warm_vs_naive.py", "args": args, "name": f"warm_vs_naive_k{k}",
+                "dataset": dataset, "k": k, "ratio_vs_naive": ratio, "requests": 900,
+                "items_per_plan": float(k), "plan_s_max": 1.5, "seeds": [0, 1, 2],
+                "over_seeds": {"ratio_vs_naive": {"mean": ratio, "min": ratio - 0.01,
+                                                  "max": ratio + 0.02, "runs": 3}}}  # fmt: skip
+
+    default = _results(tmp_path / "a.jsonl", False, [line(50, "sample", 0.5, ["--seeds", "1"])])
+    lines = [line(k, d, 1.0 + k / 1e4, []) for d in ("drift", "sample") for k in (50, 200)]
+    slow = _results(tmp_path / "b.jsonl", True, lines)
+    marks = ["<!-- bench-table:warm-vs-naive:begin (generated: do not edit) -->",
+             "<!-- bench-table:warm-vs-naive:end -->"]  # fmt: skip
+    doc = "\n".join([_tables.BEGIN, _tables.END, _tables.SLOW_BEGIN, _tables.SLOW_END, *marks])
+    got = _tables.filled(doc, [default, slow]).split(marks[0])[1]
+    # a row per dataset, a column per K, each cell the mean over the seeds with their range;
+    # the default run's line (other arguments) is no part of it
+    assert "| dataset | k=50 | k=200 | requests | items_per_plan | plan_s_max |" in got
+    assert "| drift | 1.005 (0.995-1.025) | 1.02 (1.01-1.04) | 900 | 50 | 1.5 |" in got
+    assert "| sample | 1.005 (0.995-1.025) |" in got and "| 0.5 |" not in got
+    assert "`.venv/bin/python benchmarks/bench_warm_vs_naive.py`, recorded in `b.jsonl`" in got
+    # the lines a pivot tables are not repeated in the slow block
+    block = _tables.filled(doc, [default, slow]).split(_tables.SLOW_BEGIN)[1].split(marks[0])[0]
+    assert "warm_vs_naive_k" not in block and "Each of their lines is in a table below." in block
+    # a newer run replaces the table; no run at all says so
+    newer = [line(50, "drift", 2.0, [])]
+    head, *body = _results(tmp_path / "c.jsonl", True, newer).read_text().splitlines()
+    again = tmp_path / "c.jsonl"
+    again.write_text("\n".join([orjson.dumps(orjson.loads(head) | {"date": "2099-01-01"}).decode(),
+                                *body]))  # fmt: skip
+    got = _tables.filled(doc, [default, slow, again]).split(marks[0])[1]
+    assert "| drift | 2 (1.99-2.02) |" in got and "sample" not in got
+    empty = _tables.filled(doc, [default]).split(marks[0])[1]
+    assert "No recorded run of `benchmarks/bench_warm_vs_naive.py` yet." in empty
