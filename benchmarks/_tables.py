@@ -8,10 +8,10 @@ docs/benchmarks.md: each run's file, commit, dates and load, then one row per li
 command that reproduces it, its figures as the mean over the runs with their range, its goals,
 and in how many runs it met them. The runs with the slow rows (`BENCH_SLOW=1 make bench`, perhaps
 with BENCH_ONLY: their provenance says `slow`) fill a second pair of markers: one row per line
-that no default run prints, with the figures the docs discuss beside its goals. `--check` exits
-1 when a block on disk is not what the files give (`PIVOTS`: tables further down the page, each
-the lines of one command from the newest run that printed them, laid out as the page needs) (tests/test_docs.py runs it), so no table is
-edited by hand and none outlives its files.
+that no default run prints, with the figures the docs discuss beside its goals. `PIVOTS` fill
+tables further down the page: each the lines of one command from the newest run that printed
+them, laid out as the page needs. `--check` exits 1 when a block on disk is not what the files
+give (tests/test_docs.py runs it), so no table is edited by hand and none outlives its files.
 """
 
 from __future__ import annotations
@@ -118,6 +118,11 @@ PIVOTS: dict[str, Pivot] = {
     "warm-drift": Pivot(
         "bench_warm_vs_naive.py", ("--drift",), r"hot_set_drift_k\d+", ("dataset",),
         ("ratio_vs_oracle",), cols="k", extra=("surge_requests", "history_bound"),
+    ),
+    "hot-set-committed": Pivot(
+        "bench_hot_set.py", ("--seeds", "1", "--verified-levels", "none"), r"hot_set_k\d+_t092",
+        ("k",), ("coverage", "naive", "history", "oracle_rates", "oracle_logged", "ratio_logged",
+                 "oracle_rates_ratio_logged", "oracle", "ratio"),
     ),
     "hot-set": Pivot(
         "bench_hot_set.py", (), r"hot_set_k\d+_t092", ("k",),
