@@ -138,6 +138,13 @@ PIVOTS: dict[str, Pivot] = {
         ("peak_gpu_ratio", "peak_gpu_ratio_bound", "total_gpu_ratio", "warm_efficiency",
          "warm_sends", "hit_rate", "hit_rate_baseline"),
     ),
+    "prefix-warm-sim": Pivot(
+        "bench_prefix_warm.py", ("--no-real",), r"prefix_warm(_busy)?",
+        ("name", "requests", "templates_used"),
+        ("with_p50_ms", "without_p50_ms", "ttft_p50_ratio", "ttft_p99_ratio",
+         "prompt_tokens_held_with", "prompt_tokens_held_without"),
+        extra=("warmed",),
+    ),
     "semantic-quality": Pivot(
         "bench_semantic_quality.py", (),
         r"semantic_quality_(?P<configuration>static_0\.\d+|verified_L\d|prompt_rule|stoker"
@@ -347,31 +354,53 @@ def _seeded(line: dict[str, Any], figure: str) -> str:
     return _num(line[figure]) if figure in line else ""
 
 
+def _pivot_cell(lines: list[dict[str, Any]], figure: str) -> str:
+    """A figure over the runs' lines for one cell: one run's as it is (with its seeds' range),
+    several runs' as their mean and range."""
+    if len(lines) == 1:
+        return _seeded(lines[0], figure)
+    return _over_runs([x.get(figure) for x in lines]) if lines else ""
+
+
 def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
-    """A pivot's table, from the newest run (by its date) that printed the pivot's lines."""
+    """A pivot's table, from the runs of the newest commit (by the runs' dates) that printed the
+    pivot's lines: each cell the mean over them, with their range."""
     begin = f"<!-- bench-table:{name}:begin (generated: do not edit) -->"
     end = f"<!-- bench-table:{name}:end -->"
     mine = [(r, [x for x in r[3] if pivot.takes(x)]) for r in runs]
     mine = [(r, lines) for r, lines in mine if lines]
     if not mine:
         return "\n".join([begin, f"No recorded run of `{pivot.command}` yet.", end])
-    (path, head, stop, _), lines = max(mine, key=lambda m: str(m[0][1].get("date")))
-    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
-    seeds = lines[0].get("seeds")
-    each = f" over seeds {seeds}, with their range" if seeds and len(seeds) > 1 else ""
+    newest = max(mine, key=lambda m: str(m[0][1].get("date")))[0][1]
+    mine = [(r, lines) for r, lines in mine if r[1].get("commit") == newest.get("commit")]
+    files = ", ".join(
+        f"`{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name}`" for (p, *_), _ in mine
+    )
+    seeds = mine[0][1][0].get("seeds")
+    each = (
+        f"the mean over its {len(mine)} runs, with their range"
+        if len(mine) > 1
+        else f"the line's mean over seeds {seeds}, with their range"
+        if seeds and len(seeds) > 1
+        else "the line's figure"
+    )
+    loads = " / ".join(str(head["load_avg"][0]) for (_, head, _, _), _ in mine)
+    ends = " / ".join(str(stop.get("load_avg", ["?"])[0]) for (_, _, stop, _), _ in mine)
     out = [
         begin,
-        f"`.venv/bin/python {pivot.command}`, recorded in `{where}` (commit "
-        f"{(head.get('commit') or 'unknown')[:10]}{' with changes' * bool(head.get('dirty'))}, "
-        f"{head['date'][:10]}, load average {head['load_avg'][0]} at the start, "
-        f"{stop.get('load_avg', ['?'])[0]} at the end): each cell the line's mean{each}.",
+        f"`.venv/bin/python {pivot.command}`, recorded in {files} (commit "
+        f"{(newest.get('commit') or 'unknown')[:10]}"
+        f"{' with changes' * bool(newest.get('dirty'))}, {newest['date'][:10]}, load average "
+        f"{loads} at the start, {ends} at the end): each cell {each}.",
         "",
     ]
     table: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for line in lines:
-        table.setdefault(tuple(pivot.key(line, f) for f in pivot.rows), []).append(line)
+    for _, lines in mine:
+        for line in lines:
+            table.setdefault(tuple(pivot.key(line, f) for f in pivot.rows), []).append(line)
+    every = [x for _, lines in mine for x in lines]
     if pivot.cols:
-        cols = list(dict.fromkeys(pivot.key(x, pivot.cols) for x in lines))
+        cols = list(dict.fromkeys(pivot.key(x, pivot.cols) for x in every))
         heads = [f"{pivot.cols}={c}" for c in cols]
     else:
         cols, heads = list(pivot.figures), list(pivot.figures)
@@ -379,11 +408,14 @@ def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
     out.append("|" + "---|" * (len(pivot.rows) + len(heads) + len(pivot.extra)))
     for key, group in table.items():
         if pivot.cols:
-            by = {pivot.key(x, pivot.cols): x for x in group}
-            cells = [_seeded(by[c], pivot.figures[0]) if c in by else "" for c in cols]
+            cells = [
+                _pivot_cell([x for x in group if pivot.key(x, pivot.cols) == c], pivot.figures[0])
+                for c in cols
+            ]
+            first = [x for x in group if pivot.key(x, pivot.cols) == cols[0]] or group[:1]
         else:
-            cells = [_seeded(group[0], f) for f in cols]
-        cells += [_seeded(group[0], f) for f in pivot.extra]
+            cells, first = [_pivot_cell(group, f) for f in cols], group
+        cells += [_pivot_cell(first, f) for f in pivot.extra]
         out.append("| " + " | ".join([*map(str, key), *cells]) + " |")
     if pivot.cols:
         out += ["", f"Each cell: `{pivot.figures[0]}`."]

@@ -356,7 +356,7 @@ def test_tables__slow_runs_fill_their_own_block_with_the_lines_no_default_run_pr
         _tables.filled(doc, [slow])
 
 
-def test_tables__a_pivot_table_comes_from_the_newest_run_of_its_own_command(tmp_path):
+def test_tables__a_pivot_table_comes_from_the_newest_commit_s_runs_of_its_own_command(tmp_path):
     sys.path.insert(0, str(BENCH))
     try:
         import _tables
@@ -386,13 +386,20 @@ def test_tables__a_pivot_table_comes_from_the_newest_run_of_its_own_command(tmp_
     # the lines a pivot tables are not repeated in the slow block
     block = _tables.filled(doc, [default, slow]).split(_tables.SLOW_BEGIN)[1].split(marks[0])[0]
     assert "warm_vs_naive_k" not in block and "Each of their lines is in a table below." in block
-    # a newer run replaces the table; no run at all says so
-    newer = [line(50, "drift", 2.0, [])]
-    head, *body = _results(tmp_path / "c.jsonl", True, newer).read_text().splitlines()
-    again = tmp_path / "c.jsonl"
-    again.write_text("\n".join([orjson.dumps(orjson.loads(head) | {"date": "2099-01-01"}).decode(),
-                                *body]))  # fmt: skip
-    got = _tables.filled(doc, [default, slow, again]).split(marks[0])[1]
+
+    # a run of a newer commit replaces the table; another run of the same commit is averaged
+    # with it (each cell the mean over the runs, with their range); no run at all says so
+    def rerun(name: str, commit: str | None) -> Path:
+        head, *body = _results(tmp_path / name, True, [line(50, "drift", 2.0, [])]).read_text(
+        ).splitlines()  # fmt: skip
+        newer = orjson.loads(head) | {"date": "2099-01-01"} | ({"commit": commit} if commit else {})
+        (tmp_path / name).write_text("\n".join([orjson.dumps(newer).decode(), *body]))
+        return tmp_path / name
+
+    got = _tables.filled(doc, [default, slow, rerun("c.jsonl", "f" * 40)]).split(marks[0])[1]
     assert "| drift | 2 (1.99-2.02) |" in got and "sample" not in got
+    got = _tables.filled(doc, [default, slow, rerun("d.jsonl", None)]).split(marks[0])[1]
+    assert "each cell the mean over its 2 runs, with their range" in got
+    assert "| drift | 1.502 (1.005-2) | 1.02 (1.01-1.04) |" in got and "| sample |" in got
     empty = _tables.filled(doc, [default]).split(marks[0])[1]
     assert "No recorded run of `benchmarks/bench_warm_vs_naive.py` yet." in empty
