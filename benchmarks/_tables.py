@@ -86,6 +86,7 @@ class Pivot:
     figures: tuple[str, ...]
     cols: str | None = None
     extra: tuple[str, ...] = ()
+    each: str | None = None  # a field holding a list of rows: each item becomes a line
 
     @property
     def command(self) -> str:
@@ -144,6 +145,11 @@ PIVOTS: dict[str, Pivot] = {
         ("with_p50_ms", "without_p50_ms", "ttft_p50_ratio", "ttft_p99_ratio",
          "prompt_tokens_held_with", "prompt_tokens_held_without"),
         extra=("warmed",),
+    ),
+    "semantic-candidates": Pivot(
+        "bench_semantic_quality.py", (), r"semantic_candidates_real", ("name", "rule"),
+        ("hits", "wrong_share", "wrong_bound", "ratio", "full_wrong_share", "full_ratio"),
+        each="candidates",
     ),
     "semantic-quality": Pivot(
         "bench_semantic_quality.py", (),
@@ -371,6 +377,8 @@ def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
     mine = [(r, lines) for r, lines in mine if lines]
     if not mine:
         return "\n".join([begin, f"No recorded run of `{pivot.command}` yet.", end])
+    if pivot.each:
+        mine = [(r, [item for x in lines for item in x.get(pivot.each, [])]) for r, lines in mine]
     newest = max(mine, key=lambda m: str(m[0][1].get("date")))[0][1]
     mine = [(r, lines) for r, lines in mine if r[1].get("commit") == newest.get("commit")]
     files = ", ".join(

@@ -403,3 +403,24 @@ def test_tables__a_pivot_table_comes_from_the_newest_commit_s_runs_of_its_own_co
     assert "| drift | 1.502 (1.005-2) | 1.02 (1.01-1.04) |" in got and "| sample |" in got
     empty = _tables.filled(doc, [default]).split(marks[0])[1]
     assert "No recorded run of `benchmarks/bench_warm_vs_naive.py` yet." in empty
+
+
+def test_tables__a_pivot_of_a_list_field_makes_a_row_of_each_item(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _tables
+    finally:
+        sys.path.remove(str(BENCH))
+    cands = [{"name": "shipped", "rule": "as shipped", "hits": 33, "ratio": 1.65},
+             {"name": "guarded_0.84", "rule": "cos>=0.84", "hits": 49, "ratio": 2.45,
+              "full_ratio": 1.957}]  # fmt: skip
+    row = {"script": "bench_semantic_quality.py", "args": [], "name": "semantic_candidates_real",
+           "candidates": cands}  # fmt: skip
+    default = _results(tmp_path / "a.jsonl", False, [{**row, "name": "other"}])
+    slow = _results(tmp_path / "b.jsonl", True, [row])
+    got = _tables.pivot_block("c", _tables.PIVOTS["semantic-candidates"], _tables.runs_of(slow))
+    assert "| shipped | as shipped | 33 |" in got and "| 1.65 |  |  |" in got
+    assert "| guarded_0.84 | cos>=0.84 | 49 |" in got and "| 2.45 |  | 1.957 |" in got
+    assert "No recorded run" in _tables.pivot_block(
+        "c", _tables.PIVOTS["semantic-candidates"], _tables.runs_of(default)
+    )
