@@ -43,8 +43,8 @@ log (the same learn step, into the same store). Each of `--real-runs` runs (3) d
 - with: the scheduler's replica watch (warmers/prefix/after_restart.py), which read the server
   before the restart, finds it restarted from what llama.cpp exports (it has no start time:
   its counters went back) and sends the hot system prompts (the prefix warm with the settings'
-  defaults, max_tokens=1, coldest first; its room: 0.8 of the host-memory prompt cache, which
-  keeps a copy of each idle slot's prompt too and which the setting
+  defaults, max_tokens=1, coldest first; its room: a prompt in each slot, which llama.cpp
+  reports, and 0.8 of the host-memory prompt cache, which the setting
   STOKER_PREFIX_WARM_HOST_CACHE_TOKENS says, by default this server's); then the same requests.
 Only the first request of each prompt is scored: a later one finds its prompt held either
 way. `first_requests` counts them (with, without) over the runs; `ttft_p50_ratio` is the p50

@@ -346,8 +346,8 @@ class StokerSettings(BaseSettings):
     # traffic's own prefixes. 0: always the fixed token budget.
     prefix_warm_kv_share: float = option(PrefixWarmOptions, "kv_share")
     # llama.cpp reports its slots (-np x -c), a prompt each, not the prompts its --cache-ram
-    # keeps in host memory beside them, a copy of each idle slot's too: their tokens (the warm
-    # sends prompts within prefix_warm_kv_share of these). Default: the embedded
+    # keeps in host memory (an idle slot's among them): their tokens (the warm sends a prompt
+    # a slot and prompts within prefix_warm_kv_share of these). Default: the embedded
     # server's (256 MiB of SmolLM2-135M's 23,040-byte cells). Yours: --cache-ram (llama.cpp's
     # default is 8,192 MiB) x 1,048,576 / the KV bytes a token: 4 x n_layer x n_head_kv x
     # n_embd_head_k for an f16 cache, which llama-server prints at start with -lv 4. 0: the

@@ -125,7 +125,8 @@ def test_prefix_warmer__counts_llama_cpp_host_cache_beside_its_slots(
     redis_client: redis.Redis, llama: LlamaServer
 ) -> None:
     """llama-server reports its slots (-np, and -c over them), not what --cache-ram keeps in
-    host memory: without it, a prompt a slot; with it, the setting's share of its tokens."""
+    host memory: a prompt a slot, and with a host cache the setting's share of its tokens for
+    the rest."""
     store = _store(redis_client, 1)
     budgets = [
         PrefixWarmer(
@@ -138,8 +139,7 @@ def test_prefix_warmer__counts_llama_cpp_host_cache_beside_its_slots(
         Room(0, n, each),
         f"a prompt in each of its {n} slots (up to {each:,} tokens)",
     )
-    # an idle slot's prompt is saved to the host cache too: the slots add no room beside it
-    assert budgets[1][0] == Room(8_000)
+    assert budgets[1][0] == Room(8_000, n, each)
 
 
 def test_prefix_warmer__plan_gives_llama_cpp_slots_a_prompt_each(redis_client: redis.Redis) -> None:

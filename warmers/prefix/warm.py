@@ -11,9 +11,9 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    evicts least recently used when a running request needs room, so they never stop a live
    request from being admitted; the share leaves room for the live traffic's own prefixes.
    llama.cpp is no pool of blocks (Room): each slot holds one prompt, whatever its context,
-   and an idle slot's prompt is saved to its host-memory cache (--cache-ram, which it does
-   not report: `host_cache_tokens`), so every prompt sent must fit within `kv_share` of the
-   host cache; without one, the slots hold a prompt each, and that is all;
+   and an idle slot's prompt is saved to its host-memory cache too (--cache-ram, which it does
+   not report: `host_cache_tokens`). The hottest prompts, one a slot, go to the slots and the
+   rest within `kv_share` of the host cache; without one, the slots' prompts alone;
 2. send them coldest first, so that the hottest are the most recently used when the warm ends:
    vLLM evicts the least recently used free blocks, and llama.cpp's host cache drops the prompt
    saved longest ago, so the first live prompts of other templates push out the coldest;
@@ -176,14 +176,18 @@ class PrefixWarmer:
             share = int(o.kv_share * kv)
             return Room(share), f"{o.kv_share:g} of the backend's {kv:,}-token KV cache"
         n, each = state.slots, kv // state.slots
+        slots = f"a prompt in each of its {n} slots (up to {each:,} tokens)"
         if not o.host_cache_tokens:
-            return Room(0, n, each), f"a prompt in each of its {n} slots (up to {each:,} tokens)"
-        # llama-server saves a slot's prompt to the host cache as soon as the slot is idle: the
-        # host cache holds a copy of the slots' prompts too, so they are no room beside it
+            return Room(0, n, each), slots
+        # llama-server saves an idle slot's prompt to the host cache too, so the slots' prompts
+        # are copies there. Sending them beside the host share costs the warm a prefill each and
+        # pushes out only the coldest prompts sent (the host cache drops the one saved longest
+        # ago); without them, prefix_warm_real held less and its first requests waited longer,
+        # in each of its 3 runs
         host = int(o.kv_share * o.host_cache_tokens)
-        return Room(host), (
-            f"{o.kv_share:g} of the {o.host_cache_tokens:,} tokens of its host-memory cache "
-            "(STOKER_PREFIX_WARM_HOST_CACHE_TOKENS), which keeps the slots' prompts too"
+        return Room(host, n, each), (
+            f"{slots}, and {o.kv_share:g} of the {o.host_cache_tokens:,} tokens of its "
+            "host-memory cache (STOKER_PREFIX_WARM_HOST_CACHE_TOKENS)"
         )
 
     def plan(
