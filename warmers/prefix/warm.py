@@ -182,8 +182,8 @@ class PrefixWarmer:
         # llama-server saves an idle slot's prompt to the host cache too, so the slots' prompts
         # are copies there. Sending them beside the host share costs the warm a prefill each and
         # pushes out only the coldest prompts sent (the host cache drops the one saved longest
-        # ago); without them, prefix_warm_real held less and its first requests waited longer,
-        # in each of its 3 runs
+        # ago); without them, prefix_warm_real held less in one of its 3 runs, and that run's
+        # first requests waited 3x longer (the other two moved within the rows' own spread)
         host = int(o.kv_share * o.host_cache_tokens)
         return Room(host, n, each), (
             f"{slots}, and {o.kv_share:g} of the {o.host_cache_tokens:,} tokens of its "
