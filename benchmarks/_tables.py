@@ -279,12 +279,20 @@ def _table(
         f"| line | command | measured | goal | met |{more}",
         "|---|---|---|---|---|" + "---|" * bool(extra),
     ]
-    for (name, cmd), rows in lines.items():
+    for (_, cmd), rows in lines.items():
+        name = rows[0]["name"]
         got, goal, met = _figures(rows, (*DETAIL.get(name, ()), *RUN) if detail else ())
         note = "" if not runs or len(rows) == runs else f" (in {len(rows)} of {runs} runs)"
         cell = f" {rows[0].get(extra, '')} |" if extra else ""
-        out.append(f"| `{name}` | `{cmd}` | {got}{note} | {goal} | {met} |{cell}")
+        on = f" on {rows[0]['dataset']}" if "dataset" in rows[0] else ""
+        out.append(f"| `{name}`{on} | `{cmd}` | {got}{note} | {goal} | {met} |{cell}")
     return out
+
+
+def _label(row: dict[str, Any]) -> str:
+    """A line's name, and its dataset when it has one: a script that prints one name per
+    dataset makes a line of each, never a mean over datasets."""
+    return row["name"] + (f" on {row['dataset']}" if "dataset" in row else "")
 
 
 def _by_line(runs: list[Run]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -293,7 +301,7 @@ def _by_line(runs: list[Run]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     for _, _, _, rows in runs:
         for row in rows:
             cmd = " ".join([f"benchmarks/{row['script']}", *row.get("args", [])])
-            by_line.setdefault((row["name"], cmd), []).append(row)
+            by_line.setdefault((_label(row), cmd), []).append(row)
     return by_line
 
 
@@ -327,9 +335,9 @@ def _newest(runs: list[Run]) -> list[Run]:
     newest: dict[str, str | None] = {}
     for _, head, _, rows in sorted(runs, key=lambda r: str(r[1].get("date"))):
         for row in rows:
-            newest[row["name"]] = head.get("commit")
+            newest[_label(row)] = head.get("commit")
     return [
-        (path, head, end, [r for r in rows if newest[r["name"]] == head.get("commit")])
+        (path, head, end, [r for r in rows if newest[_label(r)] == head.get("commit")])
         for path, head, end, rows in runs
     ]
 
@@ -338,11 +346,12 @@ def slow_block(runs: list[Run], default: list[Run]) -> str:
     """The slow rows' block: the slow runs' provenance, then a row per line that no default run
     prints (from its newest commit's runs), with its DETAIL figures and each run's load and
     seconds."""
-    plain = {row["name"] for _, _, _, rows in default for row in rows}
+    plain = {_label(row) for _, _, _, rows in default for row in rows}
     lines = {
         k: v
         for k, v in _by_line(_newest(runs)).items()
-        if k[0] not in plain and (k[0] in DETAIL or not any(p.takes(v[0]) for p in PIVOTS.values()))
+        if k[0] not in plain
+        and (v[0]["name"] in DETAIL or not any(p.takes(v[0]) for p in PIVOTS.values()))
     }
     if not runs:
         return "\n".join([SLOW_BEGIN, "No run with the slow rows is recorded.", SLOW_END])

@@ -424,3 +424,27 @@ def test_tables__a_pivot_of_a_list_field_makes_a_row_of_each_item(tmp_path):
     assert "No recorded run" in _tables.pivot_block(
         "c", _tables.PIVOTS["semantic-candidates"], _tables.runs_of(default)
     )
+
+
+def test_tables__a_name_printed_per_dataset_makes_a_row_of_each_never_their_mean(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _tables
+    finally:
+        sys.path.remove(str(BENCH))
+    line = {"script": "bench_analyze_warming.py", "args": ["--shapes"],
+            "name": "analyze_warming_ttl_1d", "peak_gpu_ratio": 0.9, "goal_peak_gpu_ratio_max": 0.9}  # fmt: skip
+    default = _results(tmp_path / "a.jsonl", False, [{**line, "name": "other", "args": []}])
+    slow = _results(
+        tmp_path / "b.jsonl", True,
+        [{**line, "dataset": "drift", "peak_gpu_ratio": 0.8},
+         {**line, "dataset": "quiet", "peak_gpu_ratio": 1.0}],
+    )  # fmt: skip
+    doc = "\n".join([_tables.BEGIN, _tables.END, _tables.SLOW_BEGIN, _tables.SLOW_END])
+    rows = [
+        x for x in _tables.filled(doc, [default, slow]).splitlines() if "analyze_warming_ttl" in x
+    ]
+    assert len(rows) == 2
+    assert rows[0].startswith("| `analyze_warming_ttl_1d` on drift |") and "ratio 0.8 |" in rows[0]
+    assert rows[1].startswith("| `analyze_warming_ttl_1d` on quiet |") and "ratio 1 |" in rows[1]
+    assert rows[0].endswith("| 1 of 1 |") and rows[1].endswith("| 0 of 1 |")
