@@ -181,14 +181,20 @@ def _over_runs(values: list[Any]) -> str:
     return f"{_num(s['mean'])} ({_num(s['min'])}-{_num(s['max'])})"
 
 
-def _cell(rows: list[dict[str, Any]], figure: str) -> str:
+def _cell(rows: list[dict[str, Any]], figure: str, runs_note: bool = True) -> str:
     """A figure over the results' runs; a line of one run that is itself a mean over its own
-    runs or seeds (`over_runs`, `over_seeds`: demo.seeds.spread) shows that mean's range."""
+    runs or seeds (`over_runs`, `over_seeds`: demo.seeds.spread) shows that mean's range (and,
+    with `runs_note`, how many)."""
+    if not rows:
+        return ""
     inner = [r.get("over_runs", r.get("over_seeds", {})).get(figure) for r in rows]
     if len(rows) == 1 and isinstance(inner[0], dict) and inner[0].get("runs", 1) > 1:
         s = inner[0]
         if s["min"] != s["max"]:
-            return f"{_num(s['mean'])} ({_num(s['min'])}-{_num(s['max'])}, {s['runs']} runs)"
+            note = f", {s['runs']} runs" if runs_note else ""
+            return f"{_num(s['mean'])} ({_num(s['min'])}-{_num(s['max'])}{note})"
+    if len(rows) == 1 and figure not in rows[0]:
+        return ""
     return _over_runs([r.get(figure) for r in rows])
 
 
@@ -360,23 +366,6 @@ def slow_block(runs: list[Run], default: list[Run]) -> str:
     return "\n".join([SLOW_BEGIN, *_header(runs, what), "", *table, SLOW_END])
 
 
-def _seeded(line: dict[str, Any], figure: str) -> str:
-    """One cell: a line's figure; when the line is a mean over its seeds or runs, with their
-    range."""
-    inner = line.get("over_seeds", line.get("over_runs", {})).get(figure)
-    if isinstance(inner, dict) and inner.get("runs", 1) > 1 and inner["min"] != inner["max"]:
-        return f"{_num(inner['mean'])} ({_num(inner['min'])}-{_num(inner['max'])})"
-    return _num(line[figure]) if figure in line else ""
-
-
-def _pivot_cell(lines: list[dict[str, Any]], figure: str) -> str:
-    """A figure over the runs' lines for one cell: one run's as it is (with its seeds' range),
-    several runs' as their mean and range."""
-    if len(lines) == 1:
-        return _seeded(lines[0], figure)
-    return _over_runs([x.get(figure) for x in lines]) if lines else ""
-
-
 def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
     """A pivot's table, from the runs of the newest commit (by the runs' dates) that printed the
     pivot's lines: each cell the mean over them, with their range."""
@@ -426,13 +415,13 @@ def pivot_block(name: str, pivot: Pivot, runs: list[Run]) -> str:
     for key, group in table.items():
         if pivot.cols:
             cells = [
-                _pivot_cell([x for x in group if pivot.key(x, pivot.cols) == c], pivot.figures[0])
+                _cell([x for x in group if pivot.key(x, pivot.cols) == c], pivot.figures[0], False)
                 for c in cols
             ]
             first = [x for x in group if pivot.key(x, pivot.cols) == cols[0]] or group[:1]
         else:
-            cells, first = [_pivot_cell(group, f) for f in cols], group
-        cells += [_pivot_cell(first, f) for f in pivot.extra]
+            cells, first = [_cell(group, f, False) for f in cols], group
+        cells += [_cell(first, f, False) for f in pivot.extra]
         out.append("| " + " | ".join([*map(str, key), *cells]) + " |")
     if pivot.cols:
         out += ["", f"Each cell: `{pivot.figures[0]}`."]
