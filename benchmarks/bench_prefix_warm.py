@@ -48,7 +48,11 @@ log (the same learn step, into the same store). Each of `--real-runs` runs (3) d
   STOKER_PREFIX_WARM_HOST_CACHE_TOKENS says, by default this server's); then the same requests.
 Only the first request of each prompt is scored: a later one finds its prompt held either
 way. `first_requests` counts them (with, without) over the runs; `ttft_p50_ratio` is the p50
-of the scored TTFTs with the warm over without (goal <= 0.2). The first requests come once the
+of the scored TTFTs with the warm over without (goal <= 0.2). Why a first request was slow
+is in the line too: `first_requests_held` counts those whose prompt llama-server held (its
+last chunk's `timings.cache_n`, at least half the prompt), with and without;
+`first_requests_sent` those of a prompt the warm sent, and `first_requests_sent_held` those of
+them still held when they came (the rest were dropped from the host cache first). The first requests come once the
 warm is done (its seconds are reported): as after a deploy's pre-warm, or a replica whose warm
 ends before the load balancer sends it traffic. A slow row (~15 min on this 2-core machine),
 so `make bench` runs it only with BENCH_SLOW=1. The load average before and after is in the
@@ -73,6 +77,7 @@ from itertools import accumulate
 from typing import Any
 
 import httpx
+import orjson
 from _common import ROOT, emit, pct
 
 from backends.engine import EngineState, read_engine
@@ -198,28 +203,39 @@ def sim_backend() -> Iterator[str]:
 async def ttft(
     client: httpx.AsyncClient, msgs: list[dict[str, str]], model: str = MODEL, whole: bool = False
 ) -> float | None:
-    """Seconds to the first content chunk; None if the request failed. `whole`: read the
-    answer to its end, as a client does; llama-server keeps nothing of a request whose client
-    went away (cut at the first chunk, a prompt's second request found 0.2% of its tokens
-    held), so a cut stream would leave each request cold."""
+    """Seconds to the first content chunk; None if the request failed (`reply`)."""
+    return (await reply(client, msgs, model, whole))[0]
+
+
+async def reply(
+    client: httpx.AsyncClient, msgs: list[dict[str, str]], model: str = MODEL, whole: bool = False
+) -> tuple[float | None, int | None]:
+    """Seconds to the first content chunk (None if the request failed), and the prompt tokens
+    the server found held, as llama-server says in its last chunk (`timings.cache_n`; None
+    from a server that does not say). `whole`: read the answer to its end, as a client does;
+    llama-server keeps nothing of a request whose client went away (cut at the first chunk, a
+    prompt's second request found 0.2% of its tokens held), so a cut stream would leave each
+    request cold."""
     body = {"model": model, "messages": msgs, "stream": True, "max_tokens": 16, "temperature": 0}
     t0 = time.perf_counter()
-    first = None
+    first = held = None
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         if r.status_code != 200:
             if whole:
                 print(
                     f"request failed: {r.status_code} {(await r.aread())[:200]!r}", file=sys.stderr
                 )
-            return None
+            return None, None
         async for line in r.aiter_lines():
             if first is None and '"content":"' in line and '"content":""' not in line:
                 first = time.perf_counter() - t0
                 if not whole:
-                    return first
+                    return first, None
             elif first is None and whole and '"finish_reason":"' in line:
                 first = time.perf_counter() - t0  # an empty answer: its end is its first token
-    return first
+            if '"timings":' in line and line.startswith("data: "):
+                held = orjson.loads(line[6:]).get("timings", {}).get("cache_n", held)
+    return first, held
 
 
 async def replay(
@@ -365,34 +381,48 @@ class Restarts:
 
 async def in_order(
     root: str, seq: list[list[dict[str, str]]], deadline: float, timeout_s: float
-) -> list[float | None]:
-    """Each request's TTFT in order, one at a time (None: failed, or past the deadline). Each
+) -> list[tuple[float | None, int | None]]:
+    """Each request's TTFT in order, one at a time (None: failed, or past the deadline), and
+    the prompt tokens the server found held (`reply`). Each
     on a connection of its own: llama-server closes a kept-alive one after 5 s idle, and on a
     loaded box a request sent as it closed failed with "Server disconnected" (23 of 180)."""
-    out: list[float | None] = []
+    out: list[tuple[float | None, int | None]] = []
     fresh = httpx.Limits(max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=root, timeout=timeout_s, limits=fresh) as client:
         for msgs in seq:
-            t = None
+            got: tuple[float | None, int | None] = (None, None)
             if time.monotonic() < deadline:
                 try:
-                    t = await ttft(client, msgs, REAL, whole=True)
+                    got = await reply(client, msgs, REAL, whole=True)
                 except httpx.HTTPError as e:
                     print(f"request failed: {e!r}", file=sys.stderr)
-            out.append(t)
+            out.append(got)
     return out
 
 
-def firsts(drawn: list[int], ttfts: list[float | None]) -> list[float]:
-    """The TTFT of each prompt's first request in `drawn` (its template index per request)
-    that was answered: what a prefill costs without the warm."""
+@dataclass(frozen=True)
+class First:
+    """A prompt's first request of a run: its template, TTFT, and whether the server held the
+    prompt (llama-server reused at least half of its tokens; None: it did not say)."""
+
+    template: int
+    ttft_s: float
+    held: bool | None
+
+
+def firsts(
+    drawn: list[int], replies: list[tuple[float | None, int | None]], tokens: list[int]
+) -> list[First]:
+    """Each prompt's first request in `drawn` (its template index per request) that was
+    answered: what a prefill costs without the warm. `tokens`: each template's."""
     seen: set[int] = set()
     out = []
-    for t, got in zip(drawn, ttfts, strict=True):
+    for t, (got, cached) in zip(drawn, replies, strict=True):
         if t not in seen:
             seen.add(t)
             if got is not None:
-                out.append(got)
+                held = None if cached is None else cached >= tokens[t] / 2
+                out.append(First(t, got, held))
     return out
 
 
@@ -405,6 +435,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     server = Restarts()
     url = server.root + "/v1"
     warms: list[PrefixWarmReport] = []
+    planned: list[set[str]] = []  # each warm's plan: its system prompts
     t_start = time.monotonic()
 
     def warm(model: str, replica: str) -> PrefixWarmReport:
@@ -413,10 +444,13 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         opts = prefix_warm_options(StokerSettings(), backend_url=replica, qps=args.warm_qps)
         opts = opts.model_copy(update={"concurrency": 1, "timeout_s": args.real_max_seconds,
                                        "deadline_s": args.real_max_seconds})  # fmt: skip
-        warms.append(PrefixWarmer(store, opts).warm(model))
+        warmer = PrefixWarmer(store, opts)
+        plan = warmer.plan(model, budget=warmer.budget()[0])  # what warm() is about to send
+        planned.append({c for h in plan for r, c in h.prefix.messages if r == "system"})
+        warms.append(warmer.warm(model))
         return warms[-1]
 
-    def measure(seq: list[list[dict[str, str]]]) -> list[float | None]:
+    def measure(seq: list[list[dict[str, str]]]) -> list[tuple[float | None, int | None]]:
         deadline = time.monotonic() + args.real_max_seconds
         return asyncio.run(in_order(server.root, seq, deadline, args.real_max_seconds))
 
@@ -424,6 +458,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     try:
         server.restart()
         templates = sized_templates(server.root, sizes, rng)
+        tokens = [t for _, t in templates]
         zipf = list(accumulate(1.0 / (i + 1) for i in range(n)))
         tr = Traffic([t for t, _ in templates], zipf, [], rng)
         learn(store, tr, args.real_learn_requests, REAL)
@@ -438,14 +473,17 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
             watch = ReplicaWatch({REAL: [url]}, warm, timeout_s=10.0)
             seen_busy = watch() == []
             restart_s = server.restart()
-            t0 = time.monotonic()
+            t0, plans = time.monotonic(), len(planned)
             found = watch()
             detect_warm_s = time.monotonic() - t0
             before = read_engine(url)
             with_s = measure(seq)
+            sent = planned[-1] if len(planned) > plans else set()
             runs.append({
-                "with": firsts(drawn, with_s), "without": firsts(drawn, without),
-                "first": len(set(drawn)), "failed": sum(t is None for t in with_s + without),
+                "with": firsts(drawn, with_s, tokens), "without": firsts(drawn, without, tokens),
+                "planned": {i for i in set(drawn) if tr.templates[i] in sent},
+                "first": len(set(drawn)),
+                "failed": sum(t is None for t, _ in with_s + without),
                 "with_all": with_s, "without_all": without,
                 "held_with": _held(url, before), "held_without": held_without,
                 "seen_busy": seen_busy, "found": found, "restart_s": restart_s,
@@ -454,8 +492,8 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
             print(f"prefix_warm_real: run {run + 1}/{args.real_runs} done", file=sys.stderr)
     finally:
         server.stop()
-    with_s = [t for r in runs for t in r["with"]]
-    without = [t for r in runs for t in r["without"]]
+    with_s = [f.ttft_s for r in runs for f in r["with"]]
+    without = [f.ttft_s for r in runs for f in r["without"]]
     if not with_s or not without:
         raise SystemExit("prefix_warm_real: no first request answered with the warm or without")
     p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
@@ -469,7 +507,8 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         ttft_p50_ratio=round(p50w / p50o, 3),
         ttft_p99_ratio=round(p99w / p99o, 3),
         ttft_p50_ratio_per_run=[
-            round(pct(r["with"], 50) / pct(r["without"], 50), 3)
+            round(pct([f.ttft_s for f in r["with"]], 50)
+                  / pct([f.ttft_s for f in r["without"]], 50), 3)
             for r in runs if r["with"] and r["without"]
         ],
         with_p50_ms=round(p50w, 1), with_p99_ms=round(p99w, 1),
@@ -484,8 +523,20 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         distinct_prompts_per_run=[r["first"] for r in runs],
         failed=sum(r["failed"] for r in runs),
         failed_with_without=[
-            sum(t is None for r in runs for t in r[arm]) for arm in ("with_all", "without_all")
+            sum(t is None for r in runs for t, _ in r[arm]) for arm in ("with_all", "without_all")
         ],
+        # of the scored first requests: those whose prompt llama-server held (it reused at
+        # least half of its tokens), with the warm and without; those of a prompt the warm
+        # sent; and those held of them (a sent prompt not held at its first request was
+        # dropped from the host cache before it came)
+        first_requests_held=[
+            sum(bool(f.held) for r in runs for f in r[arm]) for arm in ("with", "without")
+        ],
+        first_requests_sent=sum(f.template in r["planned"] for r in runs for f in r["with"]),
+        first_requests_sent_held=sum(
+            bool(f.held) and f.template in r["planned"] for r in runs for f in r["with"]
+        ),
+        first_requests_held_per_run=[sum(bool(f.held) for f in r["with"]) for r in runs],
         template_tokens=[t for _, t in templates],
         prompt_tokens_held_with=[r["held_with"] for r in runs],
         prompt_tokens_held_without=[r["held_without"] for r in runs],
