@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import re
@@ -358,9 +359,11 @@ def sized_templates(root: str, sizes: list[int], rng: random.Random) -> list[tup
 
 
 class Restarts:
-    """llama-server as stoker runs it, stopped and started again on one port."""
+    """llama-server as stoker runs it (`cache_ram_mib`: a --cache-ram of its own), stopped and
+    started again on one port."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_ram_mib: int | None = None) -> None:
+        self.cache_ram_mib = cache_ram_mib
         self.port = free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         self.servers: list[LlamaServer] = []
@@ -370,7 +373,10 @@ class Restarts:
         t0 = time.monotonic()
         if self.servers:
             self.servers[-1].stop()
-        self.servers.append(installed_llama(StokerSettings(), port=self.port))
+        srv = installed_llama(StokerSettings(), port=self.port)
+        if self.cache_ram_mib is not None:
+            srv.opts = dataclasses.replace(srv.opts, cache_ram_mib=self.cache_ram_mib)
+        self.servers.append(srv)
         self.servers[-1].start()
         return time.monotonic() - t0
 
@@ -432,8 +438,14 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     sizes = [round(500 + 1500 * i / max(1, n - 1)) for i in range(n)]
     rng.shuffle(sizes)  # the hottest prompt is not always the shortest
     load_before = os.getloadavg()[0]
-    server = Restarts()
+    server = Restarts(args.real_cache_ram_mib)
     url = server.root + "/v1"
+    o = serve_options(StokerSettings())
+    study: dict[str, Any] = {}  # a --cache-ram of its own: the host cache the warm is told of
+    if args.real_cache_ram_mib is not None:
+        o = dataclasses.replace(o, cache_ram_mib=args.real_cache_ram_mib)
+        study = {"settings": {"llama --cache-ram": f"{o.cache_ram_mib} MiB",
+                              "STOKER_PREFIX_WARM_HOST_CACHE_TOKENS": o.host_cache_tokens}}  # fmt: skip
     warms: list[PrefixWarmReport] = []
     planned: list[set[str]] = []  # each warm's plan: its system prompts
     t_start = time.monotonic()
@@ -444,6 +456,8 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         opts = prefix_warm_options(StokerSettings(), backend_url=replica, qps=args.warm_qps)
         opts = opts.model_copy(update={"concurrency": 1, "timeout_s": args.real_max_seconds,
                                        "deadline_s": args.real_max_seconds})  # fmt: skip
+        if study:
+            opts = opts.model_copy(update={"host_cache_tokens": o.host_cache_tokens})
         warmer = PrefixWarmer(store, opts)
         plan = warmer.plan(model, budget=warmer.budget()[0])  # what warm() is about to send
         planned.append({c for h in plan for r, c in h.prefix.messages if r == "system"})
@@ -498,7 +512,6 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         raise SystemExit("prefix_warm_real: no first request answered with the warm or without")
     p50w, p99w, p50o, p99o = pct(with_s, 50), pct(with_s, 99), pct(without, 50), pct(without, 99)
     w = runs[-1]["warm"] or PrefixWarmReport(REAL)
-    o = serve_options(StokerSettings())
     emit(
         "prefix_warm_real",
         twin="prefix_warm",
@@ -549,6 +562,7 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
         seconds=round(time.monotonic() - t_start, 1),
         goal_ttft_p50_ratio_max=0.2,
+        **study,
     )  # fmt: skip
 
 
@@ -582,6 +596,9 @@ def main() -> None:
                     help="live requests a run, drawn by popularity")  # fmt: skip
     ap.add_argument("--real-runs", type=int, default=3)
     ap.add_argument("--real-learn-requests", type=int, default=400)
+    ap.add_argument("--real-cache-ram-mib", type=int, default=None,
+                    help="a study: llama-server's --cache-ram, and the warm told of it "
+                    "(default: the embedded server's)")  # fmt: skip
     ap.add_argument("--real-max-seconds", type=float, default=600.0,
                     help="per arm, and for the warm")  # fmt: skip
     args = ap.parse_args()
@@ -589,6 +606,8 @@ def main() -> None:
         ap.error("--templates, --*-requests and --concurrency must be >= 1")
     if min(args.real_templates, args.real_requests, args.real_learn_requests, args.real_runs) < 1:
         ap.error("--real-templates, --real-runs and --real-*-requests must be >= 1")
+    if args.real_cache_ram_mib is not None and args.real_cache_ram_mib < 1:
+        ap.error("--real-cache-ram-mib must be >= 1 (MiB)")
     with EmbeddedStack(kafka=False) as stack:
         assert stack.redis_url is not None
         r = connect(stack.redis_url)
