@@ -448,3 +448,40 @@ def test_tables__a_name_printed_per_dataset_makes_a_row_of_each_never_their_mean
     assert rows[0].startswith("| `analyze_warming_ttl_1d` on drift |") and "ratio 0.8 |" in rows[0]
     assert rows[1].startswith("| `analyze_warming_ttl_1d` on quiet |") and "ratio 1 |" in rows[1]
     assert rows[0].endswith("| 1 of 1 |") and rows[1].endswith("| 0 of 1 |")
+
+
+def test_prefix_warm_real__a_first_request_is_held_by_the_server_s_own_count(llama):
+    # prefix_warm_real says why a first request was slow from what llama-server reports of
+    # each request (timings.cache_n in its last chunk). A prompt never sent is not held; asked
+    # again with another question, it is: if the server stopped saying, or the parse broke,
+    # every first request would read as not held, or None.
+    import asyncio
+    import uuid
+
+    import httpx
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from bench_prefix_warm import REAL, WORDS, count_tokens, firsts, reply
+    finally:
+        sys.path.remove(str(BENCH))
+    root = llama.base_url.removesuffix("/v1")
+    system = f"You are assistant {uuid.uuid4().hex}. " + " ".join(WORDS * 8)
+    tokens = count_tokens(root, system)
+
+    def ask(question: str) -> tuple[float | None, int | None]:
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+        async def once() -> tuple[float | None, int | None]:
+            async with httpx.AsyncClient(base_url=root, timeout=120) as client:
+                return await reply(client, msgs, REAL, whole=True)
+
+        return asyncio.run(once())
+
+    cold, again = ask("What is a refund?"), ask("How do I reset my password?")
+    assert cold[0] is not None and cold[1] is not None and again[1] is not None
+    assert cold[1] < tokens / 2 <= again[1]
+    (first,) = firsts([3, 3], [cold, again], [0, 0, 0, tokens])
+    assert (first.template, first.held) == (3, False)
+    (later,) = firsts([3], [again], [0, 0, 0, tokens])
+    assert later.held is True
