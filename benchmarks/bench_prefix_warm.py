@@ -52,11 +52,13 @@ of the scored TTFTs with the warm over without (goal <= 0.2). Why a first reques
 is in the line too: `first_requests_held` counts those whose prompt llama-server held (its
 last chunk's `timings.cache_n`, at least half the prompt), with and without;
 `first_requests_sent` those of a prompt the warm sent, and `first_requests_sent_held` those of
-them still held when they came (the rest were dropped from the host cache first). The first requests come once the
-warm is done (its seconds are reported): as after a deploy's pre-warm, or a replica whose warm
-ends before the load balancer sends it traffic. A slow row (~15 min on this 2-core machine),
-so `make bench` runs it only with BENCH_SLOW=1. The load average before and after is in the
-line.
+them still held when they came (the rest were dropped from the host cache first). The first
+requests come once the warm is done (its seconds are reported): as after a deploy's
+pre-warm, or a replica whose warm ends before the load balancer sends it traffic. A slow row
+(~15 min on this 2-core machine), so `make bench` runs it only with BENCH_SLOW=1. The load
+average before and after is in the line. `--real-cache-ram-mib` is a study, not the goal's
+row: the server's host cache of another size, and the warm told of it by
+STOKER_PREFIX_WARM_HOST_CACHE_TOKENS (the line names both in `settings`).
 """
 
 from __future__ import annotations
@@ -451,11 +453,9 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     t_start = time.monotonic()
 
     def warm(model: str, replica: str) -> PrefixWarmReport:
-        """The scheduler's warm of one replica (stoker/registry.py), one prompt at a time: two
-        at once share the one thread, and neither is held sooner."""
-        opts = prefix_warm_options(StokerSettings(), backend_url=replica, qps=args.warm_qps)
-        opts = opts.model_copy(update={"concurrency": 1, "timeout_s": args.real_max_seconds,
-                                       "deadline_s": args.real_max_seconds})  # fmt: skip
+        """The scheduler's warm of one replica (stoker/registry.py), with the settings'
+        defaults: its QPS, concurrency (a send a slot here), timeout and deadline."""
+        opts = prefix_warm_options(StokerSettings(), backend_url=replica)
         if study:
             opts = opts.model_copy(update={"host_cache_tokens": o.host_cache_tokens})
         warmer = PrefixWarmer(store, opts)
@@ -600,7 +600,7 @@ def main() -> None:
                     help="a study: llama-server's --cache-ram, and the warm told of it "
                     "(default: the embedded server's)")  # fmt: skip
     ap.add_argument("--real-max-seconds", type=float, default=600.0,
-                    help="per arm, and for the warm")  # fmt: skip
+                    help="per arm")  # fmt: skip
     args = ap.parse_args()
     if min(args.templates, args.quiet_requests, args.busy_requests, args.concurrency) < 1:
         ap.error("--templates, --*-requests and --concurrency must be >= 1")

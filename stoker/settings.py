@@ -353,7 +353,8 @@ class StokerSettings(BaseSettings):
     # n_embd_head_k for an f16 cache, which llama-server prints at start with -lv 4. 0: the
     # slots' prompts only.
     prefix_warm_host_cache_tokens: int = Field(default=DEFAULT_SERVE.host_cache_tokens, ge=0)
-    # Rate, in flight at once, and the run's deadline (the deploy's pre-warm waits for it).
+    # Rate, in flight at once (on llama.cpp at most its slots), and the run's deadline (the
+    # deploy's pre-warm waits for it).
     prefix_warm_qps: float = option(PrefixWarmOptions, "qps")
     prefix_warm_concurrency: int = option(PrefixWarmOptions, "concurrency")
     prefix_warm_deadline_s: float = option(PrefixWarmOptions, "deadline_s")

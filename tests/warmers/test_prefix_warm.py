@@ -368,3 +368,40 @@ def test_prefix_warmer__reaches_the_backend_and_its_metrics_at_every_form_of_its
         )
     assert report.warmed == 2  # sized by the KV cache read from <root>/metrics, not /v1/metrics
     assert report.budget_from == "0.8 of the backend's 992-token KV cache"
+
+
+def _gauge(llama: LlamaServer, name: str) -> float:
+    import httpx
+
+    text = httpx.get(llama.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return next(float(x.split()[-1]) for x in text.splitlines() if x.startswith(name + " "))
+
+
+def test_prefix_warmer__sends_llama_cpp_no_more_at_once_than_its_slots(
+    redis_client: redis.Redis, llama: LlamaServer
+) -> None:
+    """A send beyond llama-server's slots waits in its queue, its timeout running: whatever its
+    concurrency, the warm keeps at most a send a slot in flight, so none is ever deferred."""
+    import threading
+
+    store = _store(redis_client, *range(60, 64))  # 4 prompts, more than its 2 slots
+    opts = PrefixWarmOptions(
+        backend_url=llama.base_url, qps=100, concurrency=8, host_cache_tokens=100_000
+    )
+    deferred: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            deferred.append(_gauge(llama, "llamacpp:requests_deferred"))
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        report = PrefixWarmer(store, opts).warm("llama")
+    finally:
+        done.set()
+        watcher.join()
+    assert (report.planned, report.warmed, report.failed) == (4, 4, 0)
+    assert len(deferred) > 10 and max(deferred) == 0

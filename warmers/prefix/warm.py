@@ -19,7 +19,8 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    saved longest ago, so the first live prompts of other templates push out the coldest;
    each as a generate of the one backend client (backends/client.py) with `max_tokens=1`,
    temperature 0, the prefix and a one-token user turn, straight to the backend at most `qps`
-   a second (throttle.TokenBucket), `concurrency` at a time, with
+   a second (throttle.TokenBucket), `concurrency` at a time (on llama.cpp at most a send a
+   slot: a request beyond its slots waits in its queue, where its timeout runs too), with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
    serves nor stores it: the answer cache is never read or written;
 3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed; stop
@@ -240,11 +241,12 @@ class PrefixWarmer:
             budget_slots=room.slots,
         )  # fmt: skip
         bucket = TokenBucket(o.qps, MonotonicClock())
-        gate = asyncio.Semaphore(o.concurrency)
+        at_once = min(o.concurrency, room.slots) if room.slots else o.concurrency
+        gate = asyncio.Semaphore(at_once)
         backend = OpenAIBackend(
             o.backend_url, model=o.model, api_key=o.api_key, headers=NO_CACHE_HEADERS,
             timeouts=Timeouts(read_s=o.timeout_s), retry=_ONCE, circuit_refusals=1,
-            connections=o.concurrency,
+            connections=at_once,
         )  # fmt: skip
         async with backend:
             tasks: list[asyncio.Task[None]] = []
