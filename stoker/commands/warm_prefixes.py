@@ -83,7 +83,8 @@ def warm_prefixes(
         print(orjson.dumps(report.__dict__).decode())
     else:
         console.print(str(report))
-    if report.failed or report.left_by_deadline:
+    if report.failed or report.left_by_deadline or report.skipped:
         raise StokerError(
-            f"prefix warm incomplete: {report.failed} failed, {report.left_by_deadline} left"
+            f"prefix warm incomplete: {report.failed} failed, {report.left_by_deadline} left, "
+            f"{report.skipped} of the coldest skipped to end by the deadline"
         )

@@ -166,7 +166,8 @@ def test_prefix_warmer__rate_is_capped_and_the_deadline_holds(redis_client: redi
         late = PrefixWarmer(
             store, PrefixWarmOptions(backend_url=sim.url, qps=1, deadline_s=1.5)
         ).warm("llama")
-    assert late.sent < 6 and late.left_by_deadline == 6 - late.sent
+    # one a second cannot send 6 in 1.5 s: the coldest are skipped (or left at the deadline)
+    assert late.sent < 6 and late.left_by_deadline + late.skipped == 6 - late.sent
     assert late.seconds < 3
 
 
@@ -269,6 +270,14 @@ def test_cli__warm_prefixes_dry_run_and_warm(
         assert "warmed 2 (600 tokens of 104,857: 0.8 of the backend's 131,072-token" in said
         assert "failed 0" in said
         assert sim.stats().served == 2
+        # one every 2 s cannot send 2 in 1.5 s: the run says what it skipped, and fails
+        monkeypatch.setenv("STOKER_PREFIX_WARM_DEADLINE_S", "1.5")
+        res = runner.invoke(
+            app, ["warm-prefixes", "--model", "llama", "--backend", sim.url, "--qps", "0.5"]
+        )
+        assert res.exit_code == 1, res.output
+        said = " ".join(res.output.split())
+        assert "warmed 1" in said and "the 1 coldest skipped to end by the deadline" in said
 
 
 @pytest.mark.parametrize(
@@ -405,3 +414,22 @@ def test_prefix_warmer__sends_llama_cpp_no_more_at_once_than_its_slots(
         watcher.join()
     assert (report.planned, report.warmed, report.failed) == (4, 4, 0)
     assert len(deferred) > 10 and max(deferred) == 0
+
+
+def test_prefix_warmer__a_deadline_too_short_skips_the_coldest_never_the_hottest(
+    redis_client: redis.Redis,
+) -> None:
+    """The hottest are sent last (the backend then evicts the coldest first), so a deadline
+    that cannot fit the plan would cut the hottest: once sends come back, the warm skips the
+    coldest so that the rest end by the deadline."""
+    store = _store(redis_client, *range(20, 28))  # 8 prefixes, 20 the hottest: ~0.6 s each
+    with SimulatorThread(SIM) as sim:
+        sim.restart()
+        opts = PrefixWarmOptions(backend_url=sim.url, qps=50, concurrency=1, deadline_s=2.5)
+        report = PrefixWarmer(store, opts).warm("llama")
+        assert report.skipped >= 1 and report.failed == 0
+        assert report.sent + report.skipped + report.left_by_deadline == 8
+        assert f"the {report.skipped} coldest skipped to end by the deadline" in str(report)
+        assert _live_gpu_ms(sim, 20) == pytest.approx(2.0 * 14 + 1.0)  # the hottest: held
+        assert _live_gpu_ms(sim, 21) == pytest.approx(2.0 * 14 + 1.0)
+        assert max(_live_gpu_ms(sim, i) for i in range(22, 27)) > 2.0 * 300  # a skipped one

@@ -23,9 +23,12 @@ is empty, and the first request of every system prompt pays its whole prefill. O
    slot: a request beyond its slots waits in its queue, where its timeout runs too), with
    `Cache-Control: no-cache, no-store` so that even a caching gateway named by mistake neither
    serves nor stores it: the answer cache is never read or written;
-3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed; stop
-   at once when the backend refuses the connection (nothing listens at its URL: every other
-   send would too), and report the URL (`unreachable`).
+3. stop at the deadline (deadline_s) whatever is left, and report sent / warmed / failed.
+   Since the hottest go last, a deadline would cut them first: once sends have come back, a
+   send that the rest could not follow before the deadline (at the rate the warmed prefix
+   tokens went, and at the QPS) is skipped, the coldest first (`skipped`). Stop at once when
+   the backend refuses the connection (nothing listens at its URL: every other send would
+   too), and report the URL (`unreachable`).
 A warm costs one prefill of the prefix and one decoded token; a prefix already held costs a
 token or two. Nothing is retried within a run: the next run (the next deploy, restart or
 schedule) sends again, and a run is safe to repeat.
@@ -37,6 +40,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -121,6 +125,7 @@ class PrefixWarmReport:
     warmed: int = 0
     failed: int = 0
     left_by_deadline: int = 0
+    skipped: int = 0  # the coldest, left so that the hottest were sent before the deadline
     tokens: int = 0  # prefix tokens of the warmed prefixes
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)  # the first few, for the report
@@ -131,6 +136,8 @@ class PrefixWarmReport:
 
     def __str__(self) -> str:
         late = f", {self.left_by_deadline} left at the deadline" if self.left_by_deadline else ""
+        if self.skipped:
+            late += f", the {self.skipped} coldest skipped to end by the deadline"
         why = f" ({self.unreachable or self.errors[0]})" if self.errors else ""
         room = f"{self.budget_tokens:,}" + (
             f" and {self.budget_slots} slots" if self.budget_slots else ""
@@ -248,24 +255,38 @@ class PrefixWarmer:
             timeouts=Timeouts(read_s=o.timeout_s), retry=_ONCE, circuit_refusals=1,
             connections=at_once,
         )  # fmt: skip
+        sending = plan[::-1]  # step 2: the hottest last
+        after = list(accumulate(h.prefix.tokens for h in reversed(sending)))[::-1]
         async with backend:
             tasks: list[asyncio.Task[None]] = []
-            for h in reversed(plan):  # step 2: the hottest last
+            started = 0.0
+            for i, h in enumerate(sending):
                 left = o.deadline_s - (time.monotonic() - t0)
                 if left <= 0:
                     break
                 try:
-                    await asyncio.wait_for(bucket.acquire(), left)
                     await asyncio.wait_for(gate.acquire(), left)
                 except TimeoutError:
                     break
                 if report.unreachable:  # an earlier send found nothing listening
                     gate.release()
                     break
+                now = time.monotonic()
+                if self._past_deadline(report, after[i], len(sending) - i, now - started,
+                                       o.deadline_s - (now - t0)):  # fmt: skip
+                    report.skipped += 1
+                    gate.release()
+                    continue
+                try:
+                    await asyncio.wait_for(bucket.acquire(), o.deadline_s - (now - t0))
+                except TimeoutError:
+                    gate.release()
+                    break
+                started = started or time.monotonic()
                 report.sent += 1
                 tasks.append(asyncio.create_task(self._send(backend, h, gate, report)))
             if not report.unreachable:
-                report.left_by_deadline = len(plan) - report.sent
+                report.left_by_deadline = len(plan) - report.sent - report.skipped
             left = max(0.0, o.deadline_s - (time.monotonic() - t0))
             _, pending = await asyncio.wait(tasks, timeout=left) if tasks else (set(), set())
             for t in pending:  # step 3: the deadline holds for requests in flight too
@@ -274,6 +295,18 @@ class PrefixWarmer:
             report.failed += len(pending)
         report.seconds = time.monotonic() - t0
         return report
+
+    def _past_deadline(
+        self, report: PrefixWarmReport, tokens: int, count: int, busy_s: float, left_s: float
+    ) -> bool:
+        """Would the `count` sends still to go, of `tokens` in all, end past the deadline, at
+        the QPS, or at the rate the warmed ones went (prefix tokens a second since the first
+        send; unknown before one has come back)? Then the coldest of them is skipped, so that
+        the deadline never cuts the hottest, which are sent last."""
+        need = (count - 1) / self.options.qps
+        if report.warmed and busy_s > 0:
+            need = max(need, tokens / (report.tokens / busy_s))
+        return need > left_s
 
     async def _send(
         self,
