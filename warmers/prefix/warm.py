@@ -272,8 +272,8 @@ class PrefixWarmer:
                     gate.release()
                     break
                 now = time.monotonic()
-                if self._past_deadline(report, after[i], len(sending) - i, now - started,
-                                       o.deadline_s - (now - t0)):  # fmt: skip
+                if self._past_deadline(report, after[i], len(sending) - i, after[-1],
+                                       now - started, o.deadline_s - (now - t0)):  # fmt: skip
                     report.skipped += 1
                     gate.release()
                     continue
@@ -297,15 +297,22 @@ class PrefixWarmer:
         return report
 
     def _past_deadline(
-        self, report: PrefixWarmReport, tokens: int, count: int, busy_s: float, left_s: float
+        self,
+        report: PrefixWarmReport,
+        tokens: int,
+        count: int,
+        last: int,
+        busy_s: float,
+        left_s: float,
     ) -> bool:
-        """Would the `count` sends still to go, of `tokens` in all, end past the deadline, at
-        the QPS, or at the rate the warmed ones went (prefix tokens a second since the first
-        send; unknown before one has come back)? Then the coldest of them is skipped, so that
-        the deadline never cuts the hottest, which are sent last."""
+        """Would the `count` sends still to go, of `tokens` in all, the last of `last` tokens,
+        end past the deadline, at the QPS, or at the rate the warmed ones went (prefix tokens a
+        second since the first send; unknown before one has come back)? Then the coldest of
+        them is skipped, so that the deadline never cuts the hottest, which are sent last."""
         need = (count - 1) / self.options.qps
         if report.warmed and busy_s > 0:
-            need = max(need, tokens / (report.tokens / busy_s))
+            rate = report.tokens / busy_s
+            need = max(need + last / rate, tokens / rate)
         return need > left_s
 
     async def _send(
