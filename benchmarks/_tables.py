@@ -42,6 +42,7 @@ DETAIL: dict[str, tuple[str, ...]] = {
         "prompt_tokens_total", "first_requests", "failed", "warmed", "warm_budget",
         "prompt_tokens_held_with", "prompt_tokens_held_without", "detect_and_warm_s",
         "first_requests_held", "first_requests_sent", "first_requests_sent_held",
+        "warm_skipped",
     ),
     "backend_protection_real": (
         "p99_ratio_ci95", "p99_ratio_per_run", "p95_ratio", "p95_ratio_ci95", "p50_ratio",

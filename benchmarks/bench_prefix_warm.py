@@ -558,6 +558,8 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
         restart_s=[round(r["restart_s"], 1) for r in runs],
         detect_and_warm_s=[round(r["detect_warm_s"], 1) for r in runs],
         warmed=w.warmed, warm_failed=w.failed, warm_words=w.tokens,
+        # per run: the coldest a warm skipped to end by its deadline
+        warm_skipped=[r["warm"].skipped if r["warm"] else None for r in runs],
         warm_budget=f"{w.budget_tokens} ({w.budget_from})",
         load_avg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
         seconds=round(time.monotonic() - t_start, 1),

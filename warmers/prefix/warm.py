@@ -259,7 +259,7 @@ class PrefixWarmer:
         after = list(accumulate(h.prefix.tokens for h in reversed(sending)))[::-1]
         async with backend:
             tasks: list[asyncio.Task[None]] = []
-            started = 0.0
+            speeds: list[float] = []  # each warmed prefix's tokens a second of its own send
             for i, h in enumerate(sending):
                 left = o.deadline_s - (time.monotonic() - t0)
                 if left <= 0:
@@ -272,8 +272,9 @@ class PrefixWarmer:
                     gate.release()
                     break
                 now = time.monotonic()
-                if self._past_deadline(report, after[i], len(sending) - i, after[-1],
-                                       now - started, o.deadline_s - (now - t0)):  # fmt: skip
+                count = len(sending) - i
+                if self._past_deadline(after[i], count, after[-1], speeds, min(at_once, count),
+                                       o.deadline_s - (now - t0)):  # fmt: skip
                     report.skipped += 1
                     gate.release()
                     continue
@@ -282,9 +283,8 @@ class PrefixWarmer:
                 except TimeoutError:
                     gate.release()
                     break
-                started = started or time.monotonic()
                 report.sent += 1
-                tasks.append(asyncio.create_task(self._send(backend, h, gate, report)))
+                tasks.append(asyncio.create_task(self._send(backend, h, gate, report, speeds)))
             if not report.unreachable:
                 report.left_by_deadline = len(plan) - report.sent - report.skipped
             left = max(0.0, o.deadline_s - (time.monotonic() - t0))
@@ -298,21 +298,23 @@ class PrefixWarmer:
 
     def _past_deadline(
         self,
-        report: PrefixWarmReport,
         tokens: int,
         count: int,
         last: int,
-        busy_s: float,
+        speeds: list[float],
+        parallel: int,
         left_s: float,
     ) -> bool:
         """Would the `count` sends still to go, of `tokens` in all, the last of `last` tokens,
-        end past the deadline, at the QPS, or at the rate the warmed ones went (prefix tokens a
-        second since the first send; unknown before one has come back)? Then the coldest of
-        them is skipped, so that the deadline never cuts the hottest, which are sent last."""
+        end past the deadline, at the QPS, or at the speed the warmed ones went (`speeds`,
+        each its tokens over its own send's seconds, `parallel` at once; unknown before one
+        has come back)? Then the coldest of them is skipped, so that the deadline never cuts
+        the hottest, which are sent last. A send's own seconds, not the run's: sends that share
+        the backend each go slower, `parallel` of them at once."""
         need = (count - 1) / self.options.qps
-        if report.warmed and busy_s > 0:
-            rate = report.tokens / busy_s
-            need = max(need + last / rate, tokens / rate)
+        if speeds:
+            speed = sum(speeds) / len(speeds)
+            need = max(need + last / speed, tokens / (speed * parallel))
         return need > left_s
 
     async def _send(
@@ -321,8 +323,10 @@ class PrefixWarmer:
         h: HotPrefix,
         gate: asyncio.Semaphore,
         report: PrefixWarmReport,
+        speeds: list[float],
     ) -> None:
         error = None
+        t0 = time.monotonic()
         try:
             await backend.generate(warm_request(h, self.options.model))
         except BackendUnreachable as e:
@@ -335,6 +339,7 @@ class PrefixWarmer:
         if error is None:
             report.warmed += 1
             report.tokens += h.prefix.tokens
+            speeds.append(h.prefix.tokens / max(time.monotonic() - t0, 1e-6))
         else:
             report.failed += 1
             if len(report.errors) < 3:
