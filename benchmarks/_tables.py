@@ -9,9 +9,10 @@ command that reproduces it, its figures as the mean over the runs with their ran
 and in how many runs it met them. The runs with the slow rows (`BENCH_SLOW=1 make bench`, perhaps
 with BENCH_ONLY: their provenance says `slow`) fill a second pair of markers: one row per line
 that no default run prints, with the figures the docs discuss beside its goals. `PIVOTS` fill
-tables further down the page: each the lines of one command from the runs of the newest commit
-that printed them, laid out as the page needs. `--check` exits 1 when a block on disk is not what the files
-give (tests/test_docs.py runs it), so no table is edited by hand and none outlives its files.
+tables further down the page: each the lines of one command from the runs of the newest
+commit that printed them, laid out as the page needs. `--check` exits 1 when a block on disk is
+not what the files give (tests/test_docs.py runs it), so no table is edited by hand and none
+outlives its files.
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ RUN = ("load_avg_1m", "seconds")
 class Pivot:
     """A table of its own further down the page, between `<!-- bench-table:<id>:begin ... -->`
     and `<!-- bench-table:<id>:end -->`: the lines of one command whose names match `pattern`,
-    from the runs of the newest commit that printed them. A row per value of `rows` (fields of a line, or named
-    groups of its name); with `cols`, a column per value of that field and `figures[0]` in each
-    cell, else a column per figure. `extra`: figures of a row's first line, in columns after."""
+    from the runs of the newest commit that printed them. A row per value of `rows` (fields of
+    a line, or named groups of its name); with `cols`, a column per value of that field and
+    `figures[0]` in each cell, else a column per figure. `extra`: figures of a row's first line,
+    in columns after."""
 
     script: str
     args: tuple[str, ...]

@@ -446,8 +446,9 @@ def real_regime(store: HotPrefixes, args: argparse.Namespace) -> None:
     study: dict[str, Any] = {}  # a --cache-ram of its own: the host cache the warm is told of
     if args.real_cache_ram_mib is not None:
         o = dataclasses.replace(o, cache_ram_mib=args.real_cache_ram_mib)
-        study = {"settings": {"llama --cache-ram": f"{o.cache_ram_mib} MiB",
-                              "STOKER_PREFIX_WARM_HOST_CACHE_TOKENS": o.host_cache_tokens}}  # fmt: skip
+        named = {"llama --cache-ram": f"{o.cache_ram_mib} MiB",
+                 "STOKER_PREFIX_WARM_HOST_CACHE_TOKENS": o.host_cache_tokens}  # fmt: skip
+        study = {"settings": named}
     warms: list[PrefixWarmReport] = []
     planned: list[set[str]] = []  # each warm's plan: its system prompts
     t_start = time.monotonic()

@@ -433,7 +433,8 @@ def test_tables__a_name_printed_per_dataset_makes_a_row_of_each_never_their_mean
     finally:
         sys.path.remove(str(BENCH))
     line = {"script": "bench_analyze_warming.py", "args": ["--shapes"],
-            "name": "analyze_warming_ttl_1d", "peak_gpu_ratio": 0.9, "goal_peak_gpu_ratio_max": 0.9}  # fmt: skip
+            "name": "analyze_warming_ttl_1d", "peak_gpu_ratio": 0.9,
+            "goal_peak_gpu_ratio_max": 0.9}  # fmt: skip
     default = _results(tmp_path / "a.jsonl", False, [{**line, "name": "other", "args": []}])
     slow = _results(
         tmp_path / "b.jsonl", True,

@@ -256,7 +256,7 @@ class PrefixWarmer:
             connections=at_once,
         )  # fmt: skip
         sending = plan[::-1]  # step 2: the hottest last
-        after = list(accumulate(h.prefix.tokens for h in reversed(sending)))[::-1]
+        after = list(accumulate(h.prefix.tokens for h in plan))[::-1]  # of sending[i:]
         async with backend:
             tasks: list[asyncio.Task[None]] = []
             speeds: list[float] = []  # each warmed prefix's tokens a second of its own send
