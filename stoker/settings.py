@@ -358,6 +358,8 @@ class StokerSettings(BaseSettings):
     prefix_warm_qps: float = option(PrefixWarmOptions, "qps")
     prefix_warm_concurrency: int = option(PrefixWarmOptions, "concurrency")
     prefix_warm_deadline_s: float = option(PrefixWarmOptions, "deadline_s")
+    # Each send's wait for its answer, the prompt's prefill: raise it on a slow (CPU) server.
+    prefix_warm_timeout_s: float = option(PrefixWarmOptions, "timeout_s")
     # The scheduler sends the hot prefixes again this long before each day's busiest hour (of
     # the traffic profile, per model: warmers/prefix/before_peak.py), so what the quiet hours evicted is
     # held when the peak arrives. 0: off.

@@ -278,6 +278,18 @@ def test_cli__warm_prefixes_dry_run_and_warm(
         assert res.exit_code == 1, res.output
         said = " ".join(res.output.split())
         assert "warmed 1" in said and "the 1 coldest skipped to end by the deadline" in said
+        # a prefill (~0.6 s here) longer than the send's timeout: the run names the setting
+        monkeypatch.delenv("STOKER_PREFIX_WARM_DEADLINE_S")
+        for timeout, code in (("0.2", 1), ("5", 0)):
+            sim.restart()  # nothing held: each send prefills its whole prompt
+            monkeypatch.setenv("STOKER_PREFIX_WARM_TIMEOUT_S", timeout)
+            res = runner.invoke(
+                app, ["warm-prefixes", "--model", "llama", "--backend", sim.url, "--qps", "50"]
+            )
+            assert res.exit_code == code, res.output
+            said = " ".join(res.output.split())
+            assert ("no answer within 0.2 s" in said) == (code == 1), said
+            assert ("STOKER_PREFIX_WARM_TIMEOUT_S" in said) == (code == 1), said
 
 
 @pytest.mark.parametrize(
@@ -303,6 +315,7 @@ def test_cli__bad_arguments_exit_2_naming_them(args: list[str], says: str) -> No
         ("STOKER_PREFIX_WARM_TOP_N", "0"),
         ("STOKER_PREFIX_CAPACITY", "-3"),
         ("STOKER_PREFIX_WARM_DEADLINE_S", "nope"),
+        ("STOKER_PREFIX_WARM_TIMEOUT_S", "0"),
     ],
 )
 def test_settings__bad_prefix_settings_fail_naming_them(variable: str, value: str) -> None:

@@ -52,6 +52,7 @@ from backends.pacing import MonotonicClock, TokenBucket
 from schemas.baseurl import BaseURL
 from schemas.errors import (
     BackendRejected,
+    BackendTimedOut,
     BackendUnavailable,
     BackendUnreachable,
     ConfigError,
@@ -110,7 +111,10 @@ class PrefixWarmOptions(BaseModel):
     host_cache_tokens: int = Field(default=0, ge=0)
     max_age_s: float = Field(default=7 * 86_400.0, gt=0)
     concurrency: int = Field(default=4, ge=1, le=256)
-    timeout_s: float = Field(default=30.0, gt=0)
+    # A send's wait for its one token: its prompt's whole prefill. A GPU does a few thousand
+    # tokens in well under a second; the embedded server on one CPU thread did ~150 a second
+    # (13 s for 2,000 tokens), twice as long when two sends share its thread.
+    timeout_s: float = Field(default=30.0, gt=0, le=3_600)
     # Two minutes: the deploy's pre-warm waits for the run.
     deadline_s: float = Field(default=120.0, gt=0, le=3_600)
     model: str | None = None  # the served model name to send; None: each prefix's own
@@ -332,6 +336,9 @@ class PrefixWarmer:
         except BackendUnreachable as e:
             error = str(e)
             report.unreachable = report.unreachable or error
+        except BackendTimedOut as e:  # a slow prefill: the one error a setting cures
+            error = f"{e}; no answer within {self.options.timeout_s:g} s: a long prompt on a "
+            error += "slow server needs more (STOKER_PREFIX_WARM_TIMEOUT_S)"
         except (BackendUnavailable, BackendRejected) as e:
             error = str(e)
         finally:
