@@ -98,11 +98,9 @@ OWNER_ONLY: Final[dict[type[BaseModel], frozenset[str]]] = {
     # how long a probe point lives, and the re-ask rate's back-off: not tuned per site
     MonitorOptions: frozenset({"probe_ttl_s", "aimd"}),
     RewarmOptions: frozenset({"poll_s"}),  # how often it looks for the invalidation's floor
-    # where and as whom it sends (derived by the shell: the warm backend's URL and model), and
-    # one send's timeout; the host cache's tokens (the shell's default is its own model server's)
-    PrefixWarmOptions: frozenset(
-        {"backend_url", "model", "api_key", "timeout_s", "host_cache_tokens"}
-    ),
+    # where and as whom it sends (derived by the shell: the warm backend's URL and model); the
+    # host cache's tokens (the shell's default is its own model server's)
+    PrefixWarmOptions: frozenset({"backend_url", "model", "api_key", "host_cache_tokens"}),
     # how often it looks for a near peak, and the lock's renewal (a third of its TTL)
     SchedulerConfig: frozenset({"prefix_check_s", "renew_s"}),
     PurgeOptions: frozenset({"delay_s", "dry_run"}),  # `stoker purge`'s flags
